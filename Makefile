@@ -1,0 +1,40 @@
+# gpumon. `make demo` shows it working; `make test` runs every test.
+GO      ?= go
+BIN     := bin
+DEMO    := demo
+FUZZTIME ?= 10s
+
+.PHONY: all build test fuzz bench demo vet clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+# Every test, then each fuzz target briefly. Tests that need a real sshd fail
+# (not skip) under CI=true when it is missing; .ci/run installs it.
+test: vet
+	$(GO) test -count=1 ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzParseGPUs$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
+	$(GO) test -run '^$$' -fuzz '^FuzzParseProcesses$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
+	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/fetch
+
+fuzz:
+	$(MAKE) test FUZZTIME=2m
+
+# Benchmarks: fetch over the simulated fleet (1, 100, 1000 hosts) and over
+# real sshd (30 hosts, against 30 OpenSSH clients); the parser.
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
+	$(GO) test -run '^$$' -bench . ./internal/nvsmi
+
+# A simulated fleet on 127.0.0.x, one fetch, and the result.
+demo: build
+	@sh scripts/demo.sh
+
+clean:
+	rm -rf $(BIN) $(DEMO)

@@ -1,0 +1,19 @@
+module github.com/gpumon/gpumon
+
+go 1.26.0
+
+require (
+	github.com/gocarina/gocsv v0.0.0-20240520201108-78e41c74b4b1
+	github.com/google/go-cmp v0.7.0
+	github.com/google/renameio/v2 v2.0.2
+	github.com/kevinburke/ssh_config v1.6.0
+	github.com/rogpeppe/go-internal v1.16.0
+	github.com/skeema/knownhosts v1.3.3
+	golang.org/x/crypto v0.58.0
+	gopkg.in/ini.v1 v1.67.3
+)
+
+require (
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/tools v0.26.0 // indirect
+)

@@ -1,0 +1,268 @@
+package fetch
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/captures"
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/probe"
+	"github.com/gpumon/gpumon/internal/remote"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+var at = time.Date(2026, 11, 22, 14, 5, 0, 0, time.UTC)
+
+// hostOutput is what a host prints, framed as the probe script frames it.
+type hostOutput struct {
+	gpus, apps, ps, host string
+	gpusRC, appsRC       int
+	noApps, noPS         bool
+	incomplete           bool
+	banner               string
+}
+
+func (h hostOutput) bytes(nonce string) []byte {
+	var b bytes.Buffer
+	b.WriteString(h.banner)
+	w := probe.Writer{W: &b, Nonce: nonce}
+	w.Section(probe.SectionGPUs, []byte(h.gpus), h.gpusRC)
+	if h.incomplete {
+		return b.Bytes()
+	}
+	if !h.noApps {
+		w.Section(probe.SectionApps, []byte(h.apps), h.appsRC)
+	}
+	if !h.noPS {
+		w.Section(probe.SectionPS, []byte(h.ps), 0)
+	}
+	host := h.host
+	if host == "" {
+		host = "cpus 64\nload 3.52 2.10 1.00\nmem_total_kib 2097152\nmem_available_kib 1048576\n"
+	}
+	w.Section(probe.SectionHost, []byte(host), 0)
+	w.Done()
+	return b.Bytes()
+}
+
+const twoGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%]
+0, GPU-aaaa, NVIDIA H200, 00000000:18:00.0, 100, 40, 30342, 143771, 51, 412.50, 700.00, [N/A]
+1, GPU-bbbb, NVIDIA H200, 00000000:2A:00.0, 0, 0, 0, 143771, 30, 75.10, 700.00, [N/A]
+`
+
+func TestBuild(t *testing.T) {
+	tests := []struct {
+		name   string
+		out    hostOutput
+		runErr error
+		check  func(t *testing.T, r Result)
+	}{
+		{
+			name: "processes with users, a pid on two GPUs, a pid gone before ps, a comma in a name",
+			out: hostOutput{
+				gpus: twoGPUs,
+				apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n" +
+					"4242, GPU-aaaa, python, 30000\n" +
+					"4242, GPU-bbbb, python, 100\n" +
+					"5151, GPU-aaaa, /opt/my app/run, with comma, 242\n",
+				ps: " 4242 alice      7260 python train.py --lr 0.1   --epochs 3\n",
+			},
+			check: func(t *testing.T, r Result) {
+				if r.Status != loaddata.StatusOK || r.Error != "" {
+					t.Fatalf("status %q %q", r.Status, r.Error)
+				}
+				type proc struct {
+					GPU     int64
+					PID     int64
+					User    string
+					Command string
+					Elapsed loaddata.Int
+				}
+				var got []proc
+				for _, row := range r.Rows {
+					got = append(got, proc{row.GPUIndex.Value, row.PID.Value, row.User, row.Command, row.ProcessElapsedS})
+				}
+				want := []proc{
+					{0, 4242, "alice", "python train.py --lr 0.1   --epochs 3", loaddata.IntOf(7260)},
+					{0, 5151, "", "/opt/my app/run, with comma", loaddata.Int{}},
+					{1, 4242, "alice", "python train.py --lr 0.1   --epochs 3", loaddata.IntOf(7260)},
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+				row := r.Rows[0]
+				if row.FanPct.Valid || !row.PowerW.Valid || row.PowerW.Value != 412.5 || row.HostMemUsedMiB.Value != 1024 || row.CPUs.Value != 64 || row.Load1.Value != 3.52 {
+					t.Errorf("readings: %+v", row)
+				}
+			},
+		},
+		{
+			name: "idle host: one row per GPU, empty process cells",
+			out:  hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true},
+			check: func(t *testing.T, r Result) {
+				if len(r.Rows) != 2 || r.Rows[0].PID.Valid || r.Rows[1].GPUIndex.Value != 1 {
+					t.Errorf("rows %+v", r.Rows)
+				}
+			},
+		},
+		{
+			name: "driver not loaded",
+			out: hostOutput{gpus: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n", gpusRC: 9,
+				apps: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", appsRC: 9, noPS: true},
+			check: wantFailure(loaddata.StatusDriver, "driver not loaded"),
+		},
+		{
+			name:  "no devices",
+			out:   hostOutput{gpus: "No devices were found\n", gpusRC: 6, apps: "No devices were found", appsRC: 6, noPS: true},
+			check: wantFailure(loaddata.StatusDriver, "no NVIDIA GPU"),
+		},
+		{
+			name:   "nvidia-smi hung and was killed by timeout on the host",
+			out:    hostOutput{gpus: "", gpusRC: 124, noApps: true, noPS: true},
+			check:  wantFailure(loaddata.StatusTimeout, "did not answer"),
+			runErr: nil,
+		},
+		{
+			name:   "connection timeout with nothing received",
+			runErr: &remote.Error{Kind: remote.KindTimeout, Msg: "no answer within 20s (while SSH handshake with 10.0.0.7:22)"},
+			check:  wantFailure(loaddata.StatusTimeout, "while SSH handshake"),
+		},
+		{
+			name:  "dropped mid-output",
+			out:   hostOutput{gpus: twoGPUs, incomplete: true},
+			check: wantFailure(loaddata.StatusError, "ended early"),
+		},
+		{
+			name: "one GPU lost between rows",
+			out: hostOutput{gpus: strings.Replace(twoGPUs, "\n1, ", "\nUnable to determine the device handle for GPU 0000:05:00.0: GPU is lost.  Reboot the system to recover this GPU\n1, ", 1), gpusRC: 15,
+				apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true},
+			check: func(t *testing.T, r Result) {
+				if r.Status != loaddata.StatusOK || len(r.Rows) != 3 {
+					t.Fatalf("status %q, %d rows: %+v", r.Status, len(r.Rows), r.Rows)
+				}
+				lost := r.Rows[2]
+				if lost.GPUBusID == "" || !strings.Contains(lost.GPUError, "lost") || lost.GPUIndex.Valid {
+					t.Errorf("lost GPU row %+v", lost)
+				}
+			},
+		},
+		{
+			name:   "an account whose shell refuses to run anything",
+			out:    hostOutput{},
+			runErr: &remote.Error{Kind: remote.KindError, Msg: "remote command exited with status 1: This account is currently not available."},
+			check:  wantFailure(loaddata.StatusError, "not available"),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out []byte
+			if tt.out.gpus != "" || tt.out.gpusRC != 0 || tt.out.incomplete {
+				out = tt.out.bytes("n0nce")
+			}
+			r := Build("gpu01", "n0nce", out, tt.runErr, at)
+			for _, row := range r.Rows {
+				if row.Host != "gpu01" || row.Timestamp != "2026-11-22T14:05:00Z" || row.HostStatus != r.Status {
+					t.Errorf("row identity: %+v", row)
+				}
+			}
+			tt.check(t, r)
+		})
+	}
+}
+
+func wantFailure(status, msg string) func(t *testing.T, r Result) {
+	return func(t *testing.T, r Result) {
+		t.Helper()
+		if r.Status != status || !strings.Contains(r.Error, msg) {
+			t.Errorf("got %q %q, want %q containing %q", r.Status, r.Error, status, msg)
+		}
+		if len(r.Rows) != 1 || r.Rows[0].GPUIndex.Valid || r.Rows[0].HostError != r.Error {
+			t.Errorf("a failed host is one row with empty GPU cells and the reason: %+v", r.Rows)
+		}
+	}
+}
+
+// Every real capture, idle and under load, through Build, compared with a
+// golden CSV (go test -run TestBuildCaptures -update to refresh).
+func TestBuildCaptures(t *testing.T) {
+	for _, name := range captures.Names() {
+		c := captures.MustLoad(name)
+		for _, state := range []string{"idle", "load"} {
+			g, ok := c.Section(state, "query-gpu")
+			if !ok {
+				continue
+			}
+			a, _ := c.Section(state, "query-compute-apps")
+			t.Run(name+"/"+state, func(t *testing.T) {
+				out := hostOutput{gpus: g.Body, apps: a.Body, ps: " 21198 alice 600 ./gpu_burn 60\n"}
+				if a.Body == "" {
+					out.noApps = true
+				}
+				r := Build("gpu01", "n", out.bytes("n"), nil, at)
+				if r.Status != loaddata.StatusOK {
+					t.Fatalf("status %q: %s", r.Status, r.Error)
+				}
+				var buf bytes.Buffer
+				if err := loaddata.Encode(&buf, r.Rows); err != nil {
+					t.Fatal(err)
+				}
+				golden := filepath.Join("testdata", "captures", name+"."+state+".csv")
+				if *update {
+					os.MkdirAll(filepath.Dir(golden), 0o755)
+					if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("%v (run with -update to create it)", err)
+				}
+				if diff := cmp.Diff(string(want), buf.String()); diff != "" {
+					t.Errorf("%s (-want +got):\n%s", golden, diff)
+				}
+			})
+		}
+	}
+}
+
+// Whatever a host sends, Build returns rows and never panics; a reading it
+// could not read is empty, never an invented zero.
+func FuzzBuild(f *testing.F) {
+	f.Add(hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, process_name, used_gpu_memory\n1, GPU-aaaa, x, 5\n", ps: "1 root 5 x"}.bytes("n"))
+	f.Add(hostOutput{gpus: "No devices were found", gpusRC: 6}.bytes("n"))
+	f.Add([]byte("@@gpumon:n begin gpus\nindex\n0\n@@gpumon:n end gpus 0\n@@gpumon:n done\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		r := Build("h", "n", out, nil, at)
+		if len(r.Rows) == 0 {
+			t.Fatal("no rows")
+		}
+		if r.Status == loaddata.StatusOK {
+			return
+		}
+		if r.Error == "" {
+			t.Errorf("status %q without a reason", r.Status)
+		}
+	})
+}
+
+func TestSummary(t *testing.T) {
+	res := []Result{{Host: "gpu01", Status: "ok"}, {Host: "gpu07", Status: "timeout"}, {Host: "gpu12", Status: "hostkey"}}
+	if got := Summary(res); got != "3 hosts: 1 ok, 2 failed: gpu07 timeout, gpu12 hostkey" {
+		t.Errorf("got %q", got)
+	}
+	var many []Result
+	for i := 0; i < 15; i++ {
+		many = append(many, Result{Host: "h", Status: "unreachable"})
+	}
+	if got := Summary(many); !strings.HasSuffix(got, "and 5 more") {
+		t.Errorf("got %q", got)
+	}
+
+}

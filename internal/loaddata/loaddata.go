@@ -1,0 +1,210 @@
+// Package loaddata is load_data.csv: the file fetch writes and render reads.
+// One row per GPU per process; a GPU with no process is one row with empty
+// process cells; a failed host is one row with empty GPU cells. A reading
+// that nvidia-smi could not give is an empty cell, never 0.
+package loaddata
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gocarina/gocsv"
+	"github.com/google/renameio/v2"
+)
+
+// Host statuses. Anything but StatusOK means the host's GPU cells are empty
+// and HostError says why in plain words.
+const (
+	StatusOK          = "ok"
+	StatusUnreachable = "unreachable" // refused, no route, name not found
+	StatusTimeout     = "timeout"     // no complete answer within the host's timeout
+	StatusAuth        = "auth"        // no key was accepted
+	StatusHostKey     = "hostkey"     // unknown host or changed host key
+	StatusDriver      = "driver"      // nvidia-smi could not talk to the driver, or no GPU
+	StatusError       = "error"       // anything else (broken output, bad config for the host)
+)
+
+// TimeFormat is how timestamps are written: RFC 3339 in UTC.
+const TimeFormat = time.RFC3339
+
+// Row is one line of load_data.csv. The csv tags are the column names and
+// their order is the file's column order.
+type Row struct {
+	Timestamp  string `csv:"timestamp"`
+	Host       string `csv:"host"`
+	HostStatus string `csv:"host_status"`
+	HostError  string `csv:"host_error"`
+
+	GPUIndex    Int    `csv:"gpu_index"`
+	GPUUUID     string `csv:"gpu_uuid"`
+	GPUName     string `csv:"gpu_name"`
+	GPUBusID    string `csv:"gpu_bus_id"`
+	GPUError    string `csv:"gpu_error"`
+	GPUUtilPct  Number `csv:"gpu_util_pct"`
+	MemUtilPct  Number `csv:"mem_util_pct"`
+	MemUsedMiB  Number `csv:"mem_used_mib"`
+	MemTotalMiB Number `csv:"mem_total_mib"`
+	TempC       Number `csv:"temperature_c"`
+	PowerW      Number `csv:"power_w"`
+	PowerLimitW Number `csv:"power_limit_w"`
+	FanPct      Number `csv:"fan_pct"`
+
+	PID             Int    `csv:"pid"`
+	User            string `csv:"user"`
+	Command         string `csv:"command"`
+	ProcessMemMiB   Number `csv:"process_mem_mib"`
+	ProcessElapsedS Int    `csv:"process_elapsed_s"`
+
+	CPUs            Int    `csv:"cpus"`
+	Load1           Number `csv:"load1"`
+	HostMemUsedMiB  Number `csv:"host_mem_used_mib"`
+	HostMemTotalMiB Number `csv:"host_mem_total_mib"`
+}
+
+// Columns lists the column names in file order.
+func Columns() []string {
+	var rows []Row
+	var b strings.Builder
+	if err := gocsv.Marshal(&rows, &b); err != nil {
+		panic(err)
+	}
+	return strings.Split(strings.TrimSpace(b.String()), ",")
+}
+
+// Number is a reading that may be missing; missing is an empty cell.
+type Number struct {
+	Value float64
+	Valid bool
+}
+
+// Num returns a present reading.
+func Num(v float64) Number { return Number{Value: v, Valid: true} }
+
+// MarshalCSV writes the shortest text that reads back as the same value.
+func (n Number) MarshalCSV() (string, error) {
+	if !n.Valid {
+		return "", nil
+	}
+	return strconv.FormatFloat(n.Value, 'f', -1, 64), nil
+}
+
+// UnmarshalCSV keeps an empty cell apart from 0.
+func (n *Number) UnmarshalCSV(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		*n = Number{}
+		return nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Errorf("%q is not a number", s)
+	}
+	*n = Num(v)
+	return nil
+}
+
+// Int is a count or an id that may be missing.
+type Int struct {
+	Value int64
+	Valid bool
+}
+
+// IntOf returns a present value.
+func IntOf(v int64) Int { return Int{Value: v, Valid: true} }
+
+// MarshalCSV writes the decimal value, or nothing.
+func (n Int) MarshalCSV() (string, error) {
+	if !n.Valid {
+		return "", nil
+	}
+	return strconv.FormatInt(n.Value, 10), nil
+}
+
+// UnmarshalCSV keeps an empty cell apart from 0.
+func (n *Int) UnmarshalCSV(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		*n = Int{}
+		return nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", s)
+	}
+	*n = IntOf(v)
+	return nil
+}
+
+func init() {
+	// A file with a column missing is another program's file, or a truncated
+	// one: refuse it instead of reading zeros. gocsv's settings are globals;
+	// this package is its only user.
+	gocsv.FailIfUnmatchedStructTags = true
+	gocsv.FailIfDoubleHeaderNames = true
+}
+
+// Encode writes rows with a header line.
+func Encode(w io.Writer, rows []Row) error {
+	if rows == nil {
+		rows = []Row{}
+	}
+	return gocsv.Marshal(&rows, w)
+}
+
+// WriteFile replaces path with rows atomically: a temporary file in the same
+// folder, fsync, mode 0644 (nginx must read it), rename. A reader sees the old
+// file or the new one, never a part.
+func WriteFile(path string, rows []Row) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644))
+	if err != nil {
+		return err
+	}
+	defer f.Cleanup()
+	if err := Encode(f, rows); err != nil {
+		return err
+	}
+	return f.CloseAtomicallyReplace()
+}
+
+// Decode reads rows. Errors name the line and column.
+func Decode(r io.Reader) ([]Row, error) {
+	var rows []Row
+	if err := gocsv.Unmarshal(r, &rows); err != nil {
+		var pe *csv.ParseError
+		switch {
+		case errors.As(err, &pe):
+			col := ""
+			if pe.Column > 0 && pe.Column <= len(Columns()) {
+				col = fmt.Sprintf(" (column %s)", Columns()[pe.Column-1])
+			}
+			return nil, fmt.Errorf("line %d%s: %v", pe.Line, col, pe.Err)
+		case errors.Is(err, gocsv.ErrEmptyCSVFile):
+			return nil, errors.New("the file is empty")
+		case errors.Is(err, gocsv.ErrUnmatchedStructTags):
+			return nil, fmt.Errorf("line 1: not a load_data.csv header: %v", err)
+		}
+		return nil, err
+	}
+	return rows, nil
+}
+
+// ReadFile reads path; errors start with the path.
+func ReadFile(path string) ([]Row, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rows, err := Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return rows, nil
+}

@@ -1,0 +1,557 @@
+// Package nvsmi reads what `nvidia-smi --query-gpu=… --format=csv` and
+// `--query-compute-apps=…` print, and tells a usable answer from a failed run.
+//
+// nvidia-smi's CSV is loose: columns come in the order asked for, headers
+// carry units with --format=csv (`memory.used [MiB]`) and values do too
+// (`81559 MiB`), unreadable values are tokens such as `[N/A]` or `ERR!`,
+// process names may hold the separator, and with 2>&1 a message about one
+// broken GPU can land between two good rows. So columns are found by header
+// name, a missing reading stays missing (never 0), and one bad line costs that
+// line only.
+package nvsmi
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Number is a reading that may be missing. Missing is never 0.
+type Number struct {
+	Value float64
+	Valid bool
+}
+
+// GPU is one row of --query-gpu.
+type GPU struct {
+	Index                                                                         int // from `index`
+	UUID, Name, BusID                                                             string
+	UtilGPU, UtilMem, MemUsedMiB, MemTotalMiB, TempC, PowerW, PowerLimitW, FanPct Number
+}
+
+// Process is one row of --query-compute-apps: one process on one GPU. A
+// process using several GPUs appears once per GPU.
+type Process struct {
+	PID        int
+	GPUUUID    string
+	Name       string
+	UsedMemMiB Number
+}
+
+// A GPUFault is a GPU that nvidia-smi named but could not read, e.g.
+// "Unable to determine the device handle for GPU 0000:05:00.0: GPU is lost.  Reboot the system to recover this GPU".
+type GPUFault struct {
+	BusID   string // as nvidia-smi printed it, e.g. "0000:05:00.0"
+	Message string // in plain words, e.g. "GPU is lost; reboot the system to recover this GPU"
+}
+
+// A LineError is one line that could not be used; the rest of the output
+// still counts.
+type LineError struct {
+	Line   int    // 1-based, in the output given to the parser
+	Text   string // the line, cut to a readable length
+	Reason string
+}
+
+func (e LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+
+// GPUReport is what ParseGPUs found.
+type GPUReport struct {
+	GPUs    []GPU
+	Faults  []GPUFault
+	Skipped []LineError
+}
+
+// ProcessReport is what ParseProcesses found. Faults holds the same
+// "GPU is lost" messages ParseGPUs reports, when nvidia-smi printed them
+// among the process rows too.
+type ProcessReport struct {
+	Processes []Process
+	Faults    []GPUFault
+	Skipped   []LineError
+}
+
+// HostError is a failure that makes the whole host's GPU data unusable.
+type HostError struct {
+	Kind    string // KindDriver, KindTimeout or KindError
+	Message string
+}
+
+// Kinds of HostError.
+const (
+	KindDriver  = "driver"  // no driver, no GPU, no nvidia-smi: the host needs an admin
+	KindTimeout = "timeout" // nvidia-smi hung (typically a wedged driver)
+	KindError   = "error"   // anything else
+)
+
+func (e *HostError) Error() string { return e.Message }
+
+// Column names, with the aliases nvidia-smi accepts for them
+// (`nvidia-smi --help-query-gpu`, `--help-query-compute-apps`). The first
+// name found in the header wins.
+var (
+	colIndex    = []string{"index"}
+	colUUID     = []string{"uuid", "gpu_uuid"}
+	colName     = []string{"name", "gpu_name"}
+	colBusID    = []string{"pci.bus_id", "gpu_bus_id"}
+	colUtilGPU  = []string{"utilization.gpu"}
+	colUtilMem  = []string{"utilization.memory"}
+	colMemUsed  = []string{"memory.used"}
+	colMemTotal = []string{"memory.total"}
+	colTemp     = []string{"temperature.gpu"}
+	colPower    = []string{"power.draw", "power.draw.instant", "gpu.power.draw.instant"}
+	colPowerLim = []string{"power.limit", "gpu.power.requested_limit"}
+	colFan      = []string{"fan.speed"}
+	colPID      = []string{"pid"}
+	colGPUUUID  = []string{"gpu_uuid", "uuid"}
+	colProcName = []string{"process_name", "name"}
+	colProcUsed = []string{"used_gpu_memory", "used_memory"}
+	maxLineText = 200
+)
+
+// ParseGPUs reads the output of `nvidia-smi --query-gpu=… --format=csv[,nounits]`
+// (stderr included). Only `index` is required; the other columns of GPU are
+// filled when present. It fails only when no header with `index` is found.
+func ParseGPUs(out []byte) (GPUReport, error) {
+	var rep GPUReport
+	t, err := parseTable(out, "index", colName, func(f GPUFault) { rep.Faults = append(rep.Faults, f) })
+	if err != nil {
+		return rep, err
+	}
+	var bad []LineError
+	idx := t.col(colIndex)
+	uuid, name, bus := t.col(colUUID), t.col(colName), t.col(colBusID)
+	utilG, utilM := t.col(colUtilGPU), t.col(colUtilMem)
+	used, total := t.col(colMemUsed), t.col(colMemTotal)
+	temp, pw, pwl, fan := t.col(colTemp), t.col(colPower), t.col(colPowerLim), t.col(colFan)
+	for _, r := range t.rows {
+		i, ok := parseInt(r.fields[idx])
+		if !ok {
+			bad = append(bad, r.errorf("index %q is not a GPU index", clip(r.fields[idx], 40)))
+			continue
+		}
+		rep.GPUs = append(rep.GPUs, GPU{
+			Index:       i,
+			UUID:        r.str(uuid),
+			Name:        r.str(name),
+			BusID:       r.str(bus),
+			UtilGPU:     r.num(utilG),
+			UtilMem:     r.num(utilM),
+			MemUsedMiB:  r.num(used),
+			MemTotalMiB: r.num(total),
+			TempC:       r.num(temp),
+			PowerW:      r.num(pw),
+			PowerLimitW: r.num(pwl),
+			FanPct:      r.num(fan),
+		})
+	}
+	rep.Skipped = mergeSkipped(t.skipped, bad)
+	return rep, nil
+}
+
+// ParseProcesses reads the output of
+// `nvidia-smi --query-compute-apps=… --format=csv[,nounits]` (stderr
+// included). Only `pid` is required. A header with no rows is a GPU with no
+// process, not an error.
+func ParseProcesses(out []byte) (ProcessReport, error) {
+	var rep ProcessReport
+	t, err := parseTable(out, "pid", colProcName, func(f GPUFault) { rep.Faults = append(rep.Faults, f) })
+	if err != nil {
+		return rep, err
+	}
+	var bad []LineError
+	pid := t.col(colPID)
+	uuid, name, used := t.col(colGPUUUID), t.col(colProcName), t.col(colProcUsed)
+	for _, r := range t.rows {
+		p, ok := parseInt(r.fields[pid])
+		if !ok {
+			bad = append(bad, r.errorf("pid %q is not a process id", clip(r.fields[pid], 40)))
+			continue
+		}
+		rep.Processes = append(rep.Processes, Process{
+			PID:        p,
+			GPUUUID:    r.str(uuid),
+			Name:       r.str(name),
+			UsedMemMiB: r.num(used),
+		})
+	}
+	rep.Skipped = mergeSkipped(t.skipped, bad)
+	return rep, nil
+}
+
+// table is a CSV output split into header and rows of exactly len(header)
+// fields, trimmed.
+type table struct {
+	header  map[string]int // column name without unit -> position
+	rows    []row
+	skipped []LineError
+}
+
+type row struct {
+	line   int
+	text   string
+	fields []string
+}
+
+// col returns the position of the first of names in the header, or -1.
+func (t *table) col(names []string) int {
+	for _, n := range names {
+		if i, ok := t.header[n]; ok {
+			return i
+		}
+	}
+	return -1
+}
+
+func (r row) str(i int) string {
+	if i < 0 {
+		return ""
+	}
+	return r.fields[i]
+}
+
+func (r row) num(i int) Number {
+	if i < 0 {
+		return Number{}
+	}
+	return ParseNumber(r.fields[i])
+}
+
+func (r row) errorf(format string, args ...any) LineError {
+	return LineError{Line: r.line, Text: clip(sanitize(r.text), maxLineText), Reason: fmt.Sprintf(format, args...)}
+}
+
+// parseTable finds the header (the first line that looks like one and names
+// the required column), then splits every later line. Lines that cannot be
+// rows (messages, garbage, short rows) are reported, not fatal, because
+// nvidia-smi prints its per-GPU errors on the same stream as the rows.
+// When a row has more fields than the header, the surplus came from commas
+// inside the free-text column (a process or GPU name), so it goes back there.
+func parseTable(out []byte, required string, freeText []string, fault func(GPUFault)) (*table, error) {
+	t := &table{}
+	lines := splitLines(out)
+	var (
+		sep     string
+		width   int
+		freeCol = -1
+		found   bool
+	)
+	var before []LineError
+	for n, line := range lines {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" {
+			continue
+		}
+		if f, ok := parseFault(trimmed); ok {
+			fault(f)
+			continue
+		}
+		le := LineError{Line: n + 1, Text: clip(sanitize(trimmed), maxLineText)}
+		if !found {
+			if names, s, ok := parseHeader(trimmed); ok && contains(names, required) {
+				found, sep, width = true, s, len(names)
+				t.header = make(map[string]int, len(names))
+				for i, name := range names {
+					if _, dup := t.header[name]; !dup {
+						t.header[name] = i
+					}
+				}
+				freeCol = t.col(freeText)
+				continue
+			}
+			le.Reason = "not a CSV header or row (before the header)"
+			before = append(before, le)
+			continue
+		}
+		// Split the line as printed: trimming it first would eat the space
+		// of an empty last field ("ERR!, ").
+		fields := strings.Split(line, sep)
+		if len(fields) > width && freeCol >= 0 {
+			extra := len(fields) - width
+			merged := strings.Join(fields[freeCol:freeCol+extra+1], sep)
+			fields = append(fields[:freeCol+1], fields[freeCol+extra+1:]...)
+			fields[freeCol] = merged
+		}
+		if len(fields) != width {
+			switch {
+			case len(fields) == 1:
+				le.Reason = "not a CSV row"
+			default:
+				le.Reason = fmt.Sprintf("%d fields where the header has %d", len(fields), width)
+			}
+			t.skipped = append(t.skipped, le)
+			continue
+		}
+		for i := range fields {
+			fields[i] = strings.TrimSpace(fields[i])
+		}
+		t.rows = append(t.rows, row{line: n + 1, text: trimmed, fields: fields})
+	}
+	if !found {
+		msg := fmt.Sprintf("no CSV header with a %q column in the nvidia-smi output", required)
+		if first := firstLine(out); first != "" {
+			msg += ": " + first
+		}
+		return nil, &HostError{Kind: KindError, Message: msg}
+	}
+	t.skipped = append(before, t.skipped...)
+	return t, nil
+}
+
+// mergeSkipped merges two lists of skipped lines, each in line order, into
+// one in line order, which is how people read them.
+func mergeSkipped(a, b []LineError) []LineError {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]LineError, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].Line <= b[0].Line {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// splitLines splits on \n and drops a \r before it (Windows hosts).
+func splitLines(out []byte) []string {
+	s := string(out)
+	s = strings.TrimSuffix(s, "\n")
+	if s == "" {
+		return nil
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSuffix(l, "\r")
+	}
+	return lines
+}
+
+// parseHeader reads a header line, returning the column names with their
+// units removed and the separator to split rows with. nvidia-smi joins with
+// ", "; splitting on exactly that keeps a comma inside a name ("a,b") whole.
+// A bare "," is accepted for hand-made or re-encoded input.
+func parseHeader(line string) (names []string, sep string, ok bool) {
+	sep = ", "
+	if !strings.Contains(line, sep) {
+		sep = ","
+	}
+	parts := strings.Split(line, sep)
+	names = make([]string, len(parts))
+	for i, p := range parts {
+		name, ok := headerName(strings.TrimSpace(p))
+		if !ok {
+			return nil, "", false
+		}
+		names[i] = name
+	}
+	return names, sep, true
+}
+
+// headerName turns `memory.used [MiB]` into `memory.used`. Field names are
+// ASCII letters, digits, '.' and '_', starting with a lower-case letter;
+// anything else (a message, a data row) is not a header.
+func headerName(s string) (string, bool) {
+	if i := strings.IndexByte(s, '['); i >= 0 {
+		if !strings.HasSuffix(s, "]") {
+			return "", false
+		}
+		s = strings.TrimSpace(s[:i])
+	}
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return "", false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_') {
+			return "", false
+		}
+	}
+	return s, true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// missingTokens are what nvidia-smi prints instead of a value it cannot read.
+// Any other bracketed text is treated the same way (see ParseNumber).
+var missingTokens = map[string]bool{
+	"":                           true,
+	"ERR!":                       true,
+	"N/A":                        true,
+	"[N/A]":                      true,
+	"[Not Supported]":            true,
+	"[Unknown Error]":            true,
+	"[Insufficient Permissions]": true,
+	"[Requested functionality has been deprecated]": true,
+	"[Function Not Found]":                          true,
+}
+
+// ParseNumber reads one field such as "81559 MiB", "38 %", "71.15 W" or
+// "42". Tokens like "[N/A]" or "ERR!", and anything that is not a plain
+// decimal number with an optional %/MiB/W/C unit, are missing: a reading we
+// cannot read must never turn into 0.
+func ParseNumber(field string) Number {
+	s := strings.TrimSpace(field)
+	if missingTokens[s] || strings.HasPrefix(s, "[") {
+		return Number{}
+	}
+	s = trimUnit(s)
+	if !isDecimal(s) {
+		return Number{}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+		return Number{}
+	}
+	return Number{Value: v, Valid: true}
+}
+
+// units nvidia-smi appends to the values fetch asks for (--format=csv).
+var units = []string{"MiB", "%", "W", "C"}
+
+func trimUnit(s string) string {
+	for _, u := range units {
+		if strings.HasSuffix(s, u) {
+			return strings.TrimSpace(strings.TrimSuffix(s, u))
+		}
+	}
+	return s
+}
+
+// isDecimal accepts [-+]digits[.digits]: what nvidia-smi prints. It keeps
+// out what strconv.ParseFloat would also take (Inf, NaN, hex, 1e9, "_").
+func isDecimal(s string) bool {
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	digits, dot := 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !dot && digits > 0 && i < len(s)-1:
+			dot = true
+		default:
+			return false
+		}
+	}
+	return digits > 0
+}
+
+// parseInt reads an index or pid: a non-negative decimal integer.
+func parseInt(s string) (int, bool) {
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+const faultPrefix = "unable to determine the device handle for gpu"
+
+// parseFault reads nvidia-smi's message about one GPU it cannot reach:
+// "Unable to determine the device handle for GPU 0000:05:00.0: GPU is lost.  Reboot the system to recover this GPU".
+// Some drivers print no space before the bus id ("for GPU0000:05:00.0").
+func parseFault(line string) (GPUFault, bool) {
+	if len(line) < len(faultPrefix) || !strings.EqualFold(line[:len(faultPrefix)], faultPrefix) {
+		return GPUFault{}, false
+	}
+	rest := strings.TrimSpace(line[len(faultPrefix):])
+	// The bus id has colons itself ("0000:05:00.0"); the message starts after ": ".
+	bus, msg, _ := strings.Cut(rest, ": ")
+	bus = strings.TrimSuffix(strings.TrimSpace(bus), ":")
+	return GPUFault{BusID: clip(sanitize(bus), 64), Message: plainMessage(msg)}, true
+}
+
+// plainMessage turns nvidia-smi's sentences into one clause in the style of
+// the rest of gpumon's messages: "GPU is lost.  Reboot the system to recover
+// this GPU" becomes "GPU is lost; reboot the system to recover this GPU".
+func plainMessage(msg string) string {
+	msg = sanitize(strings.TrimSpace(msg))
+	if msg == "" {
+		return "GPU cannot be reached (nvidia-smi gave no reason)"
+	}
+	var parts []string
+	for _, s := range strings.Split(msg, ".") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		parts = append(parts, lowerWords(s))
+	}
+	if len(parts) == 0 {
+		return "GPU cannot be reached (nvidia-smi gave no reason)"
+	}
+	return clip(strings.Join(parts, "; "), maxLineText)
+}
+
+// lowerWords lower-cases capitalised words ("Reboot", "Unknown Error") and
+// keeps acronyms and names written in capitals (GPU, NVIDIA, NVML).
+func lowerWords(s string) string {
+	words := strings.Split(s, " ")
+	for i, w := range words {
+		upper := 0
+		for _, r := range w {
+			if unicode.IsUpper(r) {
+				upper++
+			}
+		}
+		if upper == 1 {
+			r, n := utf8.DecodeRuneInString(w)
+			if unicode.IsUpper(r) {
+				words[i] = string(unicode.ToLower(r)) + w[n:]
+			}
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+// sanitize replaces control characters, since these strings end up in
+// terminals and files that other people read.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// clip cuts s to at most n bytes on a rune boundary, the last three being
+// an ellipsis when something was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n -= len("…")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:max(n, 0)] + "…"
+}
+
+// firstLine is the output's first non-blank line, trimmed, made printable
+// and cut to a length that fits a status column.
+func firstLine(out []byte) string {
+	for _, l := range splitLines(out) {
+		if l = strings.TrimSpace(l); l != "" {
+			return clip(sanitize(l), maxLineText)
+		}
+	}
+	return ""
+}

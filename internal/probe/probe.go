@@ -1,0 +1,244 @@
+// Package probe is the one round trip fetch makes to a GPU host: a POSIX sh
+// script that runs nvidia-smi (twice), ps for the GPU processes only, and reads
+// the host's CPU count, load and memory, and the framing of its output.
+//
+// The script travels on the session's standard input to `sh -s`, so it works
+// whatever the account's login shell is (bash, zsh, fish, tcsh) and needs no
+// quoting. Every section of the output is framed by lines that carry a random
+// nonce chosen per run: a process name or an error message printed by a host
+// can never forge a section boundary.
+package probe
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Command is what fetch asks the remote account to run; the script follows on stdin.
+const Command = "sh -s"
+
+// Section names, in the order the script prints them.
+const (
+	SectionGPUs      = "gpus"
+	SectionApps      = "apps"
+	SectionPS        = "ps"
+	SectionHost      = "host"
+	SectionIdlemon   = "idlemon"
+	markerPrefix     = "@@gpumon:"
+	defaultNVTimeout = 8
+)
+
+// GPUFields and AppFields are what nvidia-smi is asked for. Every field exists
+// in drivers back to 450; an unknown field makes nvidia-smi refuse the whole query.
+var (
+	GPUFields = []string{
+		"index", "uuid", "name", "pci.bus_id",
+		"utilization.gpu", "utilization.memory",
+		"memory.used", "memory.total",
+		"temperature.gpu", "power.draw", "power.limit", "fan.speed",
+	}
+	// pid comes first: the script reads it with shell parameter expansion only.
+	AppFields = []string{"pid", "gpu_uuid", "process_name", "used_gpu_memory"}
+)
+
+// A Request is everything a script is built from; a simulated host recovers it
+// with ParseScript.
+type Request struct {
+	Nonce     string
+	GPUFields []string
+	AppFields []string
+	// NVTimeout bounds each nvidia-smi run on the host itself, in seconds:
+	// closing the SSH session does not stop a wedged nvidia-smi.
+	NVTimeout int
+	// StateFile is idlemon's state file, printed when it exists ("" for none).
+	StateFile string
+}
+
+// NewRequest returns a request with a fresh nonce and the standard fields.
+func NewRequest(nvTimeout int) Request {
+	if nvTimeout < 1 {
+		nvTimeout = defaultNVTimeout
+	}
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return Request{
+		Nonce:     hex.EncodeToString(b[:]),
+		GPUFields: GPUFields,
+		AppFields: AppFields,
+		NVTimeout: nvTimeout,
+	}
+}
+
+// Script renders the shell script for r.
+func (r Request) Script() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\n",
+		markerPrefix, r.Nonce, strings.Join(r.GPUFields, ","), strings.Join(r.AppFields, ","), r.NVTimeout, r.StateFile)
+	b.WriteString(scriptBody)
+	return b.String()
+}
+
+// The body is one function called with stdin from /dev/null: sh has read the
+// whole function before it runs anything, so no command can swallow the rest
+// of the script from stdin.
+const scriptBody = `export LC_ALL=C
+PATH="$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $T"; else TO=; fi
+out=$($TO nvidia-smi --query-gpu="$GF" --format=csv,nounits 2>&1); rc=$?
+printf '%s begin gpus\n%s\n%s end gpus %d\n' "$N" "$out" "$N" "$rc"
+pids=
+if [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
+  out=$($TO nvidia-smi --query-compute-apps="$AF" --format=csv,nounits 2>&1); rc=$?
+  printf '%s begin apps\n%s\n%s end apps %d\n' "$N" "$out" "$N" "$rc"
+  while IFS= read -r line; do
+    pid=${line%%,*}
+    case $pid in ''|*[!0-9]*) continue ;; esac
+    pids="$pids${pids:+,}$pid"
+  done <<EOF
+$out
+EOF
+fi
+if [ -n "$pids" ]; then
+  out=$(ps -o pid=,user:32=,etimes=,args= -p "$pids" 2>&1); rc=$?
+  printf '%s begin ps\n%s\n%s end ps %d\n' "$N" "$out" "$N" "$rc"
+fi
+cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)
+load=
+read -r l1 l5 l15 rest </proc/loadavg 2>/dev/null && load="$l1 $l5 $l15"
+mt= ma=
+while read -r k v u; do
+  case $k in MemTotal:) mt=$v ;; MemAvailable:) ma=$v ;; esac
+done </proc/meminfo 2>/dev/null
+printf '%s begin host\ncpus %s\nload %s\nmem_total_kib %s\nmem_available_kib %s\n%s end host 0\n' "$N" "$cpus" "$load" "$mt" "$ma" "$N"
+if [ -n "$SF" ] && [ -r "$SF" ]; then
+  out=$(cat "$SF" 2>&1); rc=$?
+  printf '%s begin idlemon\n%s\n%s end idlemon %d\n' "$N" "$out" "$N" "$rc"
+fi
+printf '%s done\n' "$N"
+}
+gpumon_probe </dev/null
+exit 0
+`
+
+var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF)=(?:'([^']*)'|(\d+))$`)
+
+// ParseScript recovers the request from a script made by Request.Script, so a
+// simulated host answers exactly the fields fetch asked for.
+func ParseScript(script string) (Request, error) {
+	var r Request
+	seen := map[string]bool{}
+	for _, m := range scriptVar.FindAllStringSubmatch(script, -1) {
+		seen[m[1]] = true
+		switch m[1] {
+		case "N":
+			r.Nonce = strings.TrimPrefix(m[2], markerPrefix)
+		case "GF":
+			r.GPUFields = strings.Split(m[2], ",")
+		case "AF":
+			r.AppFields = strings.Split(m[2], ",")
+		case "T":
+			r.NVTimeout, _ = strconv.Atoi(m[3])
+		case "SF":
+			r.StateFile = m[2]
+		}
+	}
+	if !seen["N"] || !seen["GF"] || !seen["AF"] {
+		return r, fmt.Errorf("probe: not a gpumon probe script")
+	}
+	return r, nil
+}
+
+// A Writer frames sections the way the script does; simulated hosts use it.
+type Writer struct {
+	W     io.Writer
+	Nonce string
+}
+
+// Section writes one framed section. body need not end in a newline.
+func (w Writer) Section(name string, body []byte, exitCode int) error {
+	_, err := fmt.Fprintf(w.W, "%s%s begin %s\n%s\n%s%s end %s %d\n",
+		markerPrefix, w.Nonce, name, bytes.TrimRight(body, "\n"), markerPrefix, w.Nonce, name, exitCode)
+	return err
+}
+
+// Done writes the closing line that says the output is complete.
+func (w Writer) Done() error {
+	_, err := fmt.Fprintf(w.W, "%s%s done\n", markerPrefix, w.Nonce)
+	return err
+}
+
+// A Section is one command's output and exit status on the host.
+type Section struct {
+	Body     []byte
+	ExitCode int
+}
+
+// Output is a host's parsed answer.
+type Output struct {
+	Sections map[string]Section
+	// Complete is false when the output stopped before the closing line
+	// (the connection dropped or the host killed the script).
+	Complete bool
+	// Stray holds text outside any section: a login banner or a shell's
+	// complaint from the account's rc files. Kept for error messages.
+	Stray []byte
+}
+
+// Has reports whether the section was printed in full.
+func (o Output) Has(name string) bool {
+	_, ok := o.Sections[name]
+	return ok
+}
+
+// ParseOutput splits a host's output into sections, trusting only marker
+// lines that carry nonce. A section without its end line is dropped.
+func ParseOutput(nonce string, out []byte) Output {
+	o := Output{Sections: make(map[string]Section)}
+	marker := markerPrefix + nonce + " "
+	var (
+		cur  string
+		body bytes.Buffer
+		open bool
+	)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 64*1024), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		rest, isMarker := bytes.CutPrefix(line, []byte(marker))
+		if !isMarker {
+			switch {
+			case open:
+				body.Write(line)
+				body.WriteByte('\n')
+			case len(bytes.TrimSpace(line)) > 0:
+				o.Stray = append(o.Stray, line...)
+				o.Stray = append(o.Stray, '\n')
+			}
+			continue
+		}
+		f := strings.Fields(string(rest))
+		switch {
+		case len(f) == 2 && f[0] == "begin":
+			cur, open = f[1], true
+			body.Reset()
+		case len(f) == 3 && f[0] == "end" && open && f[1] == cur:
+			code, err := strconv.Atoi(f[2])
+			if err == nil {
+				o.Sections[cur] = Section{Body: bytes.Clone(body.Bytes()), ExitCode: code}
+			}
+			open = false
+		case len(f) == 1 && f[0] == "done" && !open:
+			o.Complete = true
+		}
+	}
+	return o
+}

@@ -1,0 +1,379 @@
+// Package remote runs one command on a GPU host over one SSH connection, the
+// way a careful OpenSSH user would: the host resolved through ~/.ssh/config,
+// its key checked against known_hosts, keys from files and ssh-agent, an
+// optional ProxyJump, and a single deadline that covers the dial, the
+// handshake and the command.
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Kind says why a host failed; the values are load_data.csv's host_status.
+type Kind string
+
+const (
+	KindUnreachable Kind = "unreachable"
+	KindTimeout     Kind = "timeout"
+	KindAuth        Kind = "auth"
+	KindHostKey     Kind = "hostkey"
+	KindError       Kind = "error"
+)
+
+// Error is a host's failure in plain words.
+type Error struct {
+	Kind Kind
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// MaxOutput bounds what one host may send: a broken or hostile host must not
+// fill the monitor's memory.
+const MaxOutput = 16 << 20
+
+// Client connects to hosts. One Client serves a whole run, concurrently.
+type Client struct {
+	SSHConfig *SSHConfig
+	HostKeys  *HostKeys
+	Keys      *Keys
+	// User and KeyFiles come from config.ini and win over ssh_config.
+	User     string
+	KeyFiles []string
+	// KnownHosts from config.ini replaces UserKnownHostsFile.
+	KnownHosts []string
+	Home       string
+	// Timeout is the per-host deadline, for messages only.
+	Timeout time.Duration
+
+	mu    sync.Mutex
+	jumps map[string]*jump
+}
+
+type jump struct {
+	ready  chan struct{}
+	client *ssh.Client
+	err    error
+}
+
+// Close ends shared jump-host connections and the agent connection.
+func (c *Client) Close() {
+	c.mu.Lock()
+	for _, j := range c.jumps {
+		select {
+		case <-j.ready:
+			if j.client != nil {
+				j.client.Close()
+			}
+		default:
+		}
+	}
+	c.mu.Unlock()
+	if c.Keys != nil {
+		c.Keys.Close()
+	}
+}
+
+// Run resolves alias, connects, runs command with stdin and returns its
+// standard output. ctx's deadline covers everything; when it passes, the
+// connection is closed and the error is KindTimeout, naming the phase.
+func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) ([]byte, error) {
+	t, err := c.SSHConfig.Resolve(alias)
+	if err != nil {
+		return nil, &Error{Kind: KindError, Msg: err.Error()}
+	}
+	if c.User != "" && !strings.Contains(alias, "@") {
+		t.User = c.User
+	}
+	phase := "connecting to " + t.Addr()
+	var conn net.Conn
+	if len(t.ProxyJump) > 0 {
+		jc, err := c.jumpClient(ctx, t.ProxyJump)
+		if err != nil {
+			return nil, err
+		}
+		phase = fmt.Sprintf("connecting to %s through %s", t.Addr(), t.ProxyJump[len(t.ProxyJump)-1])
+		conn, err = jc.DialContext(ctx, "tcp", t.Addr())
+		if err != nil {
+			return nil, c.classify(ctx, phase, err, t)
+		}
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", t.Addr())
+		if err != nil {
+			return nil, c.classify(ctx, phase, err, t)
+		}
+	}
+	// Closing the connection is the one thing that unblocks every phase of
+	// x/crypto/ssh (Timeout covers only the TCP connect, and a channel over a
+	// jump host takes no deadline).
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	defer conn.Close()
+
+	phase = "SSH handshake with " + t.Addr()
+	client, err := c.handshake(conn, t)
+	if err != nil {
+		return nil, c.classify(ctx, phase, err, t)
+	}
+	defer client.Close()
+
+	phase = "opening a session"
+	sess, err := client.NewSession()
+	if err != nil {
+		return nil, c.classify(ctx, phase, err, t)
+	}
+	defer sess.Close()
+	var stdout, stderr limitedBuffer
+	stdout.max, stderr.max = MaxOutput, 64<<10
+	sess.Stdin = bytes.NewReader(stdin)
+	sess.Stdout = &stdout
+	sess.Stderr = &stderr
+	phase = "running the probe"
+	err = sess.Run(command)
+	if ctx.Err() != nil {
+		return stdout.Bytes(), c.classify(ctx, phase, ctx.Err(), t)
+	}
+	if stdout.overflow {
+		return nil, &Error{Kind: KindError, Msg: fmt.Sprintf("the host sent more than %d MiB", MaxOutput>>20)}
+	}
+	var exitErr *ssh.ExitError
+	var missing *ssh.ExitMissingError
+	switch {
+	case err == nil:
+	case errors.As(err, &exitErr):
+		msg := firstLine(strings.TrimSpace(stderr.String()))
+		if msg == "" {
+			msg = firstLine(strings.TrimSpace(stdout.String()))
+		}
+		return stdout.Bytes(), &Error{Kind: KindError, Msg: fmt.Sprintf("remote command exited with status %d: %s", exitErr.ExitStatus(), msg)}
+	case errors.As(err, &missing), errors.Is(err, io.EOF):
+		return stdout.Bytes(), &Error{Kind: KindError, Msg: "the connection closed before the output was complete"}
+	default:
+		return stdout.Bytes(), c.classify(ctx, phase, err, t)
+	}
+	return stdout.Bytes(), nil
+}
+
+func (c *Client) handshake(conn net.Conn, t Target) (*ssh.Client, error) {
+	files := t.KnownHostsFiles
+	if len(c.KnownHosts) > 0 {
+		files = c.KnownHosts
+	}
+	if len(files) == 0 {
+		files = []string{c.Home + "/.ssh/known_hosts"}
+	}
+	hkcb, algos, err := c.HostKeys.Config(t.KnownHostsName(), files)
+	if err != nil {
+		return nil, err
+	}
+	signers, notes := c.Keys.Signers(c.KeyFiles, t, c.Home)
+	if len(signers) == 0 {
+		msg := "no SSH key to offer: set key_filename, IdentityFile in ~/.ssh/config, or run ssh-agent"
+		if len(notes) > 0 {
+			msg += " (" + strings.Join(notes, "; ") + ")"
+		}
+		return nil, &Error{Kind: KindAuth, Msg: msg}
+	}
+	cfg := &ssh.ClientConfig{
+		User:              t.User,
+		Auth:              []ssh.AuthMethod{ssh.PublicKeys(signers...)},
+		HostKeyCallback:   hkcb,
+		HostKeyAlgorithms: algos,
+		ClientVersion:     "SSH-2.0-gpumon-fetch",
+	}
+	cc, chans, reqs, err := ssh.NewClientConn(conn, t.KnownHostsName(), cfg)
+	if err != nil {
+		if strings.Contains(err.Error(), "unable to authenticate") {
+			msg := fmt.Sprintf("no key accepted for user %s (offered %s)", t.User, describeKeys(signers))
+			if len(notes) > 0 {
+				msg += "; " + strings.Join(notes, "; ")
+			}
+			return nil, &Error{Kind: KindAuth, Msg: msg}
+		}
+		return nil, err
+	}
+	return ssh.NewClient(cc, chans, reqs), nil
+}
+
+// jumpClient returns a connection to the last hop of a ProxyJump chain,
+// shared by every target behind the same chain for the whole run.
+func (c *Client) jumpClient(ctx context.Context, hops []string) (*ssh.Client, error) {
+	key := strings.Join(hops, ",")
+	c.mu.Lock()
+	if c.jumps == nil {
+		c.jumps = map[string]*jump{}
+	}
+	j, ok := c.jumps[key]
+	if !ok {
+		j = &jump{ready: make(chan struct{})}
+		c.jumps[key] = j
+		c.mu.Unlock()
+		j.client, j.err = c.dialChain(hops)
+		close(j.ready)
+	} else {
+		c.mu.Unlock()
+	}
+	select {
+	case <-j.ready:
+	case <-ctx.Done():
+		return nil, &Error{Kind: KindTimeout, Msg: fmt.Sprintf("no answer from jump host %s in time", hops[len(hops)-1])}
+	}
+	if j.err != nil {
+		return nil, &Error{Kind: kindOf(j.err), Msg: fmt.Sprintf("jump host %s: %v", hops[len(hops)-1], j.err)}
+	}
+	return j.client, nil
+}
+
+// jumpTimeout bounds connecting to a jump host; it outlives any one target's
+// deadline because every target behind it shares it.
+const jumpTimeout = 30 * time.Second
+
+func (c *Client) dialChain(hops []string) (*ssh.Client, error) {
+	var prev *ssh.Client
+	for _, hop := range hops {
+		t, err := c.SSHConfig.Resolve(hop)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), jumpTimeout)
+		var conn net.Conn
+		if prev == nil {
+			var d net.Dialer
+			conn, err = d.DialContext(ctx, "tcp", t.Addr())
+		} else {
+			conn, err = prev.DialContext(ctx, "tcp", t.Addr())
+		}
+		if err != nil {
+			cancel()
+			return nil, c.classify(ctx, "connecting to "+t.Addr(), err, t)
+		}
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		client, err := c.handshake(conn, t)
+		stop()
+		cancel()
+		if err != nil {
+			conn.Close()
+			return nil, c.classify(ctx, "SSH handshake with "+t.Addr(), err, t)
+		}
+		prev = client
+	}
+	return prev, nil
+}
+
+func (c *Client) timeoutText() string {
+	if c.Timeout <= 0 {
+		return "the timeout"
+	}
+	return c.Timeout.String()
+}
+
+func kindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindError
+}
+
+// classify turns an error into a host status and a sentence.
+func (c *Client) classify(ctx context.Context, phase string, err error, t Target) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var hk *HostKeyError
+	if errors.As(err, &hk) {
+		return &Error{Kind: KindHostKey, Msg: hk.Error()}
+	}
+	if ctx.Err() != nil {
+		return &Error{Kind: KindTimeout, Msg: fmt.Sprintf("no answer within %s (while %s)", c.timeoutText(), phase)}
+	}
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr):
+		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("host name %s not found", t.HostName)}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("connection refused by %s (is sshd running?)", t.Addr())}
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("no route to %s", t.Addr())}
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+		return &Error{Kind: KindError, Msg: fmt.Sprintf("connection closed by %s during %s", t.Addr(), strings.TrimPrefix(phase, "the "))}
+	}
+	msg := strings.TrimPrefix(err.Error(), "ssh: ")
+	if strings.Contains(msg, "jump") || strings.HasPrefix(phase, "connecting") {
+		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("%s: %s", phase, msg)}
+	}
+	return &Error{Kind: KindError, Msg: fmt.Sprintf("%s: %s", phase, msg)}
+}
+
+// RunLocal runs command with stdin on this machine, for the host named
+// "local": same script, no SSH. The whole process group is killed at the
+// deadline so a wedged nvidia-smi does not outlive the run.
+func RunLocal(ctx context.Context, command string, stdin []byte) ([]byte, error) {
+	cmd := exec.Command("/bin/sh", "-c", command)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr limitedBuffer
+	stdout.max, stderr.max = MaxOutput, 64<<10
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, &Error{Kind: KindError, Msg: err.Error()}
+	}
+	stop := context.AfterFunc(ctx, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer stop()
+	err := cmd.Wait()
+	if ctx.Err() != nil {
+		return stdout.Bytes(), &Error{Kind: KindTimeout, Msg: "no answer within the timeout (while running the probe locally)"}
+	}
+	if err != nil {
+		msg := firstLine(strings.TrimSpace(stderr.String()))
+		return stdout.Bytes(), &Error{Kind: KindError, Msg: fmt.Sprintf("local probe failed: %v: %s", err, msg)}
+	}
+	return stdout.Bytes(), nil
+}
+
+// limitedBuffer keeps at most max bytes and remembers it had to drop some.
+type limitedBuffer struct {
+	bytes.Buffer
+	max      int
+	overflow bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); len(p) > room {
+		b.overflow = true
+		if room > 0 {
+			b.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// HomeDir is $HOME, for ~ in paths and ssh's default files.
+func HomeDir() string {
+	h, _ := os.UserHomeDir()
+	return h
+}

@@ -1,0 +1,169 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/skeema/knownhosts"
+	"golang.org/x/crypto/ssh"
+	xknownhosts "golang.org/x/crypto/ssh/knownhosts"
+)
+
+// HostKeys checks host keys against known_hosts files. There is no mode that
+// skips the check: accept-new records a host seen for the first time, exactly
+// as OpenSSH's StrictHostKeyChecking=accept-new does, and still refuses a
+// changed key.
+type HostKeys struct {
+	acceptNew bool
+
+	mu  sync.Mutex
+	dbs map[string]*knownDB // by the joined file list
+}
+
+type knownDB struct {
+	files []string
+	db    *knownhosts.HostKeyDB
+	err   error
+	added map[string]ssh.PublicKey // accepted this run, by normalized address
+}
+
+// NewHostKeys returns a checker; acceptNew records unknown hosts in the first
+// known_hosts file of each target.
+func NewHostKeys(acceptNew bool) *HostKeys {
+	return &HostKeys{acceptNew: acceptNew, dbs: map[string]*knownDB{}}
+}
+
+// HostKeyError is an unknown host or a changed key, with what was offered.
+type HostKeyError struct {
+	Address     string // as looked up in known_hosts
+	Changed     bool
+	Offered     ssh.PublicKey
+	KnownAt     []string // file:line of the keys on record, when Changed
+	Files       []string
+	AcceptNewOK bool // the fix for an unknown host is accept-new
+}
+
+func (e *HostKeyError) Error() string {
+	fp := e.Offered.Type() + " " + ssh.FingerprintSHA256(e.Offered)
+	if e.Changed {
+		return fmt.Sprintf("HOST KEY CHANGED for %s: it offered %s, known_hosts has another key (%s); if the change is expected, run: ssh-keygen -R '%s'",
+			e.Address, fp, strings.Join(e.KnownAt, ", "), e.Address)
+	}
+	return fmt.Sprintf("host key for %s is not in %s (it offered %s); check the fingerprint, then add it with ssh-keyscan, or set strict_host_key_checking = accept-new",
+		e.Address, strings.Join(e.Files, " or "), fp)
+}
+
+func (hk *HostKeys) load(files []string) *knownDB {
+	key := strings.Join(files, "\x00")
+	hk.mu.Lock()
+	defer hk.mu.Unlock()
+	if d, ok := hk.dbs[key]; ok {
+		return d
+	}
+	d := &knownDB{files: files, added: map[string]ssh.PublicKey{}}
+	var existing []string
+	for _, f := range files {
+		if _, err := os.Stat(f); err == nil {
+			existing = append(existing, f)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			d.err = err
+		}
+	}
+	if d.err == nil {
+		d.db, d.err = knownhosts.NewDB(existing...)
+	}
+	hk.dbs[key] = d
+	return d
+}
+
+// Config returns the host-key callback and the algorithms to ask for, for a
+// host looked up as address ("host:port") in files.
+func (hk *HostKeys) Config(address string, files []string) (ssh.HostKeyCallback, []string, error) {
+	d := hk.load(files)
+	if d.err != nil {
+		return nil, nil, fmt.Errorf("known_hosts: %v", d.err)
+	}
+	// Ask only for key types on record: a server with RSA, ECDSA and Ed25519
+	// keys would otherwise offer one we do not hold and look "changed".
+	algos := d.db.HostKeyAlgorithms(address)
+	inner := d.db.HostKeyCallback()
+	cb := func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		err := inner(address, remote, key)
+		if err == nil {
+			return nil
+		}
+		if knownhosts.IsHostKeyChanged(err) {
+			e := &HostKeyError{Address: knownhosts.Normalize(address), Changed: true, Offered: key, Files: files}
+			e.KnownAt = keyErrorWant(err)
+			return e
+		}
+		if knownhosts.IsHostUnknown(err) {
+			return hk.unknown(d, address, remote, key)
+		}
+		return err
+	}
+	return cb, algos, nil
+}
+
+// unknown records the key under accept-new, or refuses it.
+func (hk *HostKeys) unknown(d *knownDB, address string, remote net.Addr, key ssh.PublicKey) error {
+	norm := knownhosts.Normalize(address)
+	e := &HostKeyError{Address: norm, Offered: key, Files: d.files, AcceptNewOK: true}
+	if !hk.acceptNew || len(d.files) == 0 {
+		return e
+	}
+	hk.mu.Lock()
+	defer hk.mu.Unlock()
+	if prev, ok := d.added[norm]; ok {
+		if string(prev.Marshal()) == string(key.Marshal()) {
+			return nil
+		}
+		e.Changed = true
+		e.KnownAt = []string{d.files[0] + " (added by this run)"}
+		return e
+	}
+	if err := appendKnownHost(d.files[0], norm, key); err != nil {
+		return fmt.Errorf("accept-new: cannot record the host key of %s: %v", norm, err)
+	}
+	d.added[norm] = key
+	return nil
+}
+
+// appendKnownHost adds one line the way ssh does: created 0600 in a 0700
+// folder if missing, appended with O_APPEND so concurrent writers interleave
+// whole lines.
+func appendKnownHost(file, address string, key ssh.PublicKey) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	line := knownhosts.Line([]string{address}, key) + "\n"
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// keyErrorWant lists file:line of the keys known_hosts holds for the host.
+func keyErrorWant(err error) []string {
+	var ke *xknownhosts.KeyError
+	if !errors.As(err, &ke) {
+		return nil
+	}
+	var out []string
+	for _, w := range ke.Want {
+		out = append(out, fmt.Sprintf("%s:%d", w.Filename, w.Line))
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,226 @@
+package sshdtest
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"os/user"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// procEntry is what /proc/PID/stat says about a process.
+type procEntry struct {
+	pid, ppid int
+	state     byte
+}
+
+func readProcs() []procEntry {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []procEntry
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone
+		}
+		// "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		out = append(out, procEntry{pid: pid, ppid: ppid, state: f[0][0]})
+	}
+	return out
+}
+
+// descendants lists the live descendants of pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	for _, p := range readProcs() {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+	}
+	var out []int
+	queue := children[pid]
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, p)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
+// sessionPIDs lists live processes whose environment has SSH_CONNECTION with
+// server address host and port port (its third and fourth fields).
+func sessionPIDs(host, port string) []int {
+	var out []int
+	for _, p := range readProcs() {
+		if p.state == 'Z' || p.state == 'X' {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			v, ok := bytes.CutPrefix(kv, []byte("SSH_CONNECTION="))
+			if !ok {
+				continue
+			}
+			f := strings.Fields(string(v))
+			if len(f) == 4 && f[2] == host && f[3] == port {
+				out = append(out, p.pid)
+			}
+			break
+		}
+	}
+	return out
+}
+
+// usersMu and the lock file serialise useradd/usermod within this process and
+// across test binaries (go test runs packages in parallel; useradd fails when
+// another holds /etc/passwd's lock).
+var usersMu sync.Mutex
+
+const usersLockFile = "/tmp/sshdtest-users.lock"
+
+// EnsureUser makes sure a local user name exists (useradd with a home and
+// /bin/sh when missing) and can log in with a key: useradd leaves the account
+// locked ("!"), and sshd without PAM refuses keys for locked accounts, so the
+// password field becomes "*". Users stay after the test. Keep names at most 8
+// characters if tests read them back from `ps -o user=` (ps prints the uid
+// for longer ones).
+func EnsureUser(t testing.TB, name string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if InCI() {
+			t.Fatalf("sshdtest: EnsureUser(%q) needs root and CI is set", name)
+		}
+		t.Skipf("sshdtest: skipping, EnsureUser(%q) needs root", name)
+	}
+	usersMu.Lock()
+	defer usersMu.Unlock()
+	lock, err := os.OpenFile(usersLockFile, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatalf("sshdtest: %v", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("sshdtest: lock %s: %v", usersLockFile, err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+
+	if _, err := user.Lookup(name); err != nil {
+		var unknown user.UnknownUserError
+		if !errors.As(err, &unknown) {
+			t.Fatalf("sshdtest: look up user %q: %v", name, err)
+		}
+		if out, err := retryLocked("useradd", "--create-home", "--shell", "/bin/sh", name); err != nil {
+			// Someone else (not using our lock) may have just made it.
+			if _, lerr := user.Lookup(name); lerr != nil {
+				t.Fatalf("sshdtest: useradd %s: %v\n%s", name, err, out)
+			}
+		}
+	}
+	if locked, err := passwordLocked(name); err != nil || locked {
+		if out, err := retryLocked("usermod", "-p", "*", name); err != nil {
+			t.Fatalf("sshdtest: usermod -p '*' %s: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// passwordLocked reports whether name's /etc/shadow password starts with "!".
+func passwordLocked(name string) (bool, error) {
+	b, err := os.ReadFile("/etc/shadow")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) > 1 && f[0] == name {
+			return strings.HasPrefix(f[1], "!"), nil
+		}
+	}
+	return false, errors.New("not in /etc/shadow")
+}
+
+// retryLocked runs a shadow-utils command, again while it reports that it
+// could not lock the password files (exit 10 for useradd, 8 for usermod).
+func retryLocked(name string, args ...string) ([]byte, error) {
+	var out []byte
+	var err error
+	for i := 0; i < 50; i++ {
+		out, err = exec.Command(name, args...).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte("lock")) {
+			return out, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return out, err
+}
+
+// StartProcessAs starts args (e.g. "sleep", "600") as user, with the user's
+// groups and a plain environment (HOME, USER, LOGNAME, PATH), in its own
+// process group, and returns its pid. The group is killed at Cleanup.
+func StartProcessAs(t testing.TB, username string, args ...string) (pid int) {
+	t.Helper()
+	if len(args) == 0 {
+		t.Fatalf("sshdtest: StartProcessAs(%q) without a command", username)
+	}
+	u, err := user.Lookup(username)
+	if err != nil {
+		t.Fatalf("sshdtest: %v", err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatalf("sshdtest: user %s: %v", username, err)
+	}
+	var groups []uint32
+	if gids, err := u.GroupIds(); err == nil {
+		for _, g := range gids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				groups = append(groups, uint32(n))
+			}
+		}
+	}
+	if groups == nil {
+		groups = []uint32{uint32(gid)}
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = "/"
+	cmd.Env = []string{
+		"HOME=" + u.HomeDir, "USER=" + username, "LOGNAME=" + username,
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:    true,
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups},
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("sshdtest: start %q as %s: %v", args, username, err)
+	}
+	pid = cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	return pid
+}
