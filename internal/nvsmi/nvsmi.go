@@ -25,9 +25,11 @@ type Number struct {
 	Valid bool
 }
 
-// GPU is one row of --query-gpu.
+// GPU is one row of --query-gpu. Index comes from `index`, the only column
+// that must be there; the others are zero values or missing Numbers when
+// their column was not asked for.
 type GPU struct {
-	Index                                                                         int // from `index`
+	Index                                                                         int
 	UUID, Name, BusID                                                             string
 	UtilGPU, UtilMem, MemUsedMiB, MemTotalMiB, TempC, PowerW, PowerLimitW, FanPct Number
 }
@@ -487,8 +489,9 @@ func plainMessage(msg string) string {
 		return "GPU cannot be reached (nvidia-smi gave no reason)"
 	}
 	var parts []string
-	for _, s := range strings.Split(msg, ".") {
-		s = strings.TrimSpace(s)
+	// Split on a period that ends a sentence only: "590.48" stays whole.
+	for _, s := range strings.Split(msg, ". ") {
+		s = strings.TrimSuffix(strings.TrimSpace(s), ".")
 		if s == "" {
 			continue
 		}

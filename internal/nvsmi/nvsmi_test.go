@@ -67,11 +67,15 @@ func TestParseGPUs(t *testing.T) {
 			// stderr is unbuffered, stdout is not: the message can come first.
 			name: "fault before the header, other wording",
 			in: lines("Unable to determine the device handle for GPU0000:05:00.0: Unknown Error",
+				"Unable to determine the device handle for GPU 00000000:06:00.0: GPU requires reset. Driver 590.48 says so.",
 				fetchHeader,
 				"0, GPU-a, NVIDIA H100 80GB HBM3, 00000000:04:00.0, 38, 12, 1234, 81559, 42, 71.15, 700.00, [N/A]"),
 			want: GPUReport{
-				GPUs:   []GPU{gpuRow(0, "GPU-a", "00000000:04:00.0")},
-				Faults: []GPUFault{{BusID: "0000:05:00.0", Message: "unknown error"}},
+				GPUs: []GPU{gpuRow(0, "GPU-a", "00000000:04:00.0")},
+				Faults: []GPUFault{
+					{BusID: "0000:05:00.0", Message: "unknown error"},
+					{BusID: "00000000:06:00.0", Message: "GPU requires reset; driver 590.48 says so"},
+				},
 			},
 		},
 		{
