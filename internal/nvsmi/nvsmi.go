@@ -29,8 +29,9 @@ type Number struct {
 // that must be there; the others are zero values or missing Numbers when
 // their column was not asked for.
 type GPU struct {
-	Index                                                                         int
-	UUID, Name, BusID                                                             string
+	Index             int
+	UUID, Name, BusID string
+
 	UtilGPU, UtilMem, MemUsedMiB, MemTotalMiB, TempC, PowerW, PowerLimitW, FanPct Number
 }
 
