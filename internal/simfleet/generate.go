@@ -1,0 +1,174 @@
+package simfleet
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Users are the accounts Generate and Demo run processes as.
+var Users = []string{"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy"}
+
+type job struct{ name, command string }
+
+var jobs = []job{
+	{"python", "python train.py --config configs/llama3-8b.yaml --batch-size 32"},
+	{"/usr/bin/python3", "/usr/bin/python3 -m vllm.entrypoints.openai.api_server --model meta-llama/Meta-Llama-3-8B --port 8000"},
+	{"/opt/conda/bin/python", "/opt/conda/bin/python -u finetune.py --lr 3e-5 --epochs 3 --output /scratch/ft-run7"},
+	{"./gpu_burn", "./gpu_burn 3600"},
+	{"/root/tools/memhog", "/root/tools/memhog 2048"},
+	{"julia", "julia --project=. --threads=8 simulate.jl"},
+	{"/usr/local/bin/ollama", "/usr/local/bin/ollama serve"},
+	{"python3", "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"},
+}
+
+// commaJob has a comma and spaces in its executable's path, and commas in its
+// arguments: nvidia-smi prints '?' for the comma, ps prints it as is.
+var commaJob = job{"/home/erin/my runs/eval,v2.sh", "/home/erin/my runs/eval,v2.sh --tasks mmlu,gsm8k --shots 5"}
+
+// Generate returns n healthy hosts named gpu-0001…, 8 GPUs each, cycling
+// through the Linux captures, with about half the GPUs running processes of
+// several users. The same n and seed give the same fleet. Some processes
+// span two GPUs (one pid, one row per GPU); some have a comma and spaces in
+// their name.
+func Generate(n int, seed int64) []HostSpec {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
+	caps := linuxCaptures()
+	specs := make([]HostSpec, n)
+	for i := range specs {
+		capName := caps[i%len(caps)]
+		totalMiB := 81559
+		if m, err := loadModel(capName); err == nil {
+			if t, ok := m.intValue("idle", "memory.total"); ok {
+				totalMiB = t - m.baseMiB
+			}
+		}
+		s := HostSpec{
+			Name:    fmt.Sprintf("gpu-%04d", i+1),
+			Capture: capName,
+			GPUs:    8,
+			CPUs:    []int{64, 96, 128, 192}[rng.IntN(4)],
+		}
+		s.MemTotalMiB = []int{512, 1024, 2048}[rng.IntN(3)] * 1024
+		s.MemUsedMiB = s.MemTotalMiB * (10 + rng.IntN(70)) / 100
+		usedPID := map[int]bool{}
+		newPID := func() int {
+			for {
+				p := 1000 + rng.IntN(4_000_000)
+				if !usedPID[p] {
+					usedPID[p] = true
+					return p
+				}
+			}
+		}
+		busy := 0
+		for g := 0; g < s.GPUs; g++ {
+			if rng.IntN(2) == 0 {
+				continue
+			}
+			busy++
+			nproc := 1
+			if rng.IntN(5) == 0 {
+				nproc = 2
+			}
+			for k := 0; k < nproc; k++ {
+				j := jobs[rng.IntN(len(jobs))]
+				if rng.IntN(20) == 0 {
+					j = commaJob
+				}
+				p := Process{
+					PID:      newPID(),
+					User:     Users[rng.IntN(len(Users))],
+					Command:  j.command,
+					Name:     j.name,
+					GPU:      g,
+					MemMiB:   totalMiB * (5 + rng.IntN(80/nproc)) / 100,
+					ElapsedS: 30 + rng.IntN(14*24*3600),
+				}
+				s.Processes = append(s.Processes, p)
+				// now and then the same process also holds the next GPU
+				if k == 0 && g+1 < s.GPUs && rng.IntN(8) == 0 {
+					q := p
+					q.GPU = g + 1
+					q.MemMiB = totalMiB * (5 + rng.IntN(60)) / 100
+					s.Processes = append(s.Processes, q)
+				}
+			}
+		}
+		s.Load1 = float64(busy)*1.5 + float64(rng.IntN(400))/100
+		specs[i] = s
+	}
+	return specs
+}
+
+// Demo is the fleet `make demo` shows: every Linux capture model (H100 with
+// MIG, H200, RTX 2080 SUPER), several users, idle and busy hosts, one host
+// that refuses connections, one with a lost GPU and one whose driver is not
+// loaded.
+func Demo() []HostSpec {
+	const (
+		h100 = "nvidia-h100-mig"
+		h200 = "nvidia-h200"
+		rtx  = "linux-x86_64__nvidia-geforce-rtx-2080-super"
+		day  = 24 * 3600
+	)
+	p := func(pid int, user string, gpu, mem, elapsed int, command string) Process {
+		return Process{PID: pid, User: user, GPU: gpu, MemMiB: mem, ElapsedS: elapsed, Command: command}
+	}
+	train := "python train.py --config configs/llama3-8b.yaml --batch-size 32"
+	vllm := "/usr/bin/python3 -m vllm.entrypoints.openai.api_server --model meta-llama/Meta-Llama-3-70B --tensor-parallel-size 4"
+	eight := func(pid int, user string, mem, elapsed int, command string) []Process {
+		var ps []Process
+		for g := 0; g < 8; g++ {
+			ps = append(ps, p(pid, user, g, mem, elapsed, command))
+		}
+		return ps
+	}
+	comma := Process{PID: 88123, User: "erin", GPU: 5, MemMiB: 30211, ElapsedS: 5400,
+		Name: commaJob.name, Command: commaJob.command}
+	return []HostSpec{
+		{Name: "h100-a01", Capture: h100, State: "load", CPUs: 192, Load1: 24.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1210 * 1024,
+			Processes: eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")},
+		{Name: "h100-a02", Capture: h100, State: "idle", CPUs: 192, Load1: 0.12, MemTotalMiB: 2048 * 1024, MemUsedMiB: 41 * 1024},
+		{Name: "h100-a03", Capture: h100, CPUs: 192, Load1: 9.8, MemTotalMiB: 2048 * 1024, MemUsedMiB: 530 * 1024,
+			Processes: []Process{
+				p(51200, "bob", 0, 40112, 7200, train),
+				p(51388, "carol", 1, 18220, 650, "julia --project=. --threads=8 simulate.jl"),
+				p(51388, "carol", 2, 18104, 650, "julia --project=. --threads=8 simulate.jl"),
+				p(52011, "dave", 5, 2296, 90, "/root/tools/memhog 2048"),
+			}},
+		{Name: "h100-a04", Capture: h100, Failure: DriverNotLoaded, CPUs: 192, Load1: 0.4, MemTotalMiB: 2048 * 1024, MemUsedMiB: 12 * 1024},
+		{Name: "h200-b01", Capture: h200, State: "load", CPUs: 224, Load1: 31.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1700 * 1024,
+			Processes: append(
+				[]Process{p(70001, "frank", 0, 120500, 12*day, vllm), p(70001, "frank", 1, 120480, 12*day, vllm),
+					p(70001, "frank", 2, 120490, 12*day, vllm), p(70001, "frank", 3, 120470, 12*day, vllm)},
+				p(70442, "alice", 4, 98000, 2*day, train), p(70443, "alice", 5, 98000, 2*day, train),
+				p(70444, "alice", 6, 98000, 2*day, train), p(70445, "alice", 7, 98000, 2*day, train))},
+		{Name: "h200-b02", Capture: h200, CPUs: 224, Load1: 6.1, MemTotalMiB: 2048 * 1024, MemUsedMiB: 300 * 1024,
+			Processes: []Process{
+				p(88001, "bob", 0, 64000, 3600, train),
+				p(88002, "bob", 0, 1200, 3590, "python3 tensorboard_logger.py --logdir runs/"),
+				comma,
+				p(88310, "grace", 7, 28234, 300, "./gpu_burn 600"),
+			}},
+		{Name: "h200-b03", Capture: h200, State: "idle", CPUs: 224, Load1: 0.05, MemTotalMiB: 2048 * 1024, MemUsedMiB: 20 * 1024},
+		{Name: "h200-b04", Capture: h200, Failure: GPULost, CPUs: 224, Load1: 3.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 200 * 1024,
+			Processes: []Process{
+				p(90100, "heidi", 1, 50000, day, train),
+				p(90200, "dave", 4, 77000, day, "/usr/local/bin/ollama serve"),
+			}},
+		{Name: "h200-b05", Capture: h200, Failure: Refuse},
+		{Name: "ws-c01", Capture: rtx, State: "load", GPUs: 2, CPUs: 16, Load1: 2.7, MemTotalMiB: 64 * 1024, MemUsedMiB: 22 * 1024,
+			Processes: []Process{
+				p(5267, "ivan", 0, 230, 420, "ffmpeg -hwaccel cuda -i input.mp4 -c:v h264_nvenc -b:v 8M out.mp4"),
+				p(5268, "ivan", 0, 370, 415, "ffmpeg -hwaccel cuda -i talk.mkv -c:v hevc_nvenc talk.mp4"),
+				p(6001, "judy", 1, 5100, 9000, "python3 notebook_kernel.py"),
+			}},
+		{Name: "ws-c02", Capture: rtx, State: "idle", GPUs: 1, CPUs: 16, Load1: 0.31, MemTotalMiB: 64 * 1024, MemUsedMiB: 9 * 1024},
+		{Name: "h100-a05", Capture: h100, CPUs: 192, Load1: 4.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 250 * 1024,
+			Processes: []Process{
+				p(61000, "carol", 3, 60000, 4*day, "python train.py --config configs/vit-h.yaml"),
+				p(61500, "erin", 6, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
+				p(61500, "erin", 7, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
+			}},
+	}
+}
