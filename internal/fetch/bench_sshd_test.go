@@ -98,5 +98,5 @@ func cpuTime(who int) time.Duration {
 // reportPerHost adds wall time and client CPU per host to the benchmark line.
 func reportPerHost(b *testing.B, hosts int, cpu time.Duration) {
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/run")
-	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*hosts), "client-cpu-µs/host")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*hosts), "fetch-cpu-µs/host")
 }

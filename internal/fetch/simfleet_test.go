@@ -1,0 +1,140 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/simfleet"
+)
+
+// fleetConfig starts specs as a simulated fleet and returns a config.ini
+// polling it with the given per-host timeout, in a HOME of its own so that
+// nothing of the user running the tests (agent, ~/.ssh) takes part.
+func fleetConfig(tb testing.TB, specs []simfleet.HostSpec, timeoutS int) (*simfleet.Fleet, string) {
+	tb.Helper()
+	tb.Setenv("HOME", tb.TempDir())
+	tb.Setenv("SSH_AUTH_SOCK", "")
+	f := simfleet.Start(tb, specs)
+	cf, err := f.WriteClientFiles(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ini, err := os.ReadFile(cf.ConfigINI)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ini = bytes.Replace(ini, []byte("timeout = 5\n"), fmt.Appendf(nil, "timeout = %d\n", timeoutS), 1)
+	if err := os.WriteFile(cf.ConfigINI, ini, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return f, cf.ConfigINI
+}
+
+// TestFleetFailures runs fetch over one host of each kind of failure, beside
+// a healthy one: each becomes rows that say plainly what went wrong, and the
+// others are not held up.
+func TestFleetFailures(t *testing.T) {
+	const h100 = "nvidia-h100-mig"
+	specs := []simfleet.HostSpec{{Name: "healthy", Capture: h100, State: "load", CPUs: 64, Load1: 3.5,
+		Processes: []simfleet.Process{{PID: 4242, User: "alice", GPU: 1, MemMiB: 1000, ElapsedS: 60, Command: "python train.py"}}}}
+	for _, f := range simfleet.Failures() {
+		specs = append(specs, simfleet.HostSpec{Name: strings.ToLower(f.String()), Capture: h100, Failure: f})
+	}
+	fleet, ini := fleetConfig(t, specs, 3)
+	out := t.TempDir() + "/load_data.csv"
+	var stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"-c", ini, "-o", out, "-v"}, &stderr, &stderr); err != nil {
+		t.Fatalf("fetch: %v\n%s", err, stderr.String())
+	}
+	rows, err := loaddata.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byHost := map[string][]loaddata.Row{}
+	for _, r := range rows {
+		byHost[r.Host] = append(byHost[r.Host], r)
+	}
+
+	tests := []struct {
+		host, status, errorHas string
+		gpuRows                int // rows with a GPU uuid
+	}{
+		{"healthy", "ok", "", 8},
+		{"refuse", "unreachable", "refused", 0},
+		{"silent", "timeout", "", 0},
+		{"authreject", "auth", "", 0},
+		{"hangnvidiasmi", "timeout", "nvidia-smi", 0},
+		{"hangforever", "timeout", "", 0},
+		{"dropmidoutput", "error", "closed before the output was complete", 0},
+		{"drivernotloaded", "driver", "driver", 0},
+		{"nodevices", "driver", "no NVIDIA GPU found", 0},
+		{"gpulost", "ok", "", 7},
+		{"wronghostkey", "hostkey", "SHA256:", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.host, func(t *testing.T) {
+			got := byHost[tt.host]
+			if len(got) == 0 {
+				t.Fatalf("no row for %s", tt.host)
+			}
+			uuids := 0
+			for _, r := range got {
+				if r.HostStatus != tt.status {
+					t.Errorf("host_status = %q, want %q (host_error %q)", r.HostStatus, tt.status, r.HostError)
+				}
+				if tt.status != "ok" && r.HostError == "" {
+					t.Errorf("failed host without a reason")
+				}
+				if !strings.Contains(r.HostError, tt.errorHas) {
+					t.Errorf("host_error = %q, want it to mention %q", r.HostError, tt.errorHas)
+				}
+				if r.GPUUUID != "" {
+					uuids++
+				}
+			}
+			if uuids != tt.gpuRows {
+				t.Errorf("%d rows with a GPU, want %d", uuids, tt.gpuRows)
+			}
+		})
+	}
+
+	// The lost GPU is a row of its own, naming its bus id and the reason.
+	var lost []loaddata.Row
+	for _, r := range byHost["gpulost"] {
+		if r.GPUError != "" {
+			lost = append(lost, r)
+		}
+	}
+	if len(lost) != 1 || lost[0].GPUBusID == "" || !strings.Contains(lost[0].GPUError, "lost") {
+		t.Errorf("lost GPU rows = %+v, want one naming the bus id and saying it is lost", lost)
+	}
+	for _, r := range byHost["healthy"] {
+		if r.PID.Valid && (r.User != "alice" || r.Command != "python train.py") {
+			t.Errorf("process row user %q command %q, want alice running python train.py", r.User, r.Command)
+		}
+	}
+
+	// One connection and one session per host that got that far.
+	for _, h := range specs {
+		s := fleet.HostStats(h.Name)
+		wantSessions := int64(1)
+		switch h.Failure {
+		case simfleet.Refuse, simfleet.Silent, simfleet.AuthReject, simfleet.WrongHostKey:
+			wantSessions = 0
+		}
+		if h.Failure != simfleet.Refuse && s.Accepted != 1 {
+			t.Errorf("%s: %d connections, want 1", h.Name, s.Accepted)
+		}
+		if s.Sessions != wantSessions {
+			t.Errorf("%s: %d sessions, want %d", h.Name, s.Sessions, wantSessions)
+		}
+	}
+	if !strings.Contains(stderr.String(), "11 hosts: 2 ok, 9 failed:") {
+		t.Errorf("summary line missing or wrong:\n%s", stderr.String())
+	}
+}
