@@ -44,7 +44,7 @@ func serveFleet(spec string) error {
 	}
 	specs := simfleet.Generate(n, 1)
 	if len(f) > 2 && f[2] == "faulty" {
-		specs[n/3].Failure = simfleet.Silent          // accepts, never speaks
+		specs[n/3].Failure = simfleet.Silent        // accepts, never speaks
 		specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
 	}
 	fleet, err := simfleet.Launch(specs)

@@ -61,6 +61,9 @@ type Row struct {
 	Command         string `csv:"command"`
 	ProcessMemMiB   Number `csv:"process_mem_mib"`
 	ProcessElapsedS Int    `csv:"process_elapsed_s"`
+	// Preemptible marks a process of idlemon's idle-time job: it leaves the
+	// moment anyone else opens the GPU, so the GPU counts as free.
+	Preemptible Flag `csv:"preemptible"`
 
 	CPUs            Int    `csv:"cpus"`
 	Load1           Number `csv:"load1"`
@@ -139,6 +142,32 @@ func (n *Int) UnmarshalCSV(s string) error {
 		return fmt.Errorf("%q is not a whole number", s)
 	}
 	*n = IntOf(v)
+	return nil
+}
+
+// Flag is a yes/no cell: "yes" or empty.
+type Flag bool
+
+// MarshalCSV writes "yes" or nothing.
+func (f Flag) MarshalCSV() (string, error) {
+	if f {
+		return "yes", nil
+	}
+	return "", nil
+}
+
+// UnmarshalCSV reads "yes" (or "true", "1") as set and an empty cell as unset.
+func (f *Flag) UnmarshalCSV(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		*f = false
+	case "yes", "true", "1":
+		*f = true
+	case "no", "false", "0":
+		*f = false
+	default:
+		return fmt.Errorf("%q is not yes or empty", s)
+	}
 	return nil
 }
 

@@ -48,7 +48,7 @@ func TestRoundTripKeepsMissingApartFromZero(t *testing.T) {
 func TestColumnsAreTheDocumentedOnes(t *testing.T) {
 	want := "timestamp,host,host_status,host_error,gpu_index,gpu_uuid,gpu_name,gpu_bus_id,gpu_error," +
 		"gpu_util_pct,mem_util_pct,mem_used_mib,mem_total_mib,temperature_c,power_w,power_limit_w,fan_pct," +
-		"pid,user,command,process_mem_mib,process_elapsed_s,cpus,load1,host_mem_used_mib,host_mem_total_mib"
+		"pid,user,command,process_mem_mib,process_elapsed_s,preemptible,cpus,load1,host_mem_used_mib,host_mem_total_mib"
 	if got := strings.Join(Columns(), ","); got != want {
 		t.Errorf("columns changed; update the README too.\n got %s\nwant %s", got, want)
 	}
