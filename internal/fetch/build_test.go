@@ -27,6 +27,7 @@ type hostOutput struct {
 	noApps, noPS         bool
 	incomplete           bool
 	banner               string
+	idlemon              string // the state file's content, "" for none
 }
 
 func (h hostOutput) bytes(nonce string) []byte {
@@ -48,6 +49,9 @@ func (h hostOutput) bytes(nonce string) []byte {
 		host = "cpus 64\nload 3.52 2.10 1.00\nmem_total_kib 2097152\nmem_available_kib 1048576\n"
 	}
 	w.Section(probe.SectionHost, []byte(host), 0)
+	if h.idlemon != "" {
+		w.Section(probe.SectionIdlemon, []byte(h.idlemon), 0)
+	}
 	w.Done()
 	return b.Bytes()
 }
@@ -100,6 +104,39 @@ func TestBuild(t *testing.T) {
 				row := r.Rows[0]
 				if row.FanPct.Valid || !row.PowerW.Valid || row.PowerW.Value != 412.5 || row.HostMemUsedMiB.Value != 1024 || row.CPUs.Value != 64 || row.Load1.Value != 3.52 {
 					t.Errorf("readings: %+v", row)
+				}
+			},
+		},
+		{
+			name: "idlemon's job processes are preemptible, a user's are not",
+			out: hostOutput{
+				gpus: twoGPUs,
+				apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n" +
+					"4242, GPU-aaaa, python, 30000\n" +
+					"7001, GPU-bbbb, miner, 2000\n",
+				ps:      " 4242 alice 60 python train.py\n 7001 nobody 60 ./miner --pool x\n",
+				idlemon: `{"version": 1, "pid": 900, "gpus": [], "jobs": [{"name": "process-miner", "gpus": [1], "pgid": 7000, "pids": [7000, 7001], "running": true}]}`,
+			},
+			check: func(t *testing.T, r Result) {
+				if r.Status != loaddata.StatusOK || r.Error != "" {
+					t.Fatalf("status %q %q", r.Status, r.Error)
+				}
+				got := map[int64]loaddata.Flag{}
+				for _, row := range r.Rows {
+					got[row.PID.Value] = row.Preemptible
+				}
+				if diff := cmp.Diff(map[int64]loaddata.Flag{4242: false, 7001: true}, got); diff != "" {
+					t.Errorf("preemptible (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "a broken idlemon state file is a warning, not a failed host",
+			out: hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true,
+				idlemon: "{not json"},
+			check: func(t *testing.T, r Result) {
+				if r.Status != loaddata.StatusOK || len(r.Rows) != 2 || !strings.Contains(r.Error, "idlemon state file unreadable") {
+					t.Errorf("status %q, error %q, %d rows", r.Status, r.Error, len(r.Rows))
 				}
 			},
 		},

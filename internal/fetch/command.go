@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/config"
+	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/remote"
 )
@@ -94,7 +95,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Timeout:    cfg.Timeout,
 	}
 	defer client.Close()
-	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency}
+	// idlemon's state file, where a host has one, says which processes are
+	// its idle-time job (read in the same round trip; absent is fine).
+	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: idlestate.DefaultPath}
 	results := p.Poll(ctx, hosts)
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted; %s left as it was", out)

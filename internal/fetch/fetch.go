@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/nvsmi"
 	"github.com/gpumon/gpumon/internal/probe"
@@ -171,6 +172,14 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	}
 	ps := parsePS(po.Sections[probe.SectionPS].Body)
 	hi := parseHostInfo(po.Sections[probe.SectionHost].Body)
+	var jobPIDs map[int]bool
+	if sec, ok := po.Sections[probe.SectionIdlemon]; ok {
+		if st, err := idlestate.Decode(bytes.NewReader(sec.Body)); err != nil || sec.ExitCode != 0 {
+			warnings = append(warnings, "idlemon state file unreadable: "+firstLine(orText(err, string(sec.Body))))
+		} else {
+			jobPIDs = st.JobPIDs()
+		}
+	}
 
 	base := loaddata.Row{
 		Timestamp: ts, Host: host, HostStatus: loaddata.StatusOK,
@@ -202,7 +211,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 			continue
 		}
 		for _, pr := range ps4gpu {
-			rows = append(rows, withProcess(r, pr, ps))
+			rows = append(rows, withProcess(r, pr, ps, jobPIDs))
 		}
 	}
 	for _, f := range gpus.Faults {
@@ -214,7 +223,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 		if !known[pr.GPUUUID] {
 			r := base
 			r.GPUUUID, r.GPUError = pr.GPUUUID, "process on a GPU that --query-gpu did not list"
-			rows = append(rows, withProcess(r, pr, ps))
+			rows = append(rows, withProcess(r, pr, ps, jobPIDs))
 		}
 	}
 	if len(rows) == 0 {
@@ -229,8 +238,9 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	return Result{Host: host, Status: loaddata.StatusOK, Error: strings.Join(warnings, "; "), Rows: rows}
 }
 
-func withProcess(r loaddata.Row, pr nvsmi.Process, ps map[int]psEntry) loaddata.Row {
+func withProcess(r loaddata.Row, pr nvsmi.Process, ps map[int]psEntry, jobPIDs map[int]bool) loaddata.Row {
 	r.PID = loaddata.IntOf(int64(pr.PID))
+	r.Preemptible = loaddata.Flag(jobPIDs[pr.PID])
 	r.Command = pr.Name
 	r.ProcessMemMiB = loaddata.Number(pr.UsedMemMiB)
 	if e, ok := ps[pr.PID]; ok {
@@ -358,6 +368,14 @@ func Summary(results []Result) string {
 		return s + strings.Join(failed[:show], ", ") + fmt.Sprintf(" and %d more", len(failed)-show)
 	}
 	return s + strings.Join(failed, ", ")
+}
+
+// orText is err's text, or s when err is nil.
+func orText(err error, s string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
 }
 
 func firstLine(s string) string {
