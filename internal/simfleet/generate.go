@@ -131,7 +131,7 @@ func Demo() []HostSpec {
 		// idle but for idlemon's idle-time job, which fetch marks preemptible
 		{Name: "h100-a02", Capture: h100, State: "idle", CPUs: 192, Load1: 8.12, MemTotalMiB: 2048 * 1024, MemUsedMiB: 41 * 1024,
 			Processes: eight(30001, "idlejob", 6100, 5*3600, "python eval_sweep.py --queue nightly"),
-			Idlemon: `{"version": 1, "pid": 2999, "gpus": [], "jobs": [{"name": "process-evals", "gpus": [0,1,2,3,4,5,6,7], "pgid": 30000, "pids": [30000, 30001], "running": true}]}`},
+			Idlemon:   `{"version": 1, "pid": 2999, "gpus": [], "jobs": [{"name": "process-evals", "gpus": [0,1,2,3,4,5,6,7], "pgid": 30000, "pids": [30000, 30001], "running": true}]}`},
 		{Name: "h100-a03", Capture: h100, CPUs: 192, Load1: 9.8, MemTotalMiB: 2048 * 1024, MemUsedMiB: 530 * 1024,
 			Processes: []Process{
 				p(51200, "bob", 0, 40112, 7200, train),
