@@ -59,6 +59,17 @@ type JobInfo struct {
 	PIDs    []int     `json:"pids,omitempty"` // the job's processes seen at the last scan
 	Since   time.Time `json:"since,omitzero"`
 	Running bool      `json:"running"`
+	// LeaderStart and Procs let a restarted idlemon stop what a killed one
+	// left behind, and only that: start times (clock ticks after boot,
+	// /proc/PID/stat field 22) tell a reused pid apart.
+	LeaderStart uint64      `json:"leader_start,omitempty"`
+	Procs       []ProcStart `json:"procs,omitempty"`
+}
+
+// ProcStart is one process of a job with its start time.
+type ProcStart struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
 }
 
 // JobPIDs returns the set of pids that belong to idlemon's jobs.

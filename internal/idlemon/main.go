@@ -1,0 +1,265 @@
+// Package idlemon is the idlemon command: a daemon that runs low-priority
+// jobs on idle GPUs of the machine it runs on and stops them the moment
+// anybody else opens one of those GPUs, plus the commands that read its
+// state file (status, available) and check its config (check).
+package idlemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/idlemon/config"
+	"github.com/gpumon/gpumon/internal/idlestate"
+)
+
+const usage = `usage: idlemon [-c FILE] [run]        run the daemon (what the systemd unit does)
+       idlemon [-c FILE] check|-n        check the config and print what it would do
+       idlemon [-c FILE | -s STATE] status
+       idlemon [-c FILE | -s STATE] available [-l N]
+
+idlemon runs the jobs of its config's [process-*] sections on idle GPUs and
+stops them (SIGTERM to the whole process group, SIGKILL after grace_seconds)
+as soon as anybody else opens one of their GPUs.
+
+  -c FILE   config file (default /etc/idlemon.ini)
+  -n        same as the check command
+  -s FILE   state file to read (default: the config's state_file, else
+            /run/idlemon/state.json)
+  -l N      available: print at most N GPU indices
+
+Commands:
+  run        the daemon; SIGTERM or SIGINT stops its jobs and exits
+  check      validate the config against this machine and print the plan
+  status     print the state file for people: each GPU, who holds it, the jobs
+  available  print the free GPUs comma-separated, e.g.
+             CUDA_VISIBLE_DEVICES=$(idlemon available -l 1) python train.py
+`
+
+// Main is idlemon's whole command line.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return MainWith(ctx, args, stdout, stderr, Options{})
+}
+
+// MainWith is Main with daemon options (for tests).
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, opt Options) error {
+	fs := flag.NewFlagSet("idlemon", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfgPath := fs.String("c", "", "")
+	checkOnly := fs.Bool("n", false, "")
+	statePath := fs.String("s", "", "")
+	limit := fs.Int("l", 0, "")
+	help := fs.Bool("h", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return nil
+		}
+		return &cli.UsageError{Msg: err.Error()}
+	}
+	if *help {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	cmd := "run"
+	rest := fs.Args()
+	if len(rest) > 0 {
+		cmd, rest = rest[0], rest[1:]
+	}
+	if *checkOnly {
+		if cmd != "run" && cmd != "check" {
+			return &cli.UsageError{Msg: "-n is the check command; it goes with no other command"}
+		}
+		cmd = "check"
+	}
+	// flags after the command (available -l 1, status -s FILE)
+	sub := flag.NewFlagSet("idlemon "+cmd, flag.ContinueOnError)
+	sub.SetOutput(io.Discard)
+	sub.StringVar(cfgPath, "c", *cfgPath, "")
+	sub.StringVar(statePath, "s", *statePath, "")
+	if cmd == "available" {
+		sub.IntVar(limit, "l", *limit, "")
+	}
+	if err := sub.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return nil
+		}
+		return &cli.UsageError{Msg: err.Error()}
+	}
+	if sub.NArg() > 0 {
+		return &cli.UsageError{Msg: fmt.Sprintf("unexpected %q after %s", sub.Arg(0), cmd)}
+	}
+	if *limit < 0 {
+		return &cli.UsageError{Msg: "-l needs a number of GPUs of at least 1"}
+	}
+	switch cmd {
+	case "run", "check":
+		if *statePath != "" {
+			return &cli.UsageError{Msg: "-s is for status and available; the daemon writes the config's state_file"}
+		}
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return err
+		}
+		plan, err := Resolve(cfg)
+		if err != nil {
+			return err
+		}
+		if cmd == "check" {
+			plan.Describe(stdout)
+			return nil
+		}
+		if opt.Log == nil {
+			opt.Log = stderr
+		}
+		return Run(ctx, plan, opt)
+	case "status", "available":
+		path := *statePath
+		if path == "" {
+			if *cfgPath != "" {
+				cfg, err := loadConfig(*cfgPath)
+				if err != nil {
+					return err
+				}
+				path = cfg.StateFile
+			} else if cfg, err := config.Load(config.DefaultPath); err == nil {
+				path = cfg.StateFile
+			} else {
+				path = idlestate.DefaultPath
+			}
+		}
+		f, err := readState(path)
+		if err != nil {
+			return err
+		}
+		if cmd == "status" {
+			printStatus(stdout, f, time.Now())
+			return nil
+		}
+		return printAvailable(stdout, f, *limit)
+	default:
+		return cli.WithHint(&cli.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, "commands: run, check, status, available (idlemon -h)")
+	}
+}
+
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		path = config.DefaultPath
+	}
+	cfg, err := config.Load(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, cli.WithHint(err, "copy idlemon.example.ini to %s, or name the file with -c", config.DefaultPath)
+	}
+	return cfg, err
+}
+
+func readState(path string) (*idlestate.File, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, cli.WithHint(err, "is idlemon running (systemctl status idlemon)? the state file is named by state_file, or -s")
+		}
+		return nil, err
+	}
+	defer fh.Close()
+	f, err := idlestate.Decode(fh)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return f, nil
+}
+
+// alive says whether idlemon's pid in the file still runs.
+func alive(f *idlestate.File) bool {
+	if f.PID <= 0 {
+		return false
+	}
+	err := syscall.Kill(f.PID, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
+	host := f.Host
+	if host == "" {
+		host = "this host"
+	}
+	ago := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return fmtDur(now.Sub(t).Truncate(time.Second)) + " ago"
+	}
+	running := "running"
+	if !alive(f) {
+		running = "NOT running: this is what it last saw"
+	}
+	fmt.Fprintf(w, "idlemon on %s: pid %d %s; updated %s\n", host, f.PID, running, ago(f.Updated))
+	if f.Paused != "" {
+		fmt.Fprintf(w, "jobs paused: %s\n", f.Paused)
+	}
+	jobOf := map[int]idlestate.JobInfo{}
+	for _, j := range f.Jobs {
+		if j.Running {
+			for _, g := range j.GPUs {
+				jobOf[g] = j
+			}
+		}
+	}
+	fmt.Fprintf(w, "%-4s %-5s %-9s %s\n", "GPU", "STATE", "SINCE", "HELD BY")
+	for _, g := range f.GPUs {
+		var who []string
+		for _, h := range g.Holders {
+			who = append(who, fmt.Sprintf("%s pid %d %s", h.User, h.PID, truncate(h.Command, 60)))
+		}
+		if g.State == idlestate.Job {
+			if j, ok := jobOf[g.Index]; ok {
+				who = append(who, fmt.Sprintf("our job %s (pid %d, %d processes)", j.Name, j.PGID, len(j.PIDs)))
+			}
+		}
+		fmt.Fprintf(w, "%-4d %-5s %-9s %s\n", g.Index, g.State, ago(g.Since), strings.Join(who, "; "))
+	}
+	for _, j := range f.Jobs {
+		if j.Running {
+			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", j.Name, joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
+		} else {
+			fmt.Fprintf(w, "job %s on gpu %s: not running\n", j.Name, joinInts(j.GPUs))
+		}
+	}
+}
+
+func printAvailable(w io.Writer, f *idlestate.File, limit int) error {
+	if !alive(f) {
+		return cli.WithHint(fmt.Errorf("idlemon (pid %d) is not running: its state file is stale", f.PID), "systemctl start idlemon")
+	}
+	var free []int
+	for _, g := range f.GPUs {
+		if g.State == idlestate.Idle || g.State == idlestate.Job {
+			free = append(free, g.Index)
+		}
+	}
+	sort.Ints(free)
+	if limit > 0 && len(free) > limit {
+		free = free[:limit]
+	}
+	if len(free) == 0 {
+		return fmt.Errorf("no free GPU: all %d are busy", len(f.GPUs))
+	}
+	fmt.Fprintln(w, joinInts(free))
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
