@@ -88,6 +88,13 @@ var knownKeys = map[string][]string{
 		"ssh_config", "known_hosts", "strict_host_key_checking",
 		"timeout", "concurrency", "output",
 	},
+	"render": renderKeys,
+}
+
+// freeSections take any key: their keys are names, not settings.
+var freeSections = map[string]bool{
+	"host_names": true, // host = display name
+	"gpu_names":  true, // full nvidia-smi name = short name
 }
 
 // Load reads and validates the file at path.
@@ -108,47 +115,12 @@ func Parse(r io.Reader, name string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	lines := keyLines(src)
+	f, lines, err := parseINI(src, name)
+	if err != nil {
+		return nil, err
+	}
 	errAt := func(section, key, format string, args ...any) *Error {
 		return &Error{File: name, Line: lines[section+"."+key], Key: key, Msg: fmt.Sprintf(format, args...)}
-	}
-	f, err := ini.LoadSources(ini.LoadOptions{
-		IgnoreInlineComment:        true,
-		InsensitiveKeys:            true,
-		AllowPythonMultilineValues: true,
-		SpaceBeforeInlineComment:   true,
-	}, src)
-	if err != nil {
-		return nil, &Error{File: name, Msg: err.Error()}
-	}
-	for _, sec := range f.Sections() {
-		sname := sec.Name()
-		if sname == ini.DefaultSection && len(sec.Keys()) == 0 {
-			continue
-		}
-		allowed, ok := knownKeys[sname]
-		if !ok {
-			known := make([]string, 0, len(knownKeys))
-			for k := range knownKeys {
-				known = append(known, "["+k+"]")
-			}
-			sort.Strings(known)
-			e := &Error{File: name, Line: lines[sname+"."], Msg: fmt.Sprintf("unknown section [%s]", sname),
-				HintText: "known sections: " + strings.Join(known, ", ")}
-			if sname == ini.DefaultSection {
-				e.Msg = "a key before the first section"
-				e.Line = lines[sname+"."+sec.Keys()[0].Name()]
-				e.HintText = "put it under [common]"
-			}
-			return nil, e
-		}
-		for _, k := range sec.Keys() {
-			if !contains(allowed, k.Name()) {
-				e := errAt(sname, k.Name(), "unknown key in [%s]", sname)
-				e.HintText = "known keys: " + strings.Join(allowed, ", ")
-				return nil, e
-			}
-		}
 	}
 	common, err := f.GetSection("common")
 	if err != nil {
@@ -233,6 +205,59 @@ func Parse(r io.Reader, name string) (*Config, error) {
 		return nil, &Error{File: name, Key: "hosts", Msg: "no hosts: set hosts, hosts_file or hosts_command in [common]"}
 	}
 	return c, nil
+}
+
+// parseINI reads src as configparser would and checks every section and key
+// name against knownKeys (the sections in freeSections take any key), so a
+// typo in any section is an error for every command that reads the file.
+func parseINI(src []byte, name string) (*ini.File, map[string]int, error) {
+	lines := keyLines(src)
+	f, err := ini.LoadSources(ini.LoadOptions{
+		IgnoreInlineComment:        true,
+		InsensitiveKeys:            true,
+		AllowPythonMultilineValues: true,
+		SpaceBeforeInlineComment:   true,
+	}, src)
+	if err != nil {
+		return nil, nil, &Error{File: name, Msg: err.Error()}
+	}
+	for _, sec := range f.Sections() {
+		sname := sec.Name()
+		if sname == ini.DefaultSection && len(sec.Keys()) == 0 {
+			continue
+		}
+		allowed, ok := knownKeys[sname]
+		if !ok && !freeSections[sname] {
+			known := make([]string, 0, len(knownKeys)+len(freeSections))
+			for k := range knownKeys {
+				known = append(known, "["+k+"]")
+			}
+			for k := range freeSections {
+				known = append(known, "["+k+"]")
+			}
+			sort.Strings(known)
+			e := &Error{File: name, Line: lines[sname+"."], Msg: fmt.Sprintf("unknown section [%s]", sname),
+				HintText: "known sections: " + strings.Join(known, ", ")}
+			if sname == ini.DefaultSection {
+				e.Msg = "a key before the first section"
+				e.Line = lines[sname+"."+sec.Keys()[0].Name()]
+				e.HintText = "put it under [common]"
+			}
+			return nil, nil, e
+		}
+		if freeSections[sname] {
+			continue
+		}
+		for _, k := range sec.Keys() {
+			if !contains(allowed, k.Name()) {
+				e := &Error{File: name, Line: lines[sname+"."+k.Name()], Key: k.Name(),
+					Msg:      fmt.Sprintf("unknown key in [%s]", sname),
+					HintText: "known keys: " + strings.Join(allowed, ", ")}
+				return nil, nil, e
+			}
+		}
+	}
+	return f, lines, nil
 }
 
 // ErrorAt returns an error pointing at a key of [common], for problems found

@@ -88,7 +88,7 @@ func TestBadConfig(t *testing.T) {
 		{"checking off", "[common]\nhosts = a\nstrict_host_key_checking = no\n", `config.ini:3: strict_host_key_checking: "no" is not yes or accept-new`, "never skips"},
 		{"unknown section", "[common]\nhosts = a\n[comon]\nx = 1\n", "config.ini:3: unknown section [comon]", "known sections"},
 		{"no hosts", "[common]\nuser = x\n", "hosts: no hosts", ""},
-		{"no common", "[render]\n", "unknown section [render]", ""},
+		{"no common", "[render]\ntitle = x\n", "no [common] section", ""},
 		{"bad range", "[common]\nhosts = gpu[01-\n", `config.ini:2: hosts: "gpu[01-": '[' without ']'`, ""},
 		{"reversed range", "[common]\nhosts = gpu[9-1]\n", `"9-1" is not a range`, ""},
 		{"huge range", "[common]\nhosts = gpu[1-9999999]\n", "more than 100000 hosts", ""},

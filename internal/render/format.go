@@ -1,0 +1,193 @@
+package render
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/config"
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/reservations"
+)
+
+// Report is what one run renders: the classified cluster and the settings
+// and clock it was rendered with.
+type Report struct {
+	Cluster  *cluster.Cluster
+	Config   *config.Render
+	Now      time.Time      // when the page is made; data age is Now - DataTime
+	Loc      *time.Location // times on the page are shown in this zone
+	Warnings []string       // shown on the page (a bad reservations file)
+	JSONLink string         // status.json's name when it sits beside the page
+	PromLink string
+}
+
+// Age is how old the newest reading is; negative when unknown.
+func (r *Report) Age() time.Duration {
+	if r.Cluster.DataTime.IsZero() {
+		return -1
+	}
+	a := r.Now.Sub(r.Cluster.DataTime)
+	if a < 0 {
+		return 0
+	}
+	return a
+}
+
+// Stale reports whether the data is older than stale_after (or has no time).
+func (r *Report) Stale() bool {
+	a := r.Age()
+	return a < 0 || a > r.Config.StaleAfter
+}
+
+// ageText is "under a minute", "12 min", "3 h 5 min" or "4 days".
+func ageText(d time.Duration) string {
+	if d < 0 {
+		return "of unknown age"
+	}
+	m := int(d / time.Minute)
+	switch {
+	case m < 1:
+		return "under a minute"
+	case m < 60:
+		return fmt.Sprintf("%d min", m)
+	case m < 48*60:
+		return fmt.Sprintf("%d h %d min", m/60, m%60)
+	}
+	return fmt.Sprintf("%d days", m/60/24)
+}
+
+// durText is a setting's duration: "15 min", "60 s", "1 h".
+func durText(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d h", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d min", d/time.Minute)
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
+}
+
+// elapsedText is a process's running time: "45 s", "12 min", "3 h 02", "5 d 4 h".
+func elapsedText(n loaddata.Int) string {
+	if !n.Valid {
+		return "?"
+	}
+	s := n.Value
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%d s", s)
+	case s < 3600:
+		return fmt.Sprintf("%d min", s/60)
+	case s < 86400:
+		return fmt.Sprintf("%d h %02d", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%d d %d h", s/86400, s%86400/3600)
+}
+
+// gib writes MiB as GiB: "0.4", "9.5", "80".
+func gib(mib float64) string {
+	g := mib / 1024
+	if g < 9.95 {
+		return strconv.FormatFloat(g, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(g, 'f', 0, 64)
+}
+
+// memText is "30/80G", or "" when nothing is known.
+func memText(used, total loaddata.Number) string {
+	switch {
+	case used.Valid && total.Valid:
+		return gib(used.Value) + "/" + gib(total.Value) + "G"
+	case used.Valid:
+		return gib(used.Value) + "G used"
+	case total.Valid:
+		return "?/" + gib(total.Value) + "G"
+	}
+	return ""
+}
+
+// memPct is the share of memory used, 0-100.
+func memPct(used, total loaddata.Number) int {
+	if !used.Valid || !total.Valid || total.Value <= 0 {
+		return 0
+	}
+	p := int(used.Value/total.Value*100 + 0.5)
+	return max(0, min(100, p))
+}
+
+func num(n loaddata.Number, unit string) string {
+	if !n.Valid {
+		return ""
+	}
+	return strconv.FormatFloat(n.Value, 'f', -1, 64) + unit
+}
+
+// sensors is "51 °C · 412/700 W · fan 30 %", leaving out what is unknown.
+func sensors(g *cluster.GPU) string {
+	var parts []string
+	if s := num(g.Temp, " °C"); s != "" {
+		parts = append(parts, s)
+	}
+	switch {
+	case g.Power.Valid && g.PowerLimit.Valid:
+		parts = append(parts, fmt.Sprintf("%.0f/%.0f W", g.Power.Value, g.PowerLimit.Value))
+	case g.Power.Valid:
+		parts = append(parts, fmt.Sprintf("%.0f W", g.Power.Value))
+	}
+	if s := num(g.Fan, " %"); s != "" {
+		parts = append(parts, "fan "+s)
+	}
+	if s := num(g.MemUtil, " %"); s != "" {
+		parts = append(parts, "mem util "+s)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// userName shows a process owner ps could not name.
+func userName(u string) string {
+	if u == "" {
+		return "(unknown)"
+	}
+	return u
+}
+
+// shorten cuts a long command line for the page; status.json has it whole.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// timeText is a time for people: "2026-11-23 14:10 UTC".
+func timeText(t time.Time, loc *time.Location) string {
+	if t.IsZero() {
+		return "unknown"
+	}
+	return t.In(loc).Format("2006-01-02 15:04 MST")
+}
+
+// reservationText is "reserved by alice until 2026-12-01 18:00: ICML".
+func reservationText(r *reservations.Reservation, loc *time.Location) string {
+	if r == nil {
+		return ""
+	}
+	s := "reserved"
+	if r.Name != "" {
+		s += " by " + r.Name
+	}
+	if !r.Until.IsZero() {
+		s += " until " + r.Until.In(loc).Format("2006-01-02 15:04")
+	}
+	if r.Comment != "" {
+		s += ": " + r.Comment
+	}
+	return s
+}

@@ -1,0 +1,120 @@
+package render
+
+import (
+	"bufio"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/loaddata"
+)
+
+// Prom writes metrics.prom in the Prometheus text format, for
+// node_exporter's textfile collector. Every family has HELP and TYPE lines;
+// label values are escaped as the format says (\\, \" and \n). A reading
+// that is not known has no sample.
+func Prom(w io.Writer, r *Report) error {
+	c := r.Cluster
+	b := bufio.NewWriterSize(w, 64<<10)
+	family := func(name, typ, help string) {
+		b.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + typ + "\n")
+	}
+	sample := func(name string, labels []string, v float64) {
+		b.WriteString(name)
+		if len(labels) > 0 {
+			b.WriteByte('{')
+			for i := 0; i < len(labels); i += 2 {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(labels[i])
+				b.WriteString(`="`)
+				b.WriteString(labelEscaper.Replace(strings.ToValidUTF8(labels[i+1], "\uFFFD")))
+				b.WriteByte('"')
+			}
+			b.WriteByte('}')
+		}
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		b.WriteByte('\n')
+	}
+	gpuLabels := func(h *cluster.Host, g *cluster.GPU) []string {
+		return []string{"host", h.Name, "gpu", g.ID(), "uuid", g.UUID, "name", g.Name}
+	}
+	each := func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64) {
+		family(name, "gauge", help)
+		for _, h := range c.Hosts {
+			for _, g := range h.GPUs {
+				if n := val(g); n.Valid {
+					sample(name, gpuLabels(h, g), n.Value*scale)
+				}
+			}
+		}
+	}
+
+	family("gpumon_data_timestamp_seconds", "gauge", "Time of the newest reading in load_data.csv (Unix seconds).")
+	if !c.DataTime.IsZero() {
+		sample("gpumon_data_timestamp_seconds", nil, float64(c.DataTime.UnixMilli())/1000)
+	}
+	family("gpumon_render_timestamp_seconds", "gauge", "When render wrote this file (Unix seconds).")
+	sample("gpumon_render_timestamp_seconds", nil, float64(r.Now.UnixMilli())/1000)
+	family("gpumon_host_up", "gauge", "1 if the host answered the last fetch, 0 if not (status says why).")
+	for _, h := range c.Hosts {
+		up := 0.0
+		if h.Up() {
+			up = 1
+		}
+		sample("gpumon_host_up", []string{"host", h.Name, "status", h.Status}, up)
+	}
+	family("gpumon_gpus", "gauge", "GPUs in each state (GPUs of hosts that are down are not counted).")
+	for _, s := range cluster.States {
+		sample("gpumon_gpus", []string{"state", s}, float64(c.Count[s]))
+	}
+	family("gpumon_gpu_state", "gauge", "1 for the GPU's state (free, busy, reserved, failed), 0 for the others.")
+	for _, h := range c.Hosts {
+		for _, g := range h.GPUs {
+			for _, s := range cluster.States {
+				v := 0.0
+				if g.State == s {
+					v = 1
+				}
+				sample("gpumon_gpu_state", append(gpuLabels(h, g), "state", s), v)
+			}
+		}
+	}
+	each("gpumon_gpu_memory_used_bytes", "GPU memory in use.", func(g *cluster.GPU) loaddata.Number { return g.MemUsed }, 1<<20)
+	each("gpumon_gpu_memory_total_bytes", "GPU memory in all.", func(g *cluster.GPU) loaddata.Number { return g.MemTotal }, 1<<20)
+	each("gpumon_gpu_utilization_ratio", "GPU utilization, 0 to 1 (not reported under MIG).", func(g *cluster.GPU) loaddata.Number { return g.Util }, 0.01)
+	each("gpumon_gpu_temperature_celsius", "GPU temperature.", func(g *cluster.GPU) loaddata.Number { return g.Temp }, 1)
+	each("gpumon_gpu_power_watts", "GPU power draw.", func(g *cluster.GPU) loaddata.Number { return g.Power }, 1)
+	family("gpumon_gpu_processes", "gauge", "Processes on the GPU that hold it (ignored and preemptible ones not counted).")
+	for _, h := range c.Hosts {
+		for _, g := range h.GPUs {
+			n := 0
+			for _, p := range g.Procs {
+				if p.Holds() {
+					n++
+				}
+			}
+			sample("gpumon_gpu_processes", gpuLabels(h, g), float64(n))
+		}
+	}
+	family("gpumon_user_gpus", "gauge", "GPUs on which the user runs a process.")
+	for _, u := range c.Users {
+		sample("gpumon_user_gpus", []string{"user", u.Name}, float64(u.GPUs))
+	}
+	family("gpumon_user_gpu_memory_bytes", "gauge", "GPU memory the user's processes use.")
+	for _, u := range c.Users {
+		sample("gpumon_user_gpu_memory_bytes", []string{"user", u.Name}, u.MemMiB*(1<<20))
+	}
+	family("gpumon_user_processes", "gauge", "GPU processes the user runs.")
+	for _, u := range c.Users {
+		sample("gpumon_user_processes", []string{"user", u.Name}, float64(u.Procs))
+	}
+	family("gpumon_render_warnings", "gauge", "Problems render found besides the data (a bad reservations file).")
+	sample("gpumon_render_warnings", nil, float64(len(r.Warnings)))
+	return b.Flush()
+}
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)

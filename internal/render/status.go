@@ -1,0 +1,211 @@
+package render
+
+import (
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/reservations"
+)
+
+// StatusVersion is status.json's schema version. It changes only when a
+// field changes meaning or goes away; new fields may appear in any version.
+const StatusVersion = 1
+
+// Status is status.json: the cluster for scripts. A reading that is not
+// known is null, never 0. Times are RFC 3339 in UTC.
+type Status struct {
+	Version     int           `json:"version"`
+	Generated   string        `json:"generated"`   // when render ran
+	DataTime    *string       `json:"data_time"`   // the CSV's newest timestamp
+	AgeSeconds  *float64      `json:"age_seconds"` // generated - data_time
+	Stale       bool          `json:"stale"`       // age over stale_after, or no time
+	StaleAfterS float64       `json:"stale_after_seconds"`
+	Summary     StatusSummary `json:"summary"`
+	Hosts       []StatusHost  `json:"hosts"`
+	Users       []StatusUser  `json:"users"`
+	Warnings    []string      `json:"warnings"`
+	States      []string      `json:"states"` // the values "state" takes
+}
+
+// StatusSummary counts GPUs by state; GPUs of hosts that are down are not
+// known and not counted.
+type StatusSummary struct {
+	GPUs      int           `json:"gpus"`
+	Free      int           `json:"free"`
+	Busy      int           `json:"busy"`
+	Reserved  int           `json:"reserved"`
+	Failed    int           `json:"failed"`
+	Hosts     int           `json:"hosts"`
+	HostsDown int           `json:"hosts_down"`
+	Models    []StatusModel `json:"models"`
+}
+
+// StatusModel counts one GPU model's GPUs (failed ones left out).
+type StatusModel struct {
+	Name  string `json:"name"`
+	Free  int    `json:"free"`
+	Total int    `json:"total"`
+}
+
+// StatusHost is one host.
+type StatusHost struct {
+	Name        string             `json:"name"`
+	Display     string             `json:"display_name"`
+	Up          bool               `json:"up"`
+	Status      string             `json:"status"` // load_data.csv's host_status
+	Error       string             `json:"error"`  // why it is down; warnings for an up host
+	Timestamp   *string            `json:"timestamp"`
+	CPUs        *int64             `json:"cpus"`
+	Load1       *float64           `json:"load1"`
+	MemUsedMiB  *float64           `json:"mem_used_mib"`
+	MemTotalMiB *float64           `json:"mem_total_mib"`
+	Reservation *StatusReservation `json:"reservation"` // a whole-host reservation
+	GPUs        []StatusGPU        `json:"gpus"`        // empty for a host that is down
+}
+
+// StatusGPU is one GPU.
+type StatusGPU struct {
+	Index       *int               `json:"index"` // null for a GPU the driver lost (see bus_id)
+	UUID        string             `json:"uuid"`
+	Name        string             `json:"name"`
+	ShortName   string             `json:"short_name"`
+	BusID       string             `json:"bus_id"`
+	State       string             `json:"state"` // free, busy, reserved or failed
+	Notes       []string           `json:"notes"`
+	Error       string             `json:"error"`
+	UtilPct     *float64           `json:"util_pct"`
+	MemUtilPct  *float64           `json:"mem_util_pct"`
+	MemUsedMiB  *float64           `json:"mem_used_mib"`
+	MemTotalMiB *float64           `json:"mem_total_mib"`
+	TempC       *float64           `json:"temperature_c"`
+	PowerW      *float64           `json:"power_w"`
+	PowerLimitW *float64           `json:"power_limit_w"`
+	FanPct      *float64           `json:"fan_pct"`
+	Reservation *StatusReservation `json:"reservation"`
+	Processes   []StatusProcess    `json:"processes"`
+}
+
+// StatusProcess is one process on a GPU. Preemptible and ignored processes
+// do not make their GPU busy.
+type StatusProcess struct {
+	PID         *int64   `json:"pid"`
+	User        string   `json:"user"`
+	Command     string   `json:"command"`
+	MemMiB      *float64 `json:"mem_mib"`
+	ElapsedS    *int64   `json:"elapsed_s"`
+	Preemptible bool     `json:"preemptible"`
+	Ignored     bool     `json:"ignored"`
+}
+
+// StatusReservation is a current reservation.
+type StatusReservation struct {
+	Name    string  `json:"name"`
+	Until   *string `json:"until"` // null: no end date
+	Comment string  `json:"comment"`
+}
+
+// StatusUser is what one user holds (preemptible and ignored processes not
+// counted).
+type StatusUser struct {
+	User      string   `json:"user"` // "" when ps could not tell
+	GPUs      int      `json:"gpus"`
+	MemMiB    float64  `json:"mem_mib"`
+	Processes int      `json:"processes"`
+	Hosts     []string `json:"hosts"`
+}
+
+// StatusOf builds status.json's content.
+func StatusOf(r *Report) *Status {
+	c := r.Cluster
+	s := &Status{
+		Version:     StatusVersion,
+		Generated:   r.Now.UTC().Format(time.RFC3339),
+		Stale:       r.Stale(),
+		StaleAfterS: r.Config.StaleAfter.Seconds(),
+		Summary: StatusSummary{GPUs: c.GPUs, Free: c.Count[cluster.Free], Busy: c.Count[cluster.Busy],
+			Reserved: c.Count[cluster.Reserved], Failed: c.Count[cluster.Failed], Hosts: len(c.Hosts), HostsDown: c.Down,
+			Models: []StatusModel{}},
+		Hosts:    make([]StatusHost, 0, len(c.Hosts)),
+		Users:    make([]StatusUser, 0, len(c.Users)),
+		Warnings: append([]string{}, r.Warnings...),
+		States:   cluster.States,
+	}
+	if !c.DataTime.IsZero() {
+		t := c.DataTime.UTC().Format(time.RFC3339)
+		s.DataTime = &t
+		a := r.Age().Seconds()
+		s.AgeSeconds = &a
+	}
+	for _, m := range c.Models {
+		s.Summary.Models = append(s.Summary.Models, StatusModel{Name: m.Name, Free: m.Free, Total: m.Total})
+	}
+	for _, h := range c.Hosts {
+		sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: h.Status, Error: h.Error,
+			CPUs: intp(h.CPUs), Load1: nump(h.Load1), MemUsedMiB: nump(h.MemUsed), MemTotalMiB: nump(h.MemTotal),
+			Reservation: resvOf(h.Reserved), GPUs: make([]StatusGPU, 0, len(h.GPUs))}
+		if !h.Time.IsZero() {
+			t := h.Time.UTC().Format(time.RFC3339)
+			sh.Timestamp = &t
+		}
+		for _, g := range h.GPUs {
+			sg := StatusGPU{Index: nil, UUID: g.UUID, Name: g.Name, ShortName: g.Short, BusID: g.BusID,
+				State: g.State, Notes: append([]string{}, g.Notes...), Error: g.Error,
+				UtilPct: nump(g.Util), MemUtilPct: nump(g.MemUtil), MemUsedMiB: nump(g.MemUsed), MemTotalMiB: nump(g.MemTotal),
+				TempC: nump(g.Temp), PowerW: nump(g.Power), PowerLimitW: nump(g.PowerLimit), FanPct: nump(g.Fan),
+				Reservation: resvOf(g.Reservation), Processes: make([]StatusProcess, 0, len(g.Procs))}
+			if g.HasIndex {
+				i := g.Index
+				sg.Index = &i
+			}
+			for _, p := range g.Procs {
+				sg.Processes = append(sg.Processes, StatusProcess{PID: intp(p.PID), User: p.User, Command: p.Command,
+					MemMiB: nump(p.MemMiB), ElapsedS: intp(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored})
+			}
+			sh.GPUs = append(sh.GPUs, sg)
+		}
+		s.Hosts = append(s.Hosts, sh)
+	}
+	for _, u := range c.Users {
+		s.Users = append(s.Users, StatusUser{User: u.Name, GPUs: u.GPUs, MemMiB: u.MemMiB, Processes: u.Procs,
+			Hosts: append([]string{}, u.Hosts...)})
+	}
+	return s
+}
+
+// JSON writes status.json.
+func JSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(StatusOf(r))
+}
+
+func nump(n loaddata.Number) *float64 {
+	if !n.Valid {
+		return nil
+	}
+	v := n.Value
+	return &v
+}
+
+func intp(n loaddata.Int) *int64 {
+	if !n.Valid {
+		return nil
+	}
+	v := n.Value
+	return &v
+}
+
+func resvOf(r *reservations.Reservation) *StatusReservation {
+	if r == nil {
+		return nil
+	}
+	s := &StatusReservation{Name: r.Name, Comment: r.Comment}
+	if !r.Until.IsZero() {
+		t := r.Until.UTC().Format(time.RFC3339)
+		s.Until = &t
+	}
+	return s
+}
