@@ -1,0 +1,37 @@
+package pagetest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/render"
+)
+
+// renderPage writes rows as load_data.csv, runs the render command on it as
+// cron would (no config file: the defaults) and returns the folder that
+// holds index.html, status.json and metrics.prom.
+func renderPage(t *testing.T, rows []loaddata.Row) string {
+	t.Helper()
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "load_data.csv")
+	if err := loaddata.WriteFile(csv, rows); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "www")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"-i", csv, "-o", filepath.Join(out, "index.html")}
+	if err := render.Main(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("render %q: %v\nstdout:\n%s\nstderr:\n%s", args, err, &stdout, &stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "index.html")); err != nil {
+		t.Fatalf("render wrote no page: %v\nstderr:\n%s", err, &stderr)
+	}
+	return out
+}
