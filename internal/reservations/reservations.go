@@ -97,6 +97,20 @@ func Parse(data []byte, loc *time.Location) ([]Reservation, []error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil // an empty file reserves nothing
 	}
+	// A syntax error first, from a full scan: its offset is exact (the
+	// streaming decoder's offsets are not).
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			e := p.errAt(int(se.Offset)-1, "%s", se.Error())
+			if strings.Contains(se.Error(), "unexpected end") {
+				e = p.errAt(len(data), "unexpected end of file")
+			}
+			e.Whole = true
+			return nil, []error{e}
+		}
+	}
 	err := p.walkObject(data, 0, "the file must be a JSON object of host names", func(host string, val []byte, at int) error {
 		return p.host(host, val, at)
 	})
@@ -120,9 +134,7 @@ type parser struct {
 
 // errAt builds an error for byte offset off of the file.
 func (p *parser) errAt(off int, format string, args ...any) *Error {
-	if off > len(p.data) {
-		off = len(p.data)
-	}
+	off = max(0, min(off, len(p.data)))
 	line := 1 + bytes.Count(p.data[:off], []byte("\n"))
 	col := off - bytes.LastIndexByte(p.data[:off], '\n')
 	return &Error{Line: line, Col: col, Msg: fmt.Sprintf(format, args...)}

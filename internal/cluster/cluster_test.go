@@ -1,0 +1,202 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/reservations"
+)
+
+var now = time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
+
+// gpuRow is a row of an ok host's GPU with 80 GiB and mem MiB used.
+func gpuRow(t testing.TB, host string, idx int64, mem float64) loaddata.Row {
+	t.Helper()
+	return loaddata.Row{Timestamp: "2026-11-23T13:58:00Z", Host: host, HostStatus: loaddata.StatusOK,
+		GPUIndex: loaddata.IntOf(idx), GPUUUID: "GPU-x", GPUName: "NVIDIA H100 80GB HBM3",
+		MemUsedMiB: loaddata.Num(mem), MemTotalMiB: loaddata.Num(81559), GPUUtilPct: loaddata.Num(0)}
+}
+
+// withProc adds a process to a GPU row.
+func withProc(r loaddata.Row, user, command string, mem float64, preemptible bool) loaddata.Row {
+	r.PID = loaddata.IntOf(4242)
+	r.User = user
+	r.Command = command
+	r.ProcessMemMiB = loaddata.Num(mem)
+	r.Preemptible = loaddata.Flag(preemptible)
+	return r
+}
+
+func TestClassify(t *testing.T) {
+	opts := Options{FreeMemMiB: 1024, Ignore: []string{"nvidia-persistenced", "Xorg"}, Now: now}
+	until := now.Add(time.Hour)
+	tests := []struct {
+		name      string
+		rows      func(t testing.TB) []loaddata.Row
+		resv      []reservations.Reservation
+		wantState string
+		wantNotes []string
+	}{
+		{"idle", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 3)} }, nil, Free, nil},
+		{"a process", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 30000), "alice", "python train.py", 29000, false)}
+		}, nil, Busy, nil},
+		{"a process using little memory is still busy", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 300), "alice", "python", 290, false)}
+		}, nil, Busy, nil},
+		{"memory at the threshold, no process", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 1024)} },
+			nil, Busy, []string{NoteMemNoProc}},
+		{"memory just under the threshold", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 1023)} },
+			nil, Free, nil},
+		{"utilization alone never makes busy (idle L40S at 100 %)", func(t testing.TB) []loaddata.Row {
+			r := gpuRow(t, "h", 0, 0)
+			r.GPUUtilPct = loaddata.Num(100)
+			return []loaddata.Row{r}
+		}, nil, Free, nil},
+		{"ignored process by base name", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 600), "root", "/usr/bin/nvidia-persistenced --user nvidia-persistenced", 0, false)}
+		}, nil, Free, nil},
+		{"ignored Xorg's memory is not counted", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 1500), "root", "/usr/lib/xorg/Xorg vt1 -displayfd 3", 1200, false)}
+		}, nil, Free, nil},
+		{"ignored plus a real process", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{
+				withProc(gpuRow(t, "h", 0, 1500), "root", "Xorg", 200, false),
+				withProc(gpuRow(t, "h", 0, 1500), "bob", "blender", 1200, false),
+			}
+		}, nil, Busy, nil},
+		{"preemptible job: free with a note", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 40000), "idlejob", "python sweep.py", 39990, true)}
+		}, nil, Free, []string{NoteIdleJob}},
+		{"preemptible job with unknown memory: free", func(t testing.TB) []loaddata.Row {
+			r := withProc(gpuRow(t, "h", 0, 40000), "idlejob", "python sweep.py", 0, true)
+			r.ProcessMemMiB = loaddata.Number{}
+			return []loaddata.Row{r}
+		}, nil, Free, []string{NoteIdleJob}},
+		{"preemptible and a real process: busy", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{
+				withProc(gpuRow(t, "h", 0, 40000), "idlejob", "python sweep.py", 20000, true),
+				withProc(gpuRow(t, "h", 0, 40000), "alice", "python train.py", 20000, false),
+			}
+		}, nil, Busy, nil},
+		{"reserved free GPU", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 0)} },
+			[]reservations.Reservation{{Host: "h", GPUs: []int{0}, Name: "carol", Until: until}}, Reserved, nil},
+		{"reservation of another GPU", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 0)} },
+			[]reservations.Reservation{{Host: "h", GPUs: []int{1}, Name: "carol", Until: until}}, Free, nil},
+		{"whole-host reservation, host name in another case", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 0)} },
+			[]reservations.Reservation{{Host: "H", Name: "carol"}}, Reserved, nil},
+		{"past reservation ignored", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 0)} },
+			[]reservations.Reservation{{Host: "h", Name: "carol", Until: now.Add(-time.Minute)}}, Free, nil},
+		{"reserved but busy stays busy", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 30000), "alice", "python", 29000, false)}
+		}, []reservations.Reservation{{Host: "h", Name: "carol"}}, Busy, nil},
+		{"lost GPU", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{{Timestamp: "2026-11-23T13:58:00Z", Host: "h", HostStatus: loaddata.StatusOK,
+				GPUBusID: "0000:9a:00.0", GPUError: "GPU is lost; reboot the system to recover this GPU"}}
+		}, nil, Failed, nil},
+		{"MIG: whole-GPU row, no utilization, processes of several instances", func(t testing.TB) []loaddata.Row {
+			r := gpuRow(t, "h", 0, 11125)
+			r.GPUUtilPct = loaddata.Number{}
+			return []loaddata.Row{
+				withProc(r, "", "/root/tools/memhog", 2296, false),
+				withProc(r, "alice", "./gpu_burn 60", 7484, false),
+			}
+		}, nil, Busy, nil},
+		{"MIG idle: instances' overhead under the threshold", func(t testing.TB) []loaddata.Row {
+			r := gpuRow(t, "h", 0, 90)
+			r.GPUUtilPct = loaddata.Number{}
+			return []loaddata.Row{r}
+		}, nil, Free, nil},
+		{"memory unknown, no process", func(t testing.TB) []loaddata.Row {
+			r := gpuRow(t, "h", 0, 0)
+			r.MemUsedMiB = loaddata.Number{}
+			return []loaddata.Row{r}
+		}, nil, Free, []string{NoteMemUnknown}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := opts
+			o.Reservations = tt.resv
+			c := Build(tt.rows(t), o)
+			if len(c.Hosts) != 1 || len(c.Hosts[0].GPUs) != 1 {
+				t.Fatalf("want 1 host with 1 GPU, got %+v", c.Hosts)
+			}
+			g := c.Hosts[0].GPUs[0]
+			if g.State != tt.wantState {
+				t.Errorf("state %s, want %s", g.State, tt.wantState)
+			}
+			if diff := cmp.Diff(tt.wantNotes, g.Notes); diff != "" {
+				t.Errorf("notes (-want +got):\n%s", diff)
+			}
+			if c.Count[tt.wantState] != 1 || c.GPUs != 1 {
+				t.Errorf("counts %v of %d", c.Count, c.GPUs)
+			}
+		})
+	}
+}
+
+func TestFailedHost(t *testing.T) {
+	rows := []loaddata.Row{
+		gpuRow(t, "a", 0, 0),
+		{Timestamp: "2026-11-23T13:59:00Z", Host: "b", HostStatus: loaddata.StatusTimeout, HostError: "no answer in 20s"},
+	}
+	c := Build(rows, Options{FreeMemMiB: 1024, Now: now,
+		Reservations: []reservations.Reservation{{Host: "b", Name: "dan"}}})
+	if c.Down != 1 || c.GPUs != 1 || len(c.Hosts) != 2 {
+		t.Fatalf("down %d, gpus %d, hosts %d", c.Down, c.GPUs, len(c.Hosts))
+	}
+	b := c.Hosts[1]
+	if b.Up() || b.Error != "no answer in 20s" || len(b.GPUs) != 0 || b.Reserved == nil {
+		t.Errorf("down host: %+v", b)
+	}
+	if want := time.Date(2026, 11, 23, 13, 59, 0, 0, time.UTC); !c.DataTime.Equal(want) {
+		t.Errorf("data time %v, want the newest row's %v", c.DataTime, want)
+	}
+}
+
+func TestUsersAndModels(t *testing.T) {
+	rows := []loaddata.Row{
+		withProc(gpuRow(t, "a", 0, 30000), "alice", "python", 20000, false),
+		withProc(gpuRow(t, "a", 0, 30000), "alice", "python", 10000, false), // a second process, same GPU
+		withProc(gpuRow(t, "a", 1, 30000), "alice", "python", 30000, false),
+		withProc(gpuRow(t, "b", 0, 5000), "bob", "python", 5000, false),
+		withProc(gpuRow(t, "b", 1, 5000), "idlejob", "python", 5000, true),
+		gpuRow(t, "b", 2, 0),
+	}
+	rows[5].GPUName = "NVIDIA GeForce RTX 2080 SUPER"
+	c := Build(rows, Options{FreeMemMiB: 1024, Now: now, HostNames: map[string]string{"b": "Bravo"},
+		GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
+	want := []*User{
+		{Name: "alice", GPUs: 2, MemMiB: 60000, Procs: 3, Hosts: []string{"a"}},
+		{Name: "bob", GPUs: 1, MemMiB: 5000, Procs: 1, Hosts: []string{"b"}},
+	}
+	if diff := cmp.Diff(want, c.Users); diff != "" {
+		t.Errorf("users (-want +got):\n%s", diff)
+	}
+	wantModels := []*Model{{Name: "H100", Free: 1, Total: 4}, {Name: "RTX 2080 SUPER", Free: 1, Total: 1}}
+	if diff := cmp.Diff(wantModels, c.Models); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+	if c.Hosts[1].Display != "Bravo" {
+		t.Errorf("display name %q", c.Hosts[1].Display)
+	}
+}
+
+func TestShortName(t *testing.T) {
+	for full, want := range map[string]string{
+		"NVIDIA H100 80GB HBM3":         "H100 80GB HBM3",
+		"NVIDIA GeForce RTX 2080 SUPER": "RTX 2080 SUPER",
+		"Tesla V100-SXM2-16GB":          "V100-SXM2-16GB",
+		"NVIDIA RTX A6000":              "RTX A6000",
+		"NVIDIA":                        "NVIDIA",
+		"":                              "",
+		"NVIDIA A100-SXM4-80GB":         "A100 80",
+	} {
+		names := map[string]string{"nvidia a100-sxm4-80gb": "A100 80"}
+		if got := ShortName(full, names); got != want {
+			t.Errorf("ShortName(%q) = %q, want %q", full, got, want)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRenderDefaults(t *testing.T) {
+	c, err := ParseRender(strings.NewReader("[common]\nhosts = gpu01\n"), "/etc/gpumon/config.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultRender()
+	want.Path = "/etc/gpumon/config.ini"
+	want.Input = "/etc/gpumon/load_data.csv"
+	want.HTML = "/etc/gpumon/index.html"
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestRenderKeys(t *testing.T) {
+	c, err := ParseRender(strings.NewReader(`[common]
+hosts = gpu[01-02]
+output = /srv/www/load_data.csv
+
+[render]
+title = Lab <b>GPUs</b>
+html = /srv/www/index.html
+json =
+prom = /var/lib/node_exporter/gpumon.prom
+stale_after = 10m
+refresh = 30
+free_memory_mib = 512.5
+ignore_processes = nvidia-persistenced,
+    Xorg
+reservations = reservations.json
+
+[host_names]
+gpu01 = GPU 1 (rack A)
+"gpu02:2222" = GPU 2
+
+[gpu_names]
+NVIDIA H100 80GB HBM3 = H100
+`), "/etc/gpumon/config.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Render{
+		Path: "/etc/gpumon/config.ini", Title: "Lab <b>GPUs</b>", Input: "/srv/www/load_data.csv",
+		HTML: "/srv/www/index.html", JSON: "", JSONSet: true, Prom: "/var/lib/node_exporter/gpumon.prom", PromSet: true,
+		StaleAfter: 10 * time.Minute, Refresh: 30 * time.Second, FreeMemMiB: 512.5,
+		Ignore: []string{"nvidia-persistenced", "Xorg"}, Reservations: "/etc/gpumon/reservations.json",
+		HostNames: map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
+		GPUNames:  map[string]string{"nvidia h100 80gb hbm3": "H100"},
+	}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// fetch reads the same file and ignores render's sections
+	if _, err := Parse(strings.NewReader("[common]\nhosts = a\n[render]\nrefresh = 5\n[host_names]\na = A\n"), "c.ini"); err != nil {
+		t.Errorf("fetch: %v", err)
+	}
+}
+
+func TestBadRenderConfig(t *testing.T) {
+	tests := []struct{ name, src, want string }{
+		{"unknown key", "[render]\ntitle = x\nstale = 5\n", "c.ini:3: stale: unknown key in [render]"},
+		{"bad stale_after", "[render]\nstale_after = soon\n", `c.ini:2: stale_after: "soon" is not a duration`},
+		{"zero stale_after", "[render]\nstale_after = 0\n", `c.ini:2: stale_after: "0" is not a duration`},
+		{"bad refresh", "[render]\nrefresh = -1\n", `c.ini:2: refresh: "-1" is not a duration`},
+		{"tiny refresh", "[render]\nrefresh = 1ms\n", `c.ini:2: refresh: "1ms" is under a second`},
+		{"bad threshold", "\n[render]\nfree_memory_mib = 1 GiB\n", `c.ini:3: free_memory_mib: "1 GiB" is not a number of MiB`},
+		{"empty html", "[render]\nhtml =\n", `c.ini:2: html: empty`},
+		{"empty short name", "[gpu_names]\nNVIDIA H100 =\n", `c.ini:2: nvidia h100: no name after =`},
+		{"unknown section", "[rendr]\ntitle = x\n", "c.ini:1: unknown section [rendr]"},
+		{"unknown key in common", "[common]\nhost = a\n", "c.ini:2: host: unknown key in [common]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseRender(strings.NewReader(tt.src), "c.ini")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v\nwant %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Whatever [render] holds, fetch does not read it; a bad value there is
+// render's error only.
+func TestRenderValuesDoNotBreakFetch(t *testing.T) {
+	if _, err := Parse(strings.NewReader("[common]\nhosts = a\n[render]\nrefresh = never\n"), "c.ini"); err != nil {
+		t.Errorf("fetch: %v", err)
+	}
+}
+
+func TestLoadRenderExample(t *testing.T) {
+	// the shipped example, whatever [render] keys it shows, must load
+	if _, err := LoadRender("../../config.example.ini"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadRender(filepath.Join(t.TempDir(), "none.ini")); !os.IsNotExist(err) {
+		t.Errorf("missing file: %v", err)
+	}
+}

@@ -1,0 +1,129 @@
+package reservations
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func at(t testing.TB, s string) time.Time {
+	t.Helper()
+	v, err := time.ParseInLocation("2006-01-02 15:04", s, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want []Reservation
+	}{
+		{"list form, whole host", `{"gpu01": [{"name": "alice", "date": "2026-12-01 18:00", "comment": "ICML"}]}`,
+			[]Reservation{{Host: "gpu01", Name: "alice", Comment: "ICML", Until: at(t, "2026-12-01 18:00")}}},
+		{"list form with gpus and gpu", `{"gpu01": [{"name": "a", "gpus": [0, "1"]}, {"name": "b", "gpu": 3}, {"name": "c", "gpus": "4,5"}]}`,
+			[]Reservation{{Host: "gpu01", Name: "a", GPUs: []int{0, 1}}, {Host: "gpu01", Name: "b", GPUs: []int{3}},
+				{Host: "gpu01", Name: "c", GPUs: []int{4, 5}}}},
+		{"object form: one entry or a list", `{"gpu02": {"0": {"name": "bob", "date": "2026-12-01"}, "3": [{"user": "carol"}, {"name": "dan"}], "all": {"name": "eve"}}}`,
+			[]Reservation{{Host: "gpu02", Name: "bob", GPUs: []int{0}, Until: at(t, "2026-12-02 00:00")},
+				{Host: "gpu02", Name: "carol", GPUs: []int{3}}, {Host: "gpu02", Name: "dan", GPUs: []int{3}},
+				{Host: "gpu02", Name: "eve"}}},
+		{"empty list, empty object, null", `{"a": [], "b": {}, "c": null}`, nil},
+		{"empty file", "  \n", nil},
+		{"other date forms and extra keys", `{"h": [{"name": "x", "date": "2026-12-01T18:00:30", "slack": "#gpu"}, {"name": "y", "date": "2026-12-01T18:00:00+01:00"}]}`,
+			[]Reservation{{Host: "h", Name: "x", Until: at(t, "2026-12-01 18:00").Add(30 * time.Second)},
+				{Host: "h", Name: "y", Until: time.Date(2026, 12, 1, 18, 0, 0, 0, time.FixedZone("", 3600))}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, errs := Parse([]byte(tt.src), time.UTC)
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestActive(t *testing.T) {
+	now := at(t, "2026-12-01 12:00")
+	for _, tt := range []struct {
+		r    Reservation
+		want bool
+	}{
+		{Reservation{Until: at(t, "2026-12-01 12:01")}, true},
+		{Reservation{Until: at(t, "2026-12-01 12:00")}, false},
+		{Reservation{Until: at(t, "2026-11-30 09:00")}, false},
+		{Reservation{}, true},
+	} {
+		if got := tt.r.Active(now); got != tt.want {
+			t.Errorf("%v active at %v: %v", tt.r.Until, now, got)
+		}
+	}
+}
+
+// A malformed file names the line and column; a bad entry is left out and
+// named, the others are kept.
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		src   string
+		want  []string
+		kept  int
+		whole bool
+	}{
+		{"missing comma", "{\n  \"gpu01\": [\n    {\"name\": \"a\"}\n    {\"name\": \"b\"}\n  ]\n}\n",
+			[]string{"line 4, column 5: invalid character '{' after array element"}, 0, true},
+		{"trailing comma", "{\"a\": [],\n}", []string{"line 2, column 1: invalid character '}' looking for beginning of object key string"}, 0, true},
+		{"truncated", "{\"a\": [\n", []string{"line 2, column 1: unexpected end of file"}, 0, true},
+		{"not an object", "[1, 2]", []string{"line 1, column 1: the file must be a JSON object of host names"}, 0, true},
+		{"bad date", "{\"a\": [\n {\"name\": \"x\", \"date\": \"next week\"},\n {\"name\": \"y\"}]}",
+			[]string{`line 2, column 2: a: date "next week" is not YYYY-MM-DD HH:MM`}, 1, false},
+		{"bad gpu key and entry", "{\"a\": {\"gpu0\": {\"name\": \"x\"}, \"zero\": {}, \"1\": 5}}",
+			[]string{`line 1, column 39: a: "zero" is not a GPU index`, `line 1, column 48: a: a reservation must be an object`}, 1, false},
+		{"bad gpus", `{"a": [{"gpus": ["x"]}]}`, []string{`a: gpus: "x" is not a GPU index`}, 0, false},
+		{"host value a string", `{"a": "alice"}`, []string{`line 1, column 7: a: want a list of reservations`}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, errs := Parse([]byte(tt.src), time.UTC)
+			if len(errs) != len(tt.want) {
+				t.Fatalf("errors %v, want %d", errs, len(tt.want))
+			}
+			for i, e := range errs {
+				if !strings.Contains(e.Error(), tt.want[i]) {
+					t.Errorf("error %q\ndoes not contain %q", e, tt.want[i])
+				}
+				var pe *Error
+				if !errors.As(e, &pe) || pe.Whole != tt.whole {
+					t.Errorf("error %#v: want *Error with Whole %v", e, tt.whole)
+				}
+			}
+			if len(got) != tt.kept {
+				t.Errorf("kept %d reservations, want %d", len(got), tt.kept)
+			}
+		})
+	}
+}
+
+func TestReadFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "reservations.json")
+	os.WriteFile(p, []byte("{\n \"a\": [}\n"), 0o644)
+	_, errs := ReadFile(p, time.UTC)
+	if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), p+":2:8: invalid character '}'") {
+		t.Errorf("got %v", errs)
+	}
+	_, errs = ReadFile(p+".missing", time.UTC)
+	if len(errs) != 1 || !errors.Is(errs[0], os.ErrNotExist) {
+		t.Errorf("missing file: %v", errs)
+	}
+}
