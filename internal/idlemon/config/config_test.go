@@ -1,0 +1,101 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/idlestate"
+)
+
+// The older tool's own example file runs as is.
+func TestOldToolConfig(t *testing.T) {
+	c, err := Load("testdata/gpu_mon.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 10*time.Second || c.MinIdle != DefaultMinIdle || c.Grace != DefaultGrace ||
+		c.Devices != DefaultDevices || c.StateFile != idlestate.DefaultPath || c.User != "" {
+		t.Errorf("defaults: %+v", c)
+	}
+	if len(c.GPUs) != 1 || !c.GPUs[0].All || strings.Join(c.GPUs[0].Ignore, ",") != "nvidia-smi" {
+		t.Errorf("gpu sections: %+v", c.GPUs)
+	}
+	if len(c.Jobs) != 1 || c.Jobs[0].Name != "process-all" || c.Jobs[0].Dir != "/tmp" || c.Jobs[0].Cmd != "miner-run" ||
+		!c.Jobs[0].All || c.Jobs[0].Log != "/dev/null" {
+		t.Errorf("jobs: %+v", c.Jobs)
+	}
+	if !c.TTY.Enabled || strings.Join(c.TTY.Whitelist, ",") != "user1,user2" || c.TTY.Idle != 300*time.Second {
+		t.Errorf("tty: %+v", c.TTY)
+	}
+	if got := strings.Join(c.IgnoreFor(3), ","); got != "nvidia-smi,nvidia-persistenced,nv-hostengine" {
+		t.Errorf("IgnoreFor(3) = %s", got)
+	}
+}
+
+func TestNewKeys(t *testing.T) {
+	src := `[defaults]
+interval_seconds = 0.5
+min_idle_seconds = 0
+grace_seconds = 2.5
+devices = dev/nvidia*
+user = miner
+state_file = state.json
+[gpu-a]
+gpus = 0, 1
+ignore_programs = Xorg, gnome-shell
+[process-one]
+cmd = ./run.sh --fast
+gpus = 1,0
+[process-two]
+cmd = other
+gpus = 3
+`
+	c, err := Parse(strings.NewReader(src), "/etc/x/idlemon.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 500*time.Millisecond || c.MinIdle != 0 || c.Grace != 2500*time.Millisecond ||
+		c.Devices != "/etc/x/dev/nvidia*" || c.User != "miner" || c.StateFile != "/etc/x/state.json" {
+		t.Errorf("%+v", c)
+	}
+	if j := c.Jobs[0]; j.Dir != "/" || j.All || len(j.GPUs) != 2 || j.GPUs[0] != 0 {
+		t.Errorf("job: %+v", j)
+	}
+	if got := strings.Join(c.IgnoreFor(1), ","); got != "nvidia-smi,nvidia-persistenced,nv-hostengine,Xorg,gnome-shell" {
+		t.Errorf("IgnoreFor(1) = %s", got)
+	}
+}
+
+// Every mistake names the file, the line and the key.
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct{ src, want, hint string }{
+		{"[defaults]\ninterval_secs = 10\n", "f.ini:2: interval_secs: unknown key in [defaults]", "known keys: interval_seconds"},
+		{"[defaults]\ninterval_seconds = ten\n", `f.ini:2: interval_seconds: "ten" is not a number of seconds above 0`, ""},
+		{"[defaults]\ninterval_seconds = 0\n", `f.ini:2: interval_seconds: "0" is not a number of seconds above 0`, ""},
+		{"[defaults]\ngrace_seconds = -1\n", `f.ini:2: grace_seconds: "-1" is not a number of seconds (0 or more)`, ""},
+		{"[defaults]\ndevices = /dev/[\n", `f.ini:2: devices: "/dev/[" is not a valid glob`, ""},
+		{"x = 1\n[defaults]\n", "f.ini:1: x: a key before the first section", "[defaults]"},
+		{"[defaults]\n\n[gpus]\ngpus=ALL\n[mystery]\n", "f.ini:5: unknown section [mystery]", "[gpu-NAME]"},
+		{"[gpu-a]\ngpus = 0,x\n", `f.ini:2: gpus: "0,x" is not ALL or a list of GPU indices like 0,1,3`, ""},
+		{"[gpu-a]\nignore_programs = a\n", "f.ini:1: gpus: missing in [gpu-a]", "gpus = ALL"},
+		{"[process-a]\ngpus = 0\n", "f.ini:1: cmd: missing in [process-a]", ""},
+		{"[process-a]\ncmd = x\ngpus = 0,1\n[process-b]\ncmd = y\ngpus = 1\n", "f.ini:6: gpus: gpu 1 is already in [process-a]", ""},
+		{"[process-a]\ncmd = x\ngpus = ALL\n[process-b]\ncmd = y\ngpus = all\n", "f.ini:6: gpus: ALL is already the GPUs of [process-a]", ""},
+		{"[process-a]\ncmd = x\ngpus = 0\nuser = bob\n", "f.ini:4: user: unknown key in [process-a]", "dir, cmd, gpus, log"},
+		{"[tty]\nenabled = maybe\n", `f.ini:2: enabled: "maybe" is not a boolean`, ""},
+		{"[tty]\nidle_seconds = 5m\n", `f.ini:2: idle_seconds: "5m" is not a number of seconds`, ""},
+	} {
+		_, err := Parse(strings.NewReader(tc.src), "f.ini")
+		if err == nil {
+			t.Errorf("%q: no error", tc.src)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %s\nwant %s", tc.src, err, tc.want)
+		}
+		if e, ok := err.(*Error); !ok || !strings.Contains(e.Hint(), tc.hint) {
+			t.Errorf("%q: hint %q, want %q", tc.src, err.(*Error).Hint(), tc.hint)
+		}
+	}
+}

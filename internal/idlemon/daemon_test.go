@@ -1,0 +1,305 @@
+package idlemon
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/holders"
+	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/sshdtest"
+	"golang.org/x/sys/unix"
+)
+
+// A job whose children open the GPU does not preempt itself; a foreign user's
+// open stops the whole job group at once (inotify: the periodic scan is 30 s
+// away), and the job comes back when the GPU is idle again. Processes that
+// are not idlemon's are never signalled.
+func TestPreemptAndRestart(t *testing.T) {
+	e := newEnv(t, 2)
+	sshdtest.EnsureUser(t, "idlejob")
+	bystander := sshdtest.StartProcessAs(t, "bob", "sleep", "600") // its own group
+	dev0 := e.devs[0]
+	e.start(fmt.Sprintf(`interval_seconds = 30
+min_idle_seconds = 0.1
+grace_seconds = 5
+user = idlejob
+[process-miner]
+dir = %s
+gpus = 0
+log = %s
+cmd = trap 'echo term $$ >> %s; exit 0' TERM; echo "id=$(id -un) groups=$(id -G) cvd=$CUDA_VISIBLE_DEVICES home=$HOME"; (exec 3<%s; sleep 600) & (exec 4<%s; sleep 600) & wait
+`, e.dir, e.path("job.log"), e.path("term"), dev0, dev0), Options{})
+
+	f := e.waitState("the job and its two children holding gpu 0", 5*time.Second, func(f *idlestate.File) bool {
+		return running("process-miner")(f) && len(jobInfo(f, "process-miner").PIDs) >= 3 && f.GPUs[0].State == idlestate.Job
+	})
+	job := jobInfo(f, "process-miner")
+	// Its children's opens raised inotify events and scans (and rechecks up to
+	// 50 ms later): still one start, no stop.
+	devs, err := holders.Find(e.path("dev/nvidia[0-9]*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := holders.NewScanner(devs)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		snap, _ := sc.Scan()
+		if len(snap.Holders[0]) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job's children never opened the device: %v", snap.Holders)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// An open by idlemon's own process (this test) is one more event and
+	// scan that cannot preempt: the state written after it has seen the
+	// children holding the GPU for sure.
+	opened := time.Now()
+	if fh, err := os.Open(dev0); err == nil {
+		fh.Close()
+	}
+	e.waitState("a scan after the children's opens", 5*time.Second, func(g *idlestate.File) bool {
+		return g.Updated.After(opened.Add(60 * time.Millisecond))
+	})
+	if n := e.countLog("stopped job"); n != 0 {
+		t.Fatalf("the job preempted itself:\n%s", e.log.String())
+	}
+	out := string(waitFile(t, e.path("job.log"), 5*time.Second))
+	if !strings.Contains(out, "id=idlejob") || !strings.Contains(out, "cvd=0 ") || !strings.Contains(out, "home=/home/idlejob") {
+		t.Errorf("job environment: %q", out)
+	}
+	if f.GPUs[1].State != idlestate.Idle {
+		t.Errorf("gpu 1: %+v", f.GPUs[1])
+	}
+
+	t0 := time.Now()
+	alice := foreign(t, "alice", dev0)
+	e.waitLog(`^.*gpu 0: stopped job process-miner \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by alice pid `+strconv.Itoa(alice)+` sleep$`, 1, 5*time.Second)
+	waitFile(t, e.path("term"), 5*time.Second)
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("preemption took %s", d)
+	}
+	sessionGone(t, job.PGID, 5*time.Second)
+	f = e.waitState("gpu 0 busy with alice", 5*time.Second, func(f *idlestate.File) bool {
+		return f.GPUs[0].State == idlestate.Busy && len(f.GPUs[0].Holders) == 1 && f.GPUs[0].Holders[0].User == "alice"
+	})
+	if !pidAlive(alice) {
+		t.Fatal("alice's process was touched")
+	}
+
+	// alice is done: the job comes back.
+	syscall.Kill(-alice, syscall.SIGKILL)
+	e.waitLog(`gpu 0: started job process-miner \(pid \d+\) - idle for`, 2, 5*time.Second)
+	e.waitState("the job running again", 5*time.Second, running("process-miner"))
+	if !pidAlive(bystander) {
+		t.Fatal("bob's process was signalled")
+	}
+}
+
+// A job that ignores SIGTERM, and whose children do too, is killed after the
+// grace period: nothing of it is left.
+func TestIgnoresSIGTERM(t *testing.T) {
+	e := newEnv(t, 1)
+	e.start(fmt.Sprintf(`interval_seconds = 30
+min_idle_seconds = 0
+grace_seconds = 0.3
+user = root
+[process-stubborn]
+gpus = 0
+cmd = trap '' TERM; sh -c "trap '' TERM; exec 3<%s; while :; do sleep 1; done" & sh -c "trap '' TERM; sleep 600" & wait; wait
+`, e.devs[0]), Options{})
+	f := e.waitState("the job running", 5*time.Second, func(f *idlestate.File) bool {
+		return running("process-stubborn")(f) && len(jobInfo(f, "process-stubborn").PIDs) >= 5
+	})
+	job := jobInfo(f, "process-stubborn")
+	foreign(t, "alice", e.devs[0])
+	e.waitLog(`gpu 0: stopped job process-stubborn .* - preempted by alice`, 1, 5*time.Second)
+	e.waitLog(`gpu 0: job process-stubborn \(pid \d+\) outlived SIGTERM by 300ms: killed`, 1, 10*time.Second)
+	sessionGone(t, job.PGID, 5*time.Second)
+	for _, pid := range job.PIDs {
+		if pidAlive(pid) {
+			t.Errorf("pid %d of the job is alive", pid)
+		}
+	}
+}
+
+// A job that crashes is restarted with a growing back-off.
+func TestCrashLoop(t *testing.T) {
+	e := newEnv(t, 1)
+	e.start(`interval_seconds = 30
+min_idle_seconds = 0
+user = root
+[process-crash]
+gpus = 0
+cmd = echo crashing; exit 3
+`, Options{BackoffBase: 50 * time.Millisecond})
+	lines := e.waitLog(`gpu 0: job process-crash \(pid \d+\) ended by itself \(exit status 3\) after .* - restart in `, 4, 10*time.Second)
+	for i, want := range []string{"50ms", "100ms", "200ms", "400ms"} {
+		if !strings.HasSuffix(lines[i], "restart in "+want) {
+			t.Errorf("exit %d: %q, want restart in %s", i+1, lines[i], want)
+		}
+	}
+	starts := e.waitLog(`started job process-crash`, 4, time.Second)
+	if len(starts) < 4 {
+		t.Errorf("starts: %q", starts)
+	}
+	if out, _ := os.ReadFile(e.path("stdout")); !strings.Contains(string(out), "crashing") {
+		t.Errorf("job output without log = idlemon's stdout: %q", out)
+	}
+}
+
+// An active terminal of a user who is not whitelisted pauses every job;
+// idle again, they run again.
+func TestTTYPausesJobs(t *testing.T) {
+	e := newEnv(t, 2)
+	sshdtest.EnsureUser(t, "alice")
+	// a real pty, handed to alice, seen through a private /dev
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts := "/dev/pts/" + strconv.Itoa(n)
+	uid, gid := lookupIDs(t, "alice")
+	if err := os.Chown(pts, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(pts, old, old)
+	devDir := e.path("ttydev")
+	os.MkdirAll(filepath.Join(devDir, "pts"), 0o755)
+	os.Symlink(pts, filepath.Join(devDir, "pts", strconv.Itoa(n)))
+
+	e.start(`interval_seconds = 0.05
+min_idle_seconds = 0
+user = root
+[process-a]
+gpus = 0
+cmd = exec sleep 600
+[process-b]
+gpus = 1
+cmd = exec sleep 600
+[tty]
+enabled = yes
+whitelist = root, bob
+idle_seconds = 60
+`, Options{TTYDev: devDir, Utmp: e.path("no-utmp")})
+	e.waitState("both jobs running", 5*time.Second, func(f *idlestate.File) bool {
+		return running("process-a")(f) && running("process-b")(f)
+	})
+	// alice types
+	now := time.Now()
+	os.Chtimes(pts, now, now)
+	e.waitLog(`gpu 0: stopped job process-a \(pid \d+\) - user alice active on pts/`+strconv.Itoa(n), 1, 5*time.Second)
+	e.waitLog(`gpu 1: stopped job process-b \(pid \d+\) - user alice active on pts/`, 1, 5*time.Second)
+	f := e.waitState("paused", 5*time.Second, func(f *idlestate.File) bool {
+		return strings.HasPrefix(f.Paused, "user alice active") && !running("process-a")(f) && !running("process-b")(f)
+	})
+	if f.GPUs[0].State != idlestate.Idle {
+		t.Errorf("a paused GPU is still free for people: %+v", f.GPUs[0])
+	}
+	// alice left an hour ago
+	os.Chtimes(pts, old, old)
+	e.waitLog(`started job process-a`, 2, 5*time.Second)
+	e.waitLog(`started job process-b`, 2, 5*time.Second)
+}
+
+func lookupIDs(t testing.TB, name string) (int, int) {
+	out, err := exec.Command("id", "-u", name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	out, _ = exec.Command("id", "-g", name).Output()
+	gid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return uid, gid
+}
+
+// idlemon killed with SIGKILL leaves its job running; started again, it
+// stops that job first, so the GPU never runs two copies.
+func TestKilledHardThenRestarted(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config(fmt.Sprintf(`interval_seconds = 0.1
+min_idle_seconds = 0
+grace_seconds = 2
+user = root
+[process-one]
+gpus = 0
+cmd = exec 3<%s; sleep 600 & sleep 600 & wait
+`, e.devs[0]))
+	startBinary := func(name string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-c", cfg)
+		cmd.Env = append(os.Environ(), "IDLEMON_TEST_MAIN=1")
+		logf, err := os.Create(e.path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+			logf.Close()
+		})
+		return cmd
+	}
+	first := startBinary("first.log")
+	f := e.waitState("the job running with its children", 10*time.Second, func(f *idlestate.File) bool {
+		return f.PID == first.Process.Pid && running("process-one")(f) && len(jobInfo(f, "process-one").PIDs) >= 3
+	})
+	old := jobInfo(f, "process-one")
+	first.Process.Kill()
+	first.Wait()
+	if !pidAlive(old.PGID) {
+		t.Fatal("the job died with idlemon: nothing to test")
+	}
+	second := startBinary("second.log")
+	f = e.waitState("a new job from the second idlemon", 10*time.Second, func(f *idlestate.File) bool {
+		return f.PID == second.Process.Pid && running("process-one")(f) && jobInfo(f, "process-one").PGID != old.PGID
+	})
+	sessionGone(t, old.PGID, time.Second) // stopped before the new one started
+	b, _ := os.ReadFile(e.path("second.log"))
+	if !strings.Contains(string(b), fmt.Sprintf("gpu 0: stopped job process-one (pid %d) - left running by an earlier idlemon (pid %d)", old.PGID, first.Process.Pid)) {
+		t.Errorf("second idlemon's log:\n%s", b)
+	}
+	// one copy: the device is held by the new job only
+	holders := jobInfo(f, "process-one").PIDs
+	for _, p := range old.PIDs {
+		for _, q := range holders {
+			if p == q {
+				t.Errorf("old pid %d still part of the job", p)
+			}
+		}
+	}
+	// SIGTERM: the job goes with it
+	second.Process.Signal(syscall.SIGTERM)
+	second.Wait()
+	sessionGone(t, jobInfo(f, "process-one").PGID, 5*time.Second)
+}
+
+// Running as root without user = is refused before anything starts.
+func TestRootNeedsUser(t *testing.T) {
+	e := newEnv(t, 1)
+	p := e.config("[process-x]\ngpus = 0\ncmd = true\n")
+	err := Main(t.Context(), []string{"-c", p, "check"}, &syncBuffer{}, &syncBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "no user to run the jobs as") {
+		t.Fatalf("err = %v", err)
+	}
+}

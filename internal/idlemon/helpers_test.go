@@ -1,0 +1,317 @@
+package idlemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/holders"
+	"github.com/gpumon/gpumon/internal/idlemon/config"
+	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/sshdtest"
+)
+
+// TestMain doubles as the idlemon binary (IDLEMON_TEST_MAIN=1) and as small
+// helper processes for the benchmarks (IDLEMON_TEST_HELPER).
+func TestMain(m *testing.M) {
+	switch os.Getenv("IDLEMON_TEST_HELPER") {
+	case "":
+	case "term":
+		helperTerm()
+	case "opener":
+		helperOpener()
+	}
+	if os.Getenv("IDLEMON_TEST_MAIN") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(cli.Exit("idlemon", err, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// requireRoot fails under CI=true and skips otherwise when not root.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if sshdtest.InCI() {
+			t.Fatal("idlemon tests need root (other users' processes, setuid jobs) and CI is set")
+		}
+		t.Skip("needs root")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// env is a fake GPU host: plain files as device files in a temp folder.
+type env struct {
+	t    testing.TB
+	dir  string
+	devs []string
+	log  *syncBuffer
+}
+
+func newEnv(t testing.TB, ngpu int) *env {
+	requireRoot(t)
+	dir := t.TempDir()
+	// other users (the foreign openers, the job's user) must reach the files
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	os.Chmod(dir, 0o777)
+	e := &env{t: t, dir: dir, log: &syncBuffer{}}
+	os.Mkdir(filepath.Join(dir, "dev"), 0o755)
+	for i := 0; i < ngpu; i++ {
+		p := filepath.Join(dir, "dev", "nvidia"+strconv.Itoa(i))
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, 0o666)
+		e.devs = append(e.devs, p)
+	}
+	return e
+}
+
+func (e *env) path(name string) string { return filepath.Join(e.dir, name) }
+
+// config writes an ini with the test's devices and state file, then body.
+func (e *env) config(body string) string {
+	src := fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n%s", e.path("dev/nvidia[0-9]*"), e.path("state.json"), body)
+	p := e.path("idlemon.ini")
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// start runs the daemon in this process until the test ends.
+func (e *env) start(body string, opt Options) {
+	e.t.Helper()
+	cfg, err := config.Load(e.config(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	plan, err := Resolve(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	opt.Log = e.log
+	out, err := os.OpenFile(e.path("stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	opt.JobStdout = out
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, plan, opt) }()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			e.t.Errorf("Run did not return")
+		}
+		out.Close()
+		if e.t.Failed() {
+			e.t.Logf("idlemon log:\n%s", e.log.String())
+		}
+	})
+}
+
+// waitLog waits until the log holds at least n lines matching re.
+func (e *env) waitLog(re string, n int, timeout time.Duration) []string {
+	e.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(timeout)
+	for {
+		var got []string
+		for _, l := range strings.Split(e.log.String(), "\n") {
+			if rx.MatchString(l) {
+				got = append(got, l)
+			}
+		}
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("after %s the log has %d lines matching %q, want %d:\n%s", timeout, len(got), re, n, e.log.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *env) countLog(re string) int {
+	rx := regexp.MustCompile(re)
+	n := 0
+	for _, l := range strings.Split(e.log.String(), "\n") {
+		if rx.MatchString(l) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitState polls the state file until cond holds.
+func (e *env) waitState(what string, timeout time.Duration, cond func(*idlestate.File) bool) *idlestate.File {
+	e.t.Helper()
+	return waitStateAt(e.t, e.path("state.json"), what, timeout, cond)
+}
+
+func waitStateAt(t testing.TB, path, what string, timeout time.Duration, cond func(*idlestate.File) bool) *idlestate.File {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last *idlestate.File
+	for {
+		if fh, err := os.Open(path); err == nil {
+			f, err := idlestate.Decode(fh)
+			fh.Close()
+			if err == nil {
+				last = f
+				if cond(f) {
+					return f
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			var b bytes.Buffer
+			if last != nil {
+				idlestate.Encode(&b, last)
+			}
+			t.Fatalf("after %s: state never showed %s; last:\n%s", timeout, what, b.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitFile(t testing.TB, path string, timeout time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s still missing or empty", timeout, path)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func running(name string) func(*idlestate.File) bool {
+	return func(f *idlestate.File) bool {
+		for _, j := range f.Jobs {
+			if j.Name == name && j.Running && j.PGID > 1 {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func jobInfo(f *idlestate.File, name string) idlestate.JobInfo {
+	for _, j := range f.Jobs {
+		if j.Name == name {
+			return j
+		}
+	}
+	return idlestate.JobInfo{}
+}
+
+// alive reports whether pid runs (not a zombie).
+func pidAlive(pid int) bool {
+	p, err := holders.ReadProc("", pid)
+	return err == nil && p.State != 'Z' && p.State != 'X'
+}
+
+// sessionGone waits until no process of session sid is left.
+func sessionGone(t testing.TB, sid int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left := holders.Members("", func(p *holders.Proc) bool { return p.SID == sid || p.PGID == sid })
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, %d processes of job session %d are alive", timeout, len(left), sid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// foreign starts a process of another user that holds dev open.
+func foreign(t testing.TB, user, dev string) int {
+	t.Helper()
+	sshdtest.EnsureUser(t, user)
+	return sshdtest.StartProcessAs(t, user, "/bin/sh", "-c", "exec 3<"+dev+"; exec sleep 600")
+}
+
+// helperTerm is a job that records when SIGTERM arrives (unix ns) in
+// $TERM_FILE, then exits; it says it is ready in $READY_FILE.
+func helperTerm() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM)
+	os.WriteFile(os.Getenv("READY_FILE"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	<-c
+	now := time.Now().UnixNano()
+	os.WriteFile(os.Getenv("TERM_FILE"), []byte(strconv.FormatInt(now, 10)), 0o644)
+	os.Exit(0)
+}
+
+// helperOpener reads commands on stdin: "open" opens $DEV and prints the
+// unix ns just before open(2); "close" closes it and prints "closed".
+func helperOpener() {
+	var f *os.File
+	buf := make([]byte, 64)
+	for {
+		n, err := os.Stdin.Read(buf)
+		if err != nil || n == 0 {
+			os.Exit(0)
+		}
+		switch strings.TrimSpace(string(buf[:n])) {
+		case "open":
+			t0 := time.Now().UnixNano()
+			f, err = os.Open(os.Getenv("DEV"))
+			if err != nil {
+				fmt.Println("error", err)
+				continue
+			}
+			fmt.Println(t0)
+		case "close":
+			if f != nil {
+				f.Close()
+				f = nil
+			}
+			fmt.Println("closed")
+		}
+	}
+}
