@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
@@ -388,4 +389,60 @@ func TestStaleBanner(t *testing.T) {
 	}
 	fresh.noProblems("fresh data")
 	old.noProblems("stale data")
+}
+
+func TestPhoneTapShowsWhoHoldsTheGPU(t *testing.T) {
+	tb := openFleet(t, tabOptions{width: 390, height: 844, mobile: true}, fleet(time.Now()))
+	detail := busyGPU + " .gpu-detail"
+	if err := chromedp.Do(tb.ctx, chromedp.Tap(chromedp.CSS(busyGPU))); err != nil {
+		t.Fatalf("tapping the busy GPU: %v", err)
+	}
+	tb.waitVisible(detail)
+	txt := eval[string](tb, `document.querySelector(`+jsString(detail)+`).innerText`)
+	for _, w := range []string{"alice", aliceCmd} {
+		if !strings.Contains(txt, w) {
+			t.Errorf("the tapped busy GPU's detail lacks %q:\n%s", w, txt)
+		}
+	}
+	var r box
+	r = eval[box](tb, `(() => { const r = document.querySelector(`+jsString(detail)+`).getBoundingClientRect();
+		return {X: r.x, Y: r.y, W: r.width, H: r.height, Found: true}; })()`)
+	if r.X < 0 || r.Y < 0 || r.X+r.W > 390.5 || r.Y+r.H > 844.5 {
+		t.Errorf("on a 390x844 phone the tapped detail is at %+v, partly off screen", r)
+	}
+	tb.screenshot("page-phone-tap.png", false)
+	tb.noProblems("tapping on a phone")
+}
+
+func TestFiltersHideOtherGPUsAndRememberTheChoice(t *testing.T) {
+	tb := openFleet(t, tabOptions{}, fleet(time.Now()))
+	tb.waitVisible("#filters")
+	if err := chromedp.Do(tb.ctx, chromedp.Click(chromedp.CSS("#only-free"))); err != nil {
+		t.Fatalf("clicking only free GPUs: %v", err)
+	}
+	tb.waitHidden(busyGPU)
+	tb.waitHidden(`.host[data-host="gpu02"]`) // no free GPU there
+	if !tb.isVisible(freeGPU) {
+		t.Errorf("only free GPUs hid the free GPU")
+	}
+	// The choice survives the page's own reload.
+	if err := chromedp.Do(tb.ctx, chromedp.Reload()); err != nil {
+		t.Fatalf("reloading: %v", err)
+	}
+	tb.waitJS(`document.readyState === "complete" && document.querySelector("#only-free").checked`, "the filter to be restored after a reload")
+	tb.waitHidden(busyGPU)
+	if err := chromedp.Do(tb.ctx, chromedp.Click(chromedp.CSS("#only-free"))); err != nil {
+		t.Fatalf("clicking only free GPUs again: %v", err)
+	}
+	tb.waitVisible(busyGPU)
+
+	// One user's GPUs.
+	eval[bool](tb, `(() => { const s = document.querySelector("#only-user"); s.value = "bob";
+		s.dispatchEvent(new Event("change", {bubbles: true})); return s.value === "bob"; })()`)
+	tb.waitHidden(busyGPU)
+	tb.waitVisible(bobGPU)
+	if tb.isVisible(freeGPU) {
+		t.Errorf("the user filter bob still shows gpu01's free GPU")
+	}
+	tb.noProblems("filtering")
 }
