@@ -242,8 +242,11 @@ func Build(rows []loaddata.Row, o Options) *Cluster {
 			continue
 		}
 		h.ModelName = ""
-		for i, g := range h.GPUs {
-			if i == 0 {
+		for _, g := range h.GPUs {
+			if g.Name == "" { // a lost GPU has no name
+				continue
+			}
+			if h.ModelName == "" {
 				h.ModelName = g.Name
 			} else if g.Name != h.ModelName {
 				h.ModelName = ""

@@ -109,7 +109,13 @@ func pageViewOf(r *Report) map[string]any {
 				info = append(info, hv.Info)
 			}
 			if h.ModelName != "" {
-				info = append(info, strconv.Itoa(len(h.GPUs))+"× "+h.ModelName)
+				n := 0
+				for _, g := range h.GPUs {
+					if g.Name == h.ModelName {
+						n++
+					}
+				}
+				info = append(info, strconv.Itoa(n)+"× "+h.ModelName)
 			}
 			if h.Count[cluster.Free] > 0 {
 				info = append(info, strconv.Itoa(h.Count[cluster.Free])+" free")

@@ -36,7 +36,7 @@ func Prom(w io.Writer, r *Report) error {
 			b.WriteByte('}')
 		}
 		b.WriteByte(' ')
-		b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		b.WriteString(strconv.FormatFloat(v, 'f', -1, 64))
 		b.WriteByte('\n')
 	}
 	gpuLabels := func(h *cluster.Host, g *cluster.GPU) []string {

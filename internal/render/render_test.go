@@ -1,0 +1,393 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/config"
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/reservations"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// The fixed clock of the golden files: 5 minutes after the fixture's data.
+var testNow = time.Date(2026, 11, 23, 14, 10, 0, 0, time.UTC)
+
+// testReport renders testdata/load_data.csv as Main would, at testNow.
+func testReport(t testing.TB, rows []loaddata.Row, resvFile string) *Report {
+	t.Helper()
+	cfg := config.DefaultRender()
+	cfg.HostNames["mig01"] = "MIG box"
+	cfg.GPUNames["nvidia geforce rtx 2080 super"] = "2080S"
+	var resv []reservations.Reservation
+	var warnings []string
+	if resvFile != "" {
+		var errs []error
+		resv, errs = reservations.ReadFile(resvFile, time.UTC)
+		for _, e := range errs {
+			warnings = append(warnings, reservationWarning(e, resvFile))
+		}
+	}
+	c := cluster.Build(rows, cluster.Options{FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
+		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: testNow})
+	return &Report{Cluster: c, Config: cfg, Now: testNow, Loc: time.UTC, Warnings: warnings,
+		JSONLink: "status.json", PromLink: "metrics.prom"}
+}
+
+func readRows(t testing.TB, path string) []loaddata.Row {
+	t.Helper()
+	rows, err := loaddata.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// golden compares got with testdata/name, or rewrites it under -update.
+func golden(t testing.TB, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", name, diff)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
+	for _, o := range []struct {
+		name  string
+		write func(w *bytes.Buffer) error
+	}{
+		{"page.html.golden", func(w *bytes.Buffer) error { return HTML(w, rep) }},
+		{"status.json.golden", func(w *bytes.Buffer) error { return JSON(w, rep) }},
+		{"metrics.prom.golden", func(w *bytes.Buffer) error { return Prom(w, rep) }},
+		{"table.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, false) }},
+		{"table-color.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, true) }},
+	} {
+		t.Run(o.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := o.write(&b); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, o.name, b.Bytes())
+		})
+	}
+}
+
+// The DOM the browser tests rely on, checked at the HTML level.
+func TestPageStructure(t *testing.T) {
+	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
+	var b bytes.Buffer
+	if err := HTML(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	cells := regexp.MustCompile(`<li class=gpu data-state=(\w+) data-host=([\w-]+) data-gpu=("?[\w:.]*"?) tabindex=0>`).FindAllStringSubmatch(page, -1)
+	var got []string
+	for _, c := range cells {
+		got = append(got, c[2]+"/"+c[3]+"="+c[1])
+	}
+	want := []string{
+		"gpu01/0=free", "gpu01/1=busy", "gpu01/2=reserved", "gpu01/3=free",
+		"ws01/0=free", "ws01/1=busy",
+		`gpu03/""=failed`,
+		"mig01/0=busy", "mig01/0000:9a:00.0=failed",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GPU cells (-want +got):\n%s", diff)
+	}
+	for _, s := range []string{
+		`<p id="summary"><b>3 free</b> of 8 GPUs`,
+		`H100 80GB HBM3: 2 free of 5`,
+		`<span class="down">1 host down</span>`,
+		`<p id="stale" role="alert" hidden>`,
+		`<table id="users">`,
+		`<section class="host" data-host="gpu01">`,
+		`<h2>MIG box <small>mig01 · 1× NVIDIA H100 80GB HBM3</small></h2>`,
+		`<meta http-equiv="refresh" content="60">`,
+		`<link rel="icon" href="data:,">`,
+		`<meta name="viewport"`,
+		`reserved by carol until 2026-11-30 18:00: ICML deadline`,
+		`reserved by erin until 2026-11-25 00:00`,
+		`<p>reserved by frank: whole host</p>`,
+		`idle-time job running`,
+		`GPU is lost; reboot the system to recover this GPU`,
+		`no complete answer in 20s`,
+		`<td>alice<td>4101<td>/opt/conda/bin/python -u train.py`,
+	} {
+		if !strings.Contains(page, s) {
+			t.Errorf("page lacks %q", s)
+		}
+	}
+	if strings.Contains(page, "dave") {
+		t.Error("a reservation that ended is shown")
+	}
+	// nothing is fetched: no src=, no external href, no @import or url()
+	for _, re := range []string{`src=`, `href="(https?:)?//`, `@import`, `url\(`} {
+		if regexp.MustCompile(re).MatchString(page) {
+			t.Errorf("page fetches something: %s", re)
+		}
+	}
+
+	// stale: older than stale_after, the banner shows (no hidden attribute)
+	rep.Now = testNow.Add(time.Hour)
+	b.Reset()
+	HTML(&b, rep)
+	if !strings.Contains(b.String(), `<p id="stale" role="alert">⚠ Stale data: the newest reading is <span class="age">1 h 4 min</span> old`) {
+		t.Errorf("no stale banner an hour later")
+	}
+}
+
+// Everything a host or the reservations file says is text, never markup.
+func TestXSS(t *testing.T) {
+	evil := []string{`<script>alert(1)</script>`, `"><img src=x onerror=alert(1)>`, `</style><h1>x`, `'--></script><svg onload=alert(1)>`}
+	var rows []loaddata.Row
+	for i, e := range evil {
+		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "h" + e, HostStatus: loaddata.StatusOK,
+			HostError: e, GPUIndex: loaddata.IntOf(int64(i)), GPUName: e, GPUUUID: e, GPUBusID: e,
+			MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000), PID: loaddata.IntOf(1), User: e, Command: e})
+		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "down" + e, HostStatus: loaddata.StatusError, HostError: e})
+		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "lost" + e, HostStatus: loaddata.StatusOK,
+			GPUBusID: "0:1", GPUError: e})
+	}
+	dir := t.TempDir()
+	resv := filepath.Join(dir, "r.json")
+	var rj bytes.Buffer
+	rj.WriteString("{")
+	for i, e := range evil {
+		q, _ := json.Marshal(e)
+		if i > 0 {
+			rj.WriteString(",")
+		}
+		rj.WriteString(`"h` + string(q[1:len(q)-1]) + `": [{"name": ` + string(q) + `, "comment": ` + string(q) + `}]`)
+	}
+	rj.WriteString(`, "bad": [{"date": "` + strings.ReplaceAll(evil[0], `"`, `\"`) + `"}]}`)
+	os.WriteFile(resv, rj.Bytes(), 0o644)
+	rep := testReport(t, rows, resv)
+	rep.Config.Title = evil[0]
+	var b bytes.Buffer
+	if err := HTML(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, e := range evil {
+		if strings.Contains(page, e) {
+			t.Errorf("page holds %q unescaped", e)
+		}
+	}
+	for _, bad := range []string{"<img", "<h1>x", "<svg"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("page holds %q", bad)
+		}
+	}
+	if n := strings.Count(page, "<script"); n != 1 {
+		t.Errorf("%d <script> tags, want only the page's own", n)
+	}
+	if n := strings.Count(page, "</style>"); n != 1 {
+		t.Errorf("%d </style>, want 1", n)
+	}
+	if !strings.Contains(page, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+		t.Error("the escaped text is not on the page")
+	}
+	// the text table keeps escape sequences off the terminal
+	rows[0].Command = "x\x1b]0;pwned\x07\x1b[2J"
+	b.Reset()
+	Text(&b, testReport(t, rows, ""), false)
+	if strings.ContainsAny(b.String(), "\x1b\x07") {
+		t.Errorf("control characters reach the terminal: %q", b.String())
+	}
+}
+
+// promtool is Prometheus's own checker; CI installs it (Debian's prometheus).
+func TestPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool not found; CI must install it (apt-get install prometheus)")
+		}
+		t.Skip("promtool not found")
+	}
+	rows := readRows(t, "testdata/load_data.csv")
+	// label values that need escaping
+	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: `we"ird\host` + "\n", HostStatus: loaddata.StatusOK,
+		GPUIndex: loaddata.IntOf(0), GPUName: `A "quoted" \ name`, MemUsedMiB: loaddata.Num(10), MemTotalMiB: loaddata.Num(100),
+		PID: loaddata.IntOf(9), User: `us"er\`, Command: "x"})
+	var b bytes.Buffer
+	if err := Prom(&b, testReport(t, rows, "testdata/reservations.json")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = &b
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// run runs the command in dir and returns its error and stderr.
+func run(t testing.TB, dir string, args ...string) (error, string) {
+	t.Helper()
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	var stdout, stderr bytes.Buffer
+	err := Main(context.Background(), args, &stdout, &stderr)
+	return err, stderr.String()
+}
+
+func copyFile(t testing.TB, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMainWritesAtomically(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, "testdata/load_data.csv", filepath.Join(dir, "load_data.csv"))
+	if err, stderr := run(t, dir); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		if info, _ := e.Info(); e.Name() != "load_data.csv" && info.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v, want 0644 (nginx must read it)", e.Name(), info.Mode())
+		}
+	}
+	if diff := cmp.Diff([]string{"index.html", "load_data.csv", "metrics.prom", "status.json"}, names); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+	var st Status
+	data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+	if err := json.Unmarshal(data, &st); err != nil || st.Version != StatusVersion || st.Summary.GPUs != 8 {
+		t.Errorf("status.json: %v %+v", err, st.Summary)
+	}
+}
+
+// A CSV that is missing, empty or broken writes nothing: the last good page
+// stays, and the error names the line.
+func TestBadCSVWritesNothing(t *testing.T) {
+	header := strings.Join(loaddata.Columns(), ",") + "\n"
+	good, _ := os.ReadFile("testdata/load_data.csv")
+	tests := []struct {
+		name, csv, want string
+	}{
+		{"missing", "", "open load_data.csv: no such file or directory"},
+		{"empty", "-", "load_data.csv: the file is empty"},
+		{"header only", header, "load_data.csv: no rows, only a header"},
+		{"not our header", "a,b,c\n1,2,3\n", "load_data.csv: line 1: not a load_data.csv header"},
+		{"bad number", string(good) + strings.Replace(strings.SplitN(string(good), "\n", 3)[1], ",3,81559,", ",lots,81559,", 1) + "\n",
+			"load_data.csv: line 13 (column mem_used_mib)"},
+		{"short line", string(good) + "2026-11-23T14:05:00Z,gpu09,ok\n", "load_data.csv: line 13"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			switch tt.csv {
+			case "":
+			case "-":
+				os.WriteFile(filepath.Join(dir, "load_data.csv"), nil, 0o644)
+			default:
+				os.WriteFile(filepath.Join(dir, "load_data.csv"), []byte(tt.csv), 0o644)
+			}
+			os.WriteFile(filepath.Join(dir, "index.html"), []byte("the last good page"), 0o644)
+			err, _ := run(t, dir)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v\nwant %q", err, tt.want)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "index.html")); string(got) != "the last good page" {
+				t.Errorf("index.html changed")
+			}
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				if e.Name() != "index.html" && e.Name() != "load_data.csv" {
+					t.Errorf("%s written", e.Name())
+				}
+			}
+		})
+	}
+}
+
+// A broken reservations file: everything is written, with a warning on the
+// page, and the command fails with the position.
+func TestBadReservations(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, "testdata/load_data.csv", filepath.Join(dir, "load_data.csv"))
+	os.WriteFile(filepath.Join(dir, "config.ini"), []byte("[render]\nreservations = r.json\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "r.json"), []byte("{\n  \"gpu01\": [\n    {\"name\": \"carol\",}\n  ]\n}\n"), 0o644)
+	err, _ := run(t, dir)
+	if err == nil || !strings.Contains(err.Error(), "r.json:3:22: invalid character '}'") {
+		t.Fatalf("error %v", err)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	if !strings.Contains(string(page), `<p class="warning" role="alert">⚠ Reservations file r.json:3:22: invalid character`) {
+		t.Errorf("no warning on the page")
+	}
+	for _, f := range []string{"status.json", "metrics.prom"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	os.Remove(filepath.Join(dir, "r.json"))
+	err, _ = run(t, dir)
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing reservations file: %v", err)
+	}
+}
+
+func TestTextMode(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, "testdata/load_data.csv", filepath.Join(dir, "load_data.csv"))
+	wd, _ := os.Getwd()
+	os.Chdir(dir)
+	defer os.Chdir(wd)
+	var stdout, stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"-text"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stdout.String(), "\x1b[") {
+		t.Error("colour when stdout is not a terminal")
+	}
+	if !regexp.MustCompile(`(?m)^gpu01 +0 +H100 80GB HBM3 +free +0\.0/80G +0%$`).MatchString(stdout.String()) {
+		t.Errorf("table:\n%s", stdout.String())
+	}
+	if _, err := os.Stat("index.html"); err == nil {
+		t.Error("-text wrote the page")
+	}
+	stdout.Reset()
+	Main(context.Background(), []string{"-text", "-color=always"}, &stdout, &stderr)
+	if !strings.Contains(stdout.String(), "\x1b[32mfree\x1b[0m") {
+		t.Error("no colour with -color=always")
+	}
+}
