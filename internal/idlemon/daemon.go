@@ -143,6 +143,12 @@ func Resolve(cfg *config.Config) (*Plan, error) {
 			p.RunAs = ""
 		default:
 			cred, uenv, err := supervisor.Credential(cfg.User)
+			var unknown user.UnknownUserError
+			if errors.As(err, &unknown) {
+				e := cfg.ErrorAt("defaults", "user", "no such user %s", cfg.User)
+				e.HintText = "create it (useradd --system " + cfg.User + "), or name another"
+				return nil, e
+			}
 			if err != nil {
 				return nil, cfg.ErrorAt("defaults", "user", "%v", err)
 			}

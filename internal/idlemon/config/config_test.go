@@ -99,3 +99,14 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// The shipped example parses, and says what the docs say.
+func TestExampleConfig(t *testing.T) {
+	c, err := Load("../../../idlemon.example.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.User != "idlejob" || c.Interval != DefaultInterval || c.MinIdle != DefaultMinIdle || len(c.Jobs) != 1 || !c.TTY.Enabled {
+		t.Errorf("%+v", c)
+	}
+}
