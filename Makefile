@@ -2,6 +2,7 @@
 GO      ?= go
 BIN     := bin
 DEMO    := demo
+ADDR    ?= 127.0.0.1:8080
 FUZZTIME ?= 10s
 
 .PHONY: all build test fuzz bench demo vet clean
@@ -32,9 +33,10 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
 	$(GO) test -run '^$$' -bench . ./internal/nvsmi
 
-# A simulated fleet on 127.0.0.x, one fetch, and the result.
+# A simulated fleet on 127.0.1.x, fetch and render over it (again every
+# minute, as cron would), and the page on http://$(ADDR) until Ctrl-C.
 demo: build
-	@sh scripts/demo.sh
+	@$(BIN)/demo -addr $(ADDR) -dir $(DEMO)
 
 clean:
 	rm -rf $(BIN) $(DEMO)

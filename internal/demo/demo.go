@@ -1,0 +1,222 @@
+// Package demo is `make demo`: a simulated fleet of GPU hosts (in-process
+// SSH servers replaying real nvidia-smi captures), fetch and render run over
+// it as cron would run them, and the page served on localhost. Nothing here
+// touches the user's ~/.ssh or agent.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/fetch"
+	"github.com/gpumon/gpumon/internal/render"
+	"github.com/gpumon/gpumon/internal/simfleet"
+)
+
+const usage = `usage: demo [-addr HOST:PORT] [-dir DIR] [-every DURATION] [-once]
+
+Starts a simulated fleet of GPU hosts, runs fetch and render over it, and
+serves the page until Ctrl-C. Everything it writes goes under -dir.
+
+  -addr HOST:PORT   where to serve the page (default 127.0.0.1:8080)
+  -dir DIR          working folder (default demo)
+  -every DURATION   run fetch and render again this often (default 1m, as cron would)
+  -once             fetch and render once, then exit without serving
+`
+
+// Main is the demo command.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addr := fs.String("addr", "127.0.0.1:8080", "")
+	dir := fs.String("dir", "demo", "")
+	every := fs.Duration("every", time.Minute, "")
+	once := fs.Bool("once", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return err
+		}
+		return &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
+	}
+	if fs.NArg() > 0 {
+		return &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
+	}
+	if *every < time.Second {
+		return &cli.UsageError{Msg: "-every must be at least 1s"}
+	}
+	// fetch would offer the user's agent keys to the simulated hosts: keep
+	// the demo to its own key.
+	os.Unsetenv("SSH_AUTH_SOCK")
+
+	var ln net.Listener
+	if !*once {
+		var err error
+		if ln, err = net.Listen("tcp", *addr); err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return cli.WithHint(fmt.Errorf("%s is in use", *addr), "pick another address: make demo ADDR=127.0.0.1:8081")
+			}
+			return err
+		}
+		defer ln.Close()
+	}
+
+	site, err := setUp(*dir)
+	if err != nil {
+		return err
+	}
+	fleet, err := simfleet.Launch(simfleet.Demo())
+	if err != nil {
+		return err
+	}
+	defer fleet.Close()
+	if _, err := fleet.WriteClientFiles(site.fleetDir); err != nil {
+		return err
+	}
+	if err := site.writeConfig(time.Now()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "demo: %d simulated GPU hosts on 127.0.1.x (their files: %s)\n", len(fleet.Hosts()), site.fleetDir)
+
+	if err := site.cycle(ctx, stdout, stderr, true); err != nil {
+		return err
+	}
+	if *once {
+		return nil
+	}
+
+	srv := &http.Server{Handler: http.FileServer(http.Dir(site.www)), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "\ndemo: the page is at http://%s/ (also status.json and metrics.prom); refreshed every %s; Ctrl-C to stop\n", ln.Addr(), *every)
+
+	tick := time.NewTicker(*every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			srv.Shutdown(shutdown)
+			fmt.Fprintln(stdout, "\ndemo: stopped")
+			return nil
+		case err := <-served:
+			return err
+		case <-tick.C:
+			if err := site.cycle(ctx, stdout, stderr, false); err != nil && ctx.Err() == nil {
+				fmt.Fprintf(stderr, "demo: %v\n", err)
+			}
+		}
+	}
+}
+
+type site struct {
+	dir, fleetDir, www, csv, config, reservations string
+}
+
+func setUp(dir string) (*site, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &site{
+		dir:          abs,
+		fleetDir:     filepath.Join(abs, "fleet"),
+		www:          filepath.Join(abs, "www"),
+		csv:          filepath.Join(abs, "load_data.csv"),
+		reservations: filepath.Join(abs, "reservations.json"),
+	}
+	s.config = filepath.Join(s.fleetDir, "config.ini")
+	for _, d := range []string{s.fleetDir, s.www} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// writeConfig adds the page's settings and a reservations file, in the format
+// labs keep, to the config.ini the fleet wrote.
+func (s *site) writeConfig(now time.Time) error {
+	date := func(d time.Duration) string { return now.Add(d).Format("2006-01-02 15:04") }
+	res := map[string]any{
+		// per GPU index, and a whole host, as labs write them
+		"h200-b03": map[string]any{
+			"2": map[string]string{"name": "alice", "date": date(72 * time.Hour), "comment": "NeurIPS rebuttal runs"},
+			"3": map[string]string{"name": "bob", "date": date(-24 * time.Hour), "comment": "ended yesterday: ignored"},
+		},
+		"ws-c02": []map[string]string{{"name": "judy", "date": date(6 * time.Hour), "comment": "course demo this afternoon"}},
+	}
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(s.reservations, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	ini, err := os.ReadFile(s.config)
+	if err != nil {
+		return err
+	}
+	ini = append(ini, fmt.Sprintf(`
+[render]
+title = gpumon demo cluster
+reservations = %s
+
+[host_names]
+ws-c01 = ws-c01 (Ivan's workstation)
+`, s.reservations)...)
+	return os.WriteFile(s.config, ini, 0o644)
+}
+
+// cycle is one cron tick: fetch, then render.
+func (s *site) cycle(ctx context.Context, stdout, stderr io.Writer, first bool) error {
+	if first {
+		fmt.Fprintf(stdout, "\n== fetch -c %s -o %s -v\n", s.rel(s.config), s.rel(s.csv))
+	}
+	fetchOut := io.Discard
+	if first {
+		fetchOut = stderr
+	}
+	if err := fetch.Main(ctx, []string{"-c", s.config, "-o", s.csv, "-v"}, stdout, fetchOut); err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	index := filepath.Join(s.www, "index.html")
+	if first {
+		fmt.Fprintf(stdout, "\n== render -c %s -i %s -o %s\n", s.rel(s.config), s.rel(s.csv), s.rel(index))
+	}
+	if err := render.Main(ctx, []string{"-c", s.config, "-i", s.csv, "-o", index}, stdout, stderr); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	if first {
+		fmt.Fprintf(stdout, "\n== render -text -c %s -i %s\n", s.rel(s.config), s.rel(s.csv))
+		if err := render.Main(ctx, []string{"-text", "-c", s.config, "-i", s.csv}, stdout, stderr); err != nil {
+			return fmt.Errorf("render -text: %w", err)
+		}
+	}
+	return nil
+}
+
+// rel shows paths as the user typed them: relative to where make runs.
+func (s *site) rel(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}

@@ -1,0 +1,70 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestOnce runs the whole pipeline a newcomer sees, without serving: the
+// simulated fleet, fetch, render. The page must show what the demo fleet
+// holds: busy, free, reserved and failed GPUs, each where it belongs.
+func TestOnce(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"-once", "-dir", dir}, &stdout, &stderr); err != nil {
+		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "www", "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"status.json", "metrics.prom"} {
+		if _, err := os.Stat(filepath.Join(dir, "www", f)); err != nil {
+			t.Errorf("render did not write %s: %v", f, err)
+		}
+	}
+	// the page's markup is minified: attribute values may be unquoted
+	attr := func(tag, name string) string {
+		m := regexp.MustCompile(`\s` + name + `=(?:"([^"]*)"|([^\s>"]*))`).FindStringSubmatch(tag)
+		if m == nil {
+			return ""
+		}
+		return m[1] + m[2]
+	}
+	cells := map[string]string{} // "host/gpu" -> state
+	for _, tag := range regexp.MustCompile(`<[a-z]+\s[^>]*>`).FindAllString(string(page), -1) {
+		if !strings.Contains(" "+attr(tag, "class")+" ", " gpu ") {
+			continue
+		}
+		cells[attr(tag, "data-host")+"/"+attr(tag, "data-gpu")] = attr(tag, "data-state")
+	}
+	state := func(host, gpu string) string { return cells[host+"/"+gpu] }
+	tests := []struct{ host, gpu, want string }{
+		{"h100-a01", "0", "busy"},     // alice's 8-GPU pretraining
+		{"h200-b03", "0", "free"},     // idle host
+		{"h200-b03", "2", "reserved"}, // reserved for alice until in 3 days
+		{"h200-b03", "3", "free"},     // its reservation ended yesterday
+		{"h100-a02", "0", "free"},     // only idlemon's preemptible job
+		{"ws-c02", "0", "reserved"},   // the whole host is reserved
+		{"h200-b04", "1", "busy"},     // heidi, on the host with a lost GPU
+	}
+	for _, tt := range tests {
+		if got := state(tt.host, tt.gpu); got != tt.want {
+			t.Errorf("%s GPU %s: state %q, want %q", tt.host, tt.gpu, got, tt.want)
+		}
+	}
+	for _, want := range []string{"h200-b05", "refused", "lost"} {
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("page does not mention %q", want)
+		}
+	}
+	if !strings.Contains(stderr.String(), "h200-b05: unreachable") {
+		t.Errorf("fetch's report of the failed host is missing:\n%s", stderr.String())
+	}
+}
