@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -131,12 +132,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		write func(io.Writer, *Report) error
 	}{{jsonPath, JSON}, {promPath, Prom}, {html, HTML}}
 	bufs := make([]bytes.Buffer, len(outputs))
+	errs := make([]error, len(outputs))
+	var wg sync.WaitGroup
 	for i, o := range outputs {
 		if o.path == "" {
 			continue
 		}
-		if err := o.write(&bufs[i], rep); err != nil {
-			return fmt.Errorf("making %s: %w", o.path, err)
+		wg.Go(func() { errs[i] = o.write(&bufs[i], rep) })
+	}
+	wg.Wait()
+	for i, o := range outputs {
+		if errs[i] != nil {
+			return fmt.Errorf("making %s: %w", o.path, errs[i])
 		}
 	}
 	for i, o := range outputs {

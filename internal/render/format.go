@@ -125,23 +125,20 @@ func num(n loaddata.Number, unit string) string {
 	return strconv.FormatFloat(n.Value, 'f', -1, 64) + unit
 }
 
-// sensors is "51 °C · 412/700 W · fan 30 %", leaving out what is unknown.
+// sensors is "51°C · 412/700W · fan 30%", leaving out what is unknown.
 func sensors(g *cluster.GPU) string {
 	var parts []string
-	if s := num(g.Temp, " °C"); s != "" {
+	if s := num(g.Temp, "°C"); s != "" {
 		parts = append(parts, s)
 	}
 	switch {
 	case g.Power.Valid && g.PowerLimit.Valid:
-		parts = append(parts, fmt.Sprintf("%.0f/%.0f W", g.Power.Value, g.PowerLimit.Value))
+		parts = append(parts, fmt.Sprintf("%.0f/%.0fW", g.Power.Value, g.PowerLimit.Value))
 	case g.Power.Valid:
-		parts = append(parts, fmt.Sprintf("%.0f W", g.Power.Value))
+		parts = append(parts, fmt.Sprintf("%.0fW", g.Power.Value))
 	}
-	if s := num(g.Fan, " %"); s != "" {
+	if s := num(g.Fan, "%"); s != "" {
 		parts = append(parts, "fan "+s)
-	}
-	if s := num(g.MemUtil, " %"); s != "" {
-		parts = append(parts, "mem util "+s)
 	}
 	return strings.Join(parts, " · ")
 }

@@ -44,7 +44,7 @@ type gpuView struct {
 	State, StateText string
 	Index            string
 	Short            string
-	Mem, Util        string
+	Mem, MemUtil     string
 	MemPct           int
 	Sensors          string
 	Notes            []string
@@ -148,8 +148,9 @@ var stateText = map[string]string{
 func gpuViewOf(g *cluster.GPU, h *cluster.Host, r *Report) gpuView {
 	gv := gpuView{State: g.State, StateText: stateText[g.State], Index: g.ID(), Short: g.Short,
 		Mem: memText(g.MemUsed, g.MemTotal), MemPct: memPct(g.MemUsed, g.MemTotal), Sensors: sensors(g)}
+	gv.MemUtil = gv.Mem
 	if g.Util.Valid {
-		gv.Util = num(g.Util, "%")
+		gv.MemUtil += " · " + num(g.Util, "%")
 	}
 	if g.Name != h.ModelName && g.Name != "" {
 		gv.Sensors = strings.TrimSuffix(g.Name+" · "+gv.Sensors, " · ")

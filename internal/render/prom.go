@@ -39,8 +39,9 @@ func Prom(w io.Writer, r *Report) error {
 		b.WriteString(strconv.FormatFloat(v, 'f', -1, 64))
 		b.WriteByte('\n')
 	}
+	// uuid and name only on gpumon_gpu_state; join on host and gpu for the rest
 	gpuLabels := func(h *cluster.Host, g *cluster.GPU) []string {
-		return []string{"host", h.Name, "gpu", g.ID(), "uuid", g.UUID, "name", g.Name}
+		return []string{"host", h.Name, "gpu", g.ID()}
 	}
 	each := func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64) {
 		family(name, "gauge", help)
@@ -71,16 +72,10 @@ func Prom(w io.Writer, r *Report) error {
 	for _, s := range cluster.States {
 		sample("gpumon_gpus", []string{"state", s}, float64(c.Count[s]))
 	}
-	family("gpumon_gpu_state", "gauge", "1 for the GPU's state (free, busy, reserved, failed), 0 for the others.")
+	family("gpumon_gpu_state", "gauge", "The GPU's state (free, busy, reserved or failed) in the state label; always 1.")
 	for _, h := range c.Hosts {
 		for _, g := range h.GPUs {
-			for _, s := range cluster.States {
-				v := 0.0
-				if g.State == s {
-					v = 1
-				}
-				sample("gpumon_gpu_state", append(gpuLabels(h, g), "state", s), v)
-			}
+			sample("gpumon_gpu_state", []string{"host", h.Name, "gpu", g.ID(), "uuid", g.UUID, "name", g.Name, "state", g.State}, 1)
 		}
 	}
 	each("gpumon_gpu_memory_used_bytes", "GPU memory in use.", func(g *cluster.GPU) loaddata.Number { return g.MemUsed }, 1<<20)

@@ -177,9 +177,7 @@ func StatusOf(r *Report) *Status {
 
 // JSON writes status.json.
 func JSON(w io.Writer, r *Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", " ")
-	return enc.Encode(StatusOf(r))
+	return json.NewEncoder(w).Encode(StatusOf(r))
 }
 
 func nump(n loaddata.Number) *float64 {
