@@ -1,0 +1,31 @@
+package holders
+
+import "testing"
+
+func TestParseStat(t *testing.T) {
+	p, err := ParseStat([]byte("4242 (my (odd) prog) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 193334 1000 1 18446744073709551615\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PID != 4242 || p.Comm != "my (odd) prog" || p.PPID != 1 || p.PGID != 4242 || p.SID != 4242 || p.Start != 193334 || p.State != 'S' {
+		t.Errorf("%+v", p)
+	}
+}
+
+func TestMatches(t *testing.T) {
+	ign := []string{"nvidia-smi", "nvidia-persistenced"}
+	for _, tc := range []struct {
+		names []string
+		want  bool
+	}{
+		{[]string{"nvidia-persiste"}, true}, // comm cut to 15 bytes
+		{[]string{"nvidia-smi"}, true},
+		{[]string{"python3", "python3.11", "nvidia-smi"}, true}, // argv[0]
+		{[]string{"nvidia"}, false},
+		{[]string{"python3", "nvidia-persiste"}, false}, // only comm is cut
+	} {
+		if got := Matches(tc.names, ign); got != tc.want {
+			t.Errorf("Matches(%q) = %v", tc.names, got)
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package idlemon
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/holders"
+)
+
+// BenchmarkPreemptionLatency: from a foreign open() of a device file to
+// SIGTERM delivered to the job, measured in the two processes (the opener
+// notes the time just before open(2), the job when its signal handler
+// runs). interval_seconds = 10, so only the inotify path can be fast.
+func BenchmarkPreemptionLatency(b *testing.B) {
+	e := newEnv(b, 1)
+	ready, term := e.path("ready"), e.path("term")
+	e.start(fmt.Sprintf(`interval_seconds = 10
+min_idle_seconds = 0
+grace_seconds = 5
+user = root
+[process-bench]
+gpus = 0
+cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
+`, ready, term, os.Args[0]), Options{})
+
+	opener := exec.Command(os.Args[0])
+	opener.Env = append(os.Environ(), "IDLEMON_TEST_HELPER=opener", "DEV="+e.devs[0])
+	in, _ := opener.StdinPipe()
+	outp, _ := opener.StdoutPipe()
+	if err := opener.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { in.Close(); opener.Wait() }()
+	lines := bufio.NewScanner(outp)
+	say := func(cmd string) string {
+		fmt.Fprintln(in, cmd)
+		if !lines.Scan() {
+			b.Fatalf("opener: %v", lines.Err())
+		}
+		return lines.Text()
+	}
+	trials := max(b.N, 20)
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < trials; i++ {
+		waitFile(b, ready, 10*time.Second)
+		os.Remove(ready)
+		t0, err := strconv.ParseInt(say("open"), 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1, err := strconv.ParseInt(strings.TrimSpace(string(waitFile(b, term, 10*time.Second))), 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		os.Remove(term)
+		lat = append(lat, time.Duration(t1-t0))
+		say("close")
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		i := int(p*float64(len(lat))+0.5) - 1
+		i = min(max(i, 0), len(lat)-1)
+		return float64(lat[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(len(lat)), "trials")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkScan2000: one scan of /proc with 2,000 extra sleeping processes,
+// every 100th holding a device file.
+func BenchmarkScan2000(b *testing.B) {
+	e := newEnv(b, 4)
+	var files []*os.File
+	for _, d := range e.devs {
+		f, err := os.Open(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		files = append(files, f)
+	}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, c := range procs {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	for i := 0; i < 2000; i++ {
+		c := exec.Command("sleep", "600")
+		if i%100 == 0 {
+			c.ExtraFiles = []*os.File{files[(i/100)%len(files)]}
+		}
+		if err := c.Start(); err != nil {
+			b.Fatalf("process %d: %v", i, err)
+		}
+		procs = append(procs, c)
+	}
+	devs, err := holders.Find(e.path("dev/nvidia[0-9]*"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := holders.NewScanner(devs)
+	snap, err := sc.Scan()
+	if err != nil {
+		b.Fatal(err)
+	}
+	held := 0
+	for _, p := range snap.Holders {
+		held += len(p)
+	}
+	if len(snap.Procs) < 2000 || held < 20 {
+		b.Fatalf("scan saw %d processes, %d holders", len(snap.Procs), held)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if _, err := sc.Scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/scan")
+	b.ReportMetric(float64(len(snap.Procs)), "procs")
+}
+
+// BenchmarkIdleCPU: the idlemon binary (this test binary re-executed) at
+// rest, 4 GPUs, one job running, interval_seconds = 10: CPU time over a
+// window (IDLEMON_CPU_WINDOW, default 10s) as % of one core.
+func BenchmarkIdleCPU(b *testing.B) {
+	e := newEnv(b, 4)
+	window := 10 * time.Second
+	if w, err := time.ParseDuration(os.Getenv("IDLEMON_CPU_WINDOW")); err == nil {
+		window = w
+	}
+	cfg := e.config(`interval_seconds = 10
+min_idle_seconds = 0
+user = root
+[process-rest]
+gpus = 0
+cmd = exec sleep 600
+[tty]
+enabled = true
+idle_seconds = 300
+`)
+	cmd := exec.Command(os.Args[0], "-c", cfg)
+	cmd.Env = append(os.Environ(), "IDLEMON_TEST_MAIN=1")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	waitStateAt(b, e.path("state.json"), "the job running", 10*time.Second, running("process-rest"))
+	cpu := func() time.Duration {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		ut, _ := strconv.ParseInt(f[11], 10, 64)            // field 14
+		st, _ := strconv.ParseInt(f[12], 10, 64)            // field 15
+		return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+	}
+	b.ResetTimer()
+	c0, t0 := cpu(), time.Now()
+	time.Sleep(window) // measuring a rest period: nothing to wait for
+	c1, t1 := cpu(), time.Now()
+	b.ReportMetric(100*float64(c1-c0)/float64(t1.Sub(t0)), "%-core")
+	b.ReportMetric(t1.Sub(t0).Seconds(), "window-s")
+	b.ReportMetric(0, "ns/op")
+}
