@@ -5,7 +5,7 @@ DEMO    := demo
 ADDR    ?= 127.0.0.1:8080
 FUZZTIME ?= 10s
 
-.PHONY: all build test fuzz bench demo vet clean
+.PHONY: all build test fuzz bench demo dist vet clean
 
 all: build
 
@@ -32,11 +32,19 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
 	$(GO) test -run '^$$' -bench . ./internal/nvsmi
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/render
+	$(GO) test -run '^$$' -bench . ./internal/idlemon
 
 # A simulated fleet on 127.0.1.x, fetch and render over it (again every
 # minute, as cron would), and the page on http://$(ADDR) until Ctrl-C.
 demo: build
 	@$(BIN)/demo -addr $(ADDR) -dir $(DEMO)
+
+# Static idlemon binaries (no cgo) to copy to the GPU hosts.
+dist:
+	mkdir -p $(BIN)/linux-amd64 $(BIN)/linux-arm64
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/linux-amd64/idlemon ./cmd/idlemon
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/linux-arm64/idlemon ./cmd/idlemon
 
 clean:
 	rm -rf $(BIN) $(DEMO)
