@@ -138,14 +138,17 @@ type User struct {
 	Name   string // "" when ps could not tell
 	GPUs   int
 	MemMiB float64
-	Procs  int
+	Procs  int      // distinct processes: a pid on 8 GPUs of a host is one
 	Hosts  []string // raw host names, sorted
 }
 
-// Model counts the GPUs of one short name.
+// Model counts the GPUs of one short name. A GPU the driver lost has no
+// name: it counts under its host's model when all the host's other GPUs
+// share one, else under the model named "" (unknown). So the models' totals
+// add up to the cluster's GPUs.
 type Model struct {
-	Name        string
-	Free, Total int
+	Name                string
+	Free, Failed, Total int // Total counts every GPU of the model, failed ones too
 }
 
 // Build groups rows into hosts (in the CSV's order) and GPUs (by index) and
@@ -213,6 +216,11 @@ func Build(rows []loaddata.Row, o Options) *Cluster {
 	}
 	models := map[string]*Model{}
 	users := map[string]*User{}
+	type procKey struct {
+		host string
+		pid  int64
+	}
+	procs := map[procKey]bool{} // a pid on several GPUs of a host is one process
 	for _, h := range c.Hosts {
 		sort.SliceStable(h.GPUs, func(i, j int) bool {
 			a, b := h.GPUs[i], h.GPUs[j]
@@ -264,17 +272,22 @@ func Build(rows []loaddata.Row, o Options) *Cluster {
 			c.Count[g.State]++
 			h.Count[g.State]++
 			c.GPUs++
-			if g.State != Failed && g.Short != "" {
-				m := models[g.Short]
-				if m == nil {
-					m = &Model{Name: g.Short}
-					models[g.Short] = m
-					c.Models = append(c.Models, m)
-				}
-				m.Total++
-				if g.State == Free {
-					m.Free++
-				}
+			model := g.Short
+			if g.Name == "" && h.ModelName != "" {
+				model = ShortName(h.ModelName, o.GPUNames) // a lost GPU: its host's model
+			}
+			m := models[model]
+			if m == nil {
+				m = &Model{Name: model}
+				models[model] = m
+				c.Models = append(c.Models, m)
+			}
+			m.Total++
+			switch g.State {
+			case Free:
+				m.Free++
+			case Failed:
+				m.Failed++
 			}
 			seen := map[string]bool{}
 			for _, p := range g.Procs {
@@ -287,7 +300,12 @@ func Build(rows []loaddata.Row, o Options) *Cluster {
 					users[p.User] = u
 					c.Users = append(c.Users, u)
 				}
-				u.Procs++
+				if !p.PID.Valid {
+					u.Procs++ // no pid: nothing to tell it apart by
+				} else if k := (procKey{h.Name, p.PID.Value}); !procs[k] {
+					procs[k] = true
+					u.Procs++
+				}
 				if p.MemMiB.Valid {
 					u.MemMiB += p.MemMiB.Value
 				}
@@ -312,7 +330,17 @@ func Build(rows []loaddata.Row, o Options) *Cluster {
 		}
 		return a.Name < b.Name
 	})
-	sort.SliceStable(c.Models, func(i, j int) bool { return c.Models[i].Name < c.Models[j].Name })
+	// the biggest models first, the unknown one last
+	sort.SliceStable(c.Models, func(i, j int) bool {
+		a, b := c.Models[i], c.Models[j]
+		if (a.Name == "") != (b.Name == "") {
+			return b.Name == ""
+		}
+		if a.Total != b.Total {
+			return a.Total > b.Total
+		}
+		return a.Name < b.Name
+	})
 	return c
 }
 

@@ -157,10 +157,11 @@ func TestFailedHost(t *testing.T) {
 }
 
 func TestUsersAndModels(t *testing.T) {
+	pid := func(r loaddata.Row, pid int64) loaddata.Row { r.PID = loaddata.IntOf(pid); return r }
 	rows := []loaddata.Row{
 		withProc(gpuRow(t, "a", 0, 30000), "alice", "python", 20000, false),
-		withProc(gpuRow(t, "a", 0, 30000), "alice", "python", 10000, false), // a second process, same GPU
-		withProc(gpuRow(t, "a", 1, 30000), "alice", "python", 30000, false),
+		pid(withProc(gpuRow(t, "a", 0, 30000), "alice", "python", 10000, false), 4243), // a second process, same GPU
+		pid(withProc(gpuRow(t, "a", 1, 30000), "alice", "python", 30000, false), 4244),
 		withProc(gpuRow(t, "b", 0, 5000), "bob", "python", 5000, false),
 		withProc(gpuRow(t, "b", 1, 5000), "idlejob", "python", 5000, true),
 		gpuRow(t, "b", 2, 0),
@@ -198,5 +199,70 @@ func TestShortName(t *testing.T) {
 		if got := ShortName(full, names); got != want {
 			t.Errorf("ShortName(%q) = %q, want %q", full, got, want)
 		}
+	}
+}
+
+// A pid on several GPUs of a host is one process (one row per GPU in the
+// CSV); the same pid on another host is another process.
+func TestUserProcessesAreDistinctPIDsPerHost(t *testing.T) {
+	var rows []loaddata.Row
+	for i := int64(0); i < 8; i++ {
+		r := withProc(gpuRow(t, "h100-a01", i, 70000), "alice", "torchrun train.py", 69000, false)
+		r.PID = loaddata.IntOf(401233)
+		rows = append(rows, r)
+	}
+	for i := int64(0); i < 4; i++ {
+		r := withProc(gpuRow(t, "h200-b01", i, 90000), "alice", "python sweep.py", 89000, false)
+		r.PID = loaddata.IntOf(500000 + i)
+		rows = append(rows, r)
+	}
+	// bob's pid 401233 on another host is his own process
+	r := withProc(gpuRow(t, "h200-b02", 0, 9000), "bob", "python", 8000, false)
+	r.PID = loaddata.IntOf(401233)
+	rows = append(rows, r)
+	// two processes ps could not number are two
+	r = withProc(gpuRow(t, "h200-b02", 1, 9000), "bob", "python", 4000, false)
+	r.PID = loaddata.Int{}
+	rows = append(rows, r, r)
+	c := Build(rows, Options{FreeMemMiB: 1024, Now: now})
+	want := []*User{
+		{Name: "alice", GPUs: 12, MemMiB: 8*69000 + 4*89000, Procs: 5, Hosts: []string{"h100-a01", "h200-b01"}},
+		{Name: "bob", GPUs: 2, MemMiB: 16000, Procs: 3, Hosts: []string{"h200-b02"}},
+	}
+	if diff := cmp.Diff(want, c.Users); diff != "" {
+		t.Errorf("users (-want +got):\n%s", diff)
+	}
+}
+
+// Every GPU counts under a model, so the models add up to the total: a lost
+// GPU (no name) under its host's model, or under "" when the host mixes
+// models.
+func TestModelsAddUp(t *testing.T) {
+	lost := func(host string) loaddata.Row {
+		return loaddata.Row{Timestamp: "2026-11-23T13:58:00Z", Host: host, HostStatus: loaddata.StatusOK,
+			GPUBusID: "0000:9a:00.0", GPUError: "GPU is lost; reboot the system to recover this GPU"}
+	}
+	mixed := gpuRow(t, "m", 1, 0)
+	mixed.GPUName = "NVIDIA GeForce RTX 2080 SUPER"
+	rows := []loaddata.Row{
+		gpuRow(t, "a", 0, 0), gpuRow(t, "a", 1, 0), lost("a"),
+		gpuRow(t, "m", 0, 0), mixed, lost("m"),
+		{Timestamp: "2026-11-23T13:58:00Z", Host: "down", HostStatus: loaddata.StatusDriver, HostError: "no driver"},
+	}
+	c := Build(rows, Options{FreeMemMiB: 1024, Now: now, GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
+	want := []*Model{
+		{Name: "H100", Free: 3, Failed: 1, Total: 4},
+		{Name: "RTX 2080 SUPER", Free: 1, Total: 1},
+		{Name: "", Failed: 1, Total: 1},
+	}
+	if diff := cmp.Diff(want, c.Models); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+	n := 0
+	for _, m := range c.Models {
+		n += m.Total
+	}
+	if n != c.GPUs || c.GPUs != 6 {
+		t.Errorf("models add up to %d, GPUs %d (want 6)", n, c.GPUs)
 	}
 }

@@ -163,6 +163,18 @@ func shorten(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
+// reasonText is the first clause of an error, for a small cell: "GPU is
+// lost; reboot the system..." is "GPU is lost". At most n characters.
+func reasonText(s string, n int) string {
+	if i := strings.IndexAny(s, ";\n"); i > 0 {
+		s = s[:i]
+	}
+	if i := strings.Index(s, " ("); i > 0 {
+		s = s[:i]
+	}
+	return shorten(strings.TrimSpace(s), n)
+}
+
 // timeText is a time for people: "2026-11-23 14:10 UTC".
 func timeText(t time.Time, loc *time.Location) string {
 	if t.IsZero() {

@@ -32,10 +32,20 @@ func hash(s string) string {
 // commandMax is how much of a command line the page shows.
 const commandMax = 100
 
+// hostErrorMax is how much of a failed host's reason its card shows; the
+// rest is in the card's detail.
+const hostErrorMax = 300
+
+// gpuErrorMax is how much of a lost GPU's error its cell shows.
+const gpuErrorMax = 40
+
+// modelsMax is how many models the summary names; the rest are "+N more".
+const modelsMax = 6
+
 type hostView struct {
 	Name, Display, Info, Note string
 	Down                      bool
-	Status, Error             string
+	Status, Error, ErrorShort string
 	Reservation               string
 	GPUs                      []gpuView
 }
@@ -47,12 +57,23 @@ type gpuView struct {
 	Mem, MemUtil     string
 	MemPct           int
 	Sensors          string
+	Why              string // a failed GPU's error, short
+	IdleJob          bool   // idlemon's idle-time job runs here
 	Notes            []string
 	Procs            []procView
 }
 
 type procView struct {
 	User, PID, Command, Mark, Mem, Time string
+}
+
+type modelView struct {
+	Name        string
+	Free, Total int
+}
+
+type moreModels struct {
+	N, Free, Total int
 }
 
 type userView struct {
@@ -89,7 +110,8 @@ func pageViewOf(r *Report) map[string]any {
 		"Total":          c.GPUs,
 		"Hosts":          len(c.Hosts),
 		"Down":           c.Down,
-		"Models":         c.Models,
+		"Models":         nil,
+		"MoreModels":     nil,
 		"Warnings":       r.Warnings,
 		"JSONLink":       r.JSONLink,
 		"PromLink":       r.PromLink,
@@ -97,9 +119,15 @@ func pageViewOf(r *Report) map[string]any {
 	if !c.DataTime.IsZero() {
 		v["DataTime"] = c.DataTime.UTC().Format(time.RFC3339)
 	}
+	models, more := modelsView(c.Models)
+	v["Models"] = models
+	if more != nil {
+		v["MoreModels"] = more
+	}
 	hosts := make([]hostView, 0, len(c.Hosts))
 	for _, h := range c.Hosts {
-		hv := hostView{Name: h.Name, Display: h.Display, Down: !h.Up(), Status: h.Status, Error: h.Error}
+		hv := hostView{Name: h.Name, Display: h.Display, Down: !h.Up(), Status: h.Status, Error: h.Error,
+			ErrorShort: shorten(h.Error, hostErrorMax)}
 		if hv.Display != h.Name {
 			hv.Info = h.Name
 		}
@@ -156,6 +184,7 @@ func gpuViewOf(g *cluster.GPU, h *cluster.Host, r *Report) gpuView {
 		gv.Sensors = strings.TrimSuffix(g.Name+" · "+gv.Sensors, " · ")
 	}
 	if g.Error != "" {
+		gv.Why = reasonText(g.Error, gpuErrorMax)
 		gv.Notes = append(gv.Notes, g.Error)
 	}
 	gv.Notes = append(gv.Notes, g.Notes...)
@@ -173,10 +202,39 @@ func gpuViewOf(g *cluster.GPU, h *cluster.Host, r *Report) gpuView {
 		switch {
 		case p.Preemptible:
 			pv.Mark = "(idle-time job)"
+			gv.IdleJob = true
 		case p.Ignored:
 			pv.Mark = "(ignored)"
 		}
 		gv.Procs = append(gv.Procs, pv)
 	}
 	return gv
+}
+
+// modelsView is the summary's models: the first modelsMax (the biggest),
+// then the rest together.
+func modelsView(ms []*cluster.Model) ([]modelView, *moreModels) {
+	var out []modelView
+	var more *moreModels
+	for i, m := range ms {
+		if i >= modelsMax && len(ms) > modelsMax {
+			if more == nil {
+				more = &moreModels{}
+			}
+			more.N++
+			more.Free += m.Free
+			more.Total += m.Total
+			continue
+		}
+		out = append(out, modelView{Name: modelName(m.Name), Free: m.Free, Total: m.Total})
+	}
+	return out, more
+}
+
+// modelName names the model of GPUs whose model is not known.
+func modelName(s string) string {
+	if s == "" {
+		return "unknown model"
+	}
+	return s
 }

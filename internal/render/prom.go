@@ -103,7 +103,7 @@ func Prom(w io.Writer, r *Report) error {
 	for _, u := range c.Users {
 		sample("gpumon_user_gpu_memory_bytes", []string{"user", u.Name}, u.MemMiB*(1<<20))
 	}
-	family("gpumon_user_processes", "gauge", "GPU processes the user runs.")
+	family("gpumon_user_processes", "gauge", "GPU processes the user runs (a process on several GPUs counts once).")
 	for _, u := range c.Users {
 		sample("gpumon_user_processes", []string{"user", u.Name}, float64(u.Procs))
 	}

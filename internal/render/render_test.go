@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,7 +106,7 @@ func TestPageStructure(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := b.String()
-	cells := regexp.MustCompile(`<li class=gpu data-state=(\w+) data-host=([\w-]+) data-gpu=("?[\w:.]*"?) tabindex=0>`).FindAllStringSubmatch(page, -1)
+	cells := regexp.MustCompile(`<li class=(?:gpu|"gpu w") data-state=(\w+) data-host=([\w-]+) data-gpu=("?[\w:.]*"?) tabindex=0>`).FindAllStringSubmatch(page, -1)
 	var got []string
 	for _, c := range cells {
 		got = append(got, c[2]+"/"+c[3]+"="+c[1])
@@ -121,7 +122,10 @@ func TestPageStructure(t *testing.T) {
 	}
 	for _, s := range []string{
 		`<p id="summary"><b>3 free</b> of 8 GPUs`,
-		`H100 80GB HBM3: 2 free of 5`,
+		`H100 80GB HBM3: 2 free of 6`, // the lost GPU counts under its host's model
+		`<span class=tag>idle job</span>`,
+		`<p class=why>no complete answer in 20s</p>`, // a down host's reason, on its card
+		`<p class=why>GPU is lost</p>`,               // a lost GPU's, in its cell
 		`<span class="down">1 host down</span>`,
 		`<p id="stale" role="alert" hidden>`,
 		`<table id="users">`,
@@ -389,5 +393,76 @@ func TestTextMode(t *testing.T) {
 	Main(context.Background(), []string{"-text", "-color=always"}, &stdout, &stderr)
 	if !strings.Contains(stdout.String(), "\x1b[32mfree\x1b[0m") {
 		t.Error("no colour with -color=always")
+	}
+}
+
+// One process on 8 GPUs of a host is one process in every output: alice
+// runs pid 401233 on 8 GPUs of h100-a01 and 4 processes on h200-b01.
+func TestUserProcessesCountOnce(t *testing.T) {
+	var rows []loaddata.Row
+	gpu := func(host string, i int64, pid int64) loaddata.Row {
+		return loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: loaddata.StatusOK,
+			GPUIndex: loaddata.IntOf(i), GPUName: "NVIDIA H100 80GB HBM3", MemUsedMiB: loaddata.Num(70000), MemTotalMiB: loaddata.Num(81559),
+			PID: loaddata.IntOf(pid), User: "alice", Command: "torchrun train.py", ProcessMemMiB: loaddata.Num(69000)}
+	}
+	for i := int64(0); i < 8; i++ {
+		rows = append(rows, gpu("h100-a01", i, 401233))
+	}
+	for i := int64(0); i < 4; i++ {
+		rows = append(rows, gpu("h200-b01", i, 7000+i))
+	}
+	rep := testReport(t, rows, "")
+	var page, js, prom bytes.Buffer
+	if err := HTML(&page, rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := JSON(&js, rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := Prom(&prom, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "<tr><td>alice</td><td>12</td><td>809 GiB</td><td>5</td>") {
+		t.Errorf("the users table does not show alice with 12 GPUs and 5 processes:\n%s", page.String()[strings.Index(page.String(), `<table id="users">`):])
+	}
+	var st Status
+	if err := json.Unmarshal(js.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Users) != 1 || st.Users[0].Processes != 5 || st.Users[0].GPUs != 12 {
+		t.Errorf("status.json users: %+v, want alice with 5 processes on 12 GPUs", st.Users)
+	}
+	if !strings.Contains(prom.String(), "\ngpumon_user_processes{user=\"alice\"} 5\n") {
+		t.Errorf("metrics.prom lacks gpumon_user_processes{user=\"alice\"} 5")
+	}
+}
+
+// The summary names the 6 biggest models, then the rest together, and its
+// numbers add up.
+func TestSummaryModelsCapped(t *testing.T) {
+	var rows []loaddata.Row
+	for m := 0; m < 8; m++ {
+		for i := 0; i <= m; i++ {
+			rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: fmt.Sprintf("h%d", m), HostStatus: loaddata.StatusOK,
+				GPUIndex: loaddata.IntOf(int64(i)), GPUName: fmt.Sprintf("Model %c", 'A'+m), MemUsedMiB: loaddata.Num(0), MemTotalMiB: loaddata.Num(1000)})
+		}
+	}
+	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "h7", HostStatus: loaddata.StatusOK,
+		GPUBusID: "0000:9a:00.0", GPUError: "GPU is lost; reboot the system to recover this GPU"})
+	rep := testReport(t, rows, "")
+	var b bytes.Buffer
+	if err := HTML(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	want := `<b>36 free</b> of 37 GPUs · <span class="model">Model H: 8 free of 9</span> · <span class="model">Model G: 7 free of 7</span> · ` +
+		`<span class="model">Model F: 6 free of 6</span> · <span class="model">Model E: 5 free of 5</span> · <span class="model">Model D: 4 free of 4</span> · ` +
+		`<span class="model">Model C: 3 free of 3</span> · <span class="model">+2 more: 3 free of 3</span> · 1 failed`
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("summary:\n%s\nwant:\n%s", regexp.MustCompile(`(?s)<p id="summary">.*?</p>`).FindString(b.String()), want)
+	}
+	b.Reset()
+	Text(&b, rep, false)
+	if !strings.Contains(b.String(), "Model C: 3 free of 3 · +2 more: 3 free of 3 ·") {
+		t.Errorf("table summary: %s", strings.SplitN(b.String(), "\n", 2)[0])
 	}
 }

@@ -43,11 +43,14 @@ type StatusSummary struct {
 	Models    []StatusModel `json:"models"`
 }
 
-// StatusModel counts one GPU model's GPUs (failed ones left out).
+// StatusModel counts one GPU model's GPUs. Every known GPU counts under a
+// model, so the totals add up to summary.gpus: a lost GPU (no name) under
+// its host's model, or under the name "" when that is not known either.
 type StatusModel struct {
-	Name  string `json:"name"`
-	Free  int    `json:"free"`
-	Total int    `json:"total"`
+	Name   string `json:"name"` // short name; "" for GPUs of unknown model
+	Free   int    `json:"free"`
+	Failed int    `json:"failed"`
+	Total  int    `json:"total"` // failed GPUs included
 }
 
 // StatusHost is one host.
@@ -113,7 +116,7 @@ type StatusUser struct {
 	User      string   `json:"user"` // "" when ps could not tell
 	GPUs      int      `json:"gpus"`
 	MemMiB    float64  `json:"mem_mib"`
-	Processes int      `json:"processes"`
+	Processes int      `json:"processes"` // distinct: a pid on several GPUs of a host is one
 	Hosts     []string `json:"hosts"`
 }
 
@@ -140,7 +143,7 @@ func StatusOf(r *Report) *Status {
 		s.AgeSeconds = &a
 	}
 	for _, m := range c.Models {
-		s.Summary.Models = append(s.Summary.Models, StatusModel{Name: m.Name, Free: m.Free, Total: m.Total})
+		s.Summary.Models = append(s.Summary.Models, StatusModel{Name: m.Name, Free: m.Free, Failed: m.Failed, Total: m.Total})
 	}
 	for _, h := range c.Hosts {
 		sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: h.Status, Error: h.Error,

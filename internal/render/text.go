@@ -25,8 +25,12 @@ func Text(w io.Writer, r *Report, color bool) error {
 	c := r.Cluster
 	b := bufio.NewWriter(w)
 	fmt.Fprintf(b, "%d free of %d GPUs", c.Count[cluster.Free], c.GPUs)
-	for _, m := range c.Models {
-		fmt.Fprintf(b, " · %s: %d free of %d", m.Name, m.Free, m.Total)
+	models, more := modelsView(c.Models)
+	for _, m := range models {
+		fmt.Fprintf(b, " · %s: %d free of %d", oneLine(m.Name), m.Free, m.Total)
+	}
+	if more != nil {
+		fmt.Fprintf(b, " · +%d more: %d free of %d", more.N, more.Free, more.Total)
 	}
 	if c.Down > 0 {
 		fmt.Fprintf(b, " · %d host%s down", c.Down, plural(c.Down))
