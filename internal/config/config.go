@@ -7,8 +7,6 @@
 package config
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +17,8 @@ import (
 	"time"
 
 	"gopkg.in/ini.v1"
+
+	"github.com/gpumon/gpumon/internal/inipos"
 )
 
 // Defaults, documented in config.example.ini.
@@ -211,7 +211,7 @@ func Parse(r io.Reader, name string) (*Config, error) {
 // name against knownKeys (the sections in freeSections take any key), so a
 // typo in any section is an error for every command that reads the file.
 func parseINI(src []byte, name string) (*ini.File, map[string]int, error) {
-	lines := keyLines(src)
+	lines := inipos.Lines(src)
 	f, err := ini.LoadSources(ini.LoadOptions{
 		IgnoreInlineComment:        true,
 		InsensitiveKeys:            true,
@@ -304,38 +304,4 @@ func ExpandHome(p string) string {
 		}
 	}
 	return p
-}
-
-// keyLines maps "section.key" (key lower-cased, as configparser does) to its
-// line number, and "section." to the section header's line. ini.v1 keeps no
-// positions, so the source is scanned once more.
-func keyLines(src []byte) map[string]int {
-	m := map[string]int{}
-	section := ini.DefaultSection
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		raw := sc.Text()
-		line := strings.TrimSpace(raw)
-		switch {
-		case line == "" || line[0] == '#' || line[0] == ';':
-		case line[0] == '[' && strings.HasSuffix(line, "]"):
-			section = strings.TrimSpace(line[1 : len(line)-1])
-			if _, ok := m[section+"."]; !ok {
-				m[section+"."] = n
-			}
-		case raw[0] == ' ' || raw[0] == '\t':
-			// a continuation line
-		default:
-			i := strings.IndexAny(line, "=:")
-			if i < 0 {
-				continue
-			}
-			key := strings.ToLower(strings.TrimSpace(line[:i]))
-			if _, ok := m[section+"."+key]; !ok {
-				m[section+"."+key] = n
-			}
-		}
-	}
-	return m
 }

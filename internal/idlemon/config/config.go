@@ -9,8 +9,6 @@
 package config
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/inipos"
 	"gopkg.in/ini.v1"
 )
 
@@ -147,7 +146,7 @@ func Parse(r io.Reader, name string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	lines := keyLines(src)
+	lines := inipos.Lines(src)
 	errAt := func(section, key, format string, args ...any) *Error {
 		return &Error{File: name, Line: lines[section+"."+key], Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -417,36 +416,4 @@ func resolvePath(dir, p string) string {
 		p = filepath.Join(dir, p)
 	}
 	return p
-}
-
-// keyLines maps "section.key" (key lower-cased) to its line number, and
-// "section." to the section header's line: ini.v1 keeps no positions.
-func keyLines(src []byte) map[string]int {
-	m := map[string]int{}
-	section := ini.DefaultSection
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		raw := sc.Text()
-		line := strings.TrimSpace(raw)
-		switch {
-		case line == "" || line[0] == '#' || line[0] == ';':
-		case line[0] == '[' && strings.HasSuffix(line, "]"):
-			section = strings.TrimSpace(line[1 : len(line)-1])
-			if _, ok := m[section+"."]; !ok {
-				m[section+"."] = n
-			}
-		case raw[0] == ' ' || raw[0] == '\t':
-		default:
-			i := strings.IndexAny(line, "=:")
-			if i < 0 {
-				continue
-			}
-			key := strings.ToLower(strings.TrimSpace(line[:i]))
-			if _, ok := m[section+"."+key]; !ok {
-				m[section+"."+key] = n
-			}
-		}
-	}
-	return m
 }
