@@ -154,60 +154,115 @@ type Model struct {
 // Build groups rows into hosts (in the CSV's order) and GPUs (by index) and
 // classifies every GPU.
 func Build(rows []loaddata.Row, o Options) *Cluster {
-	c := &Cluster{Count: map[string]int{}}
-	hosts := map[string]*Host{}
-	gpus := map[string]map[string]*GPU{}
+	b := NewBuilder(o)
 	for i := range rows {
-		r := &rows[i]
-		h := hosts[r.Host]
-		if h == nil {
-			h = &Host{Name: r.Host, Display: lookup(o.HostNames, r.Host, r.Host), Status: r.HostStatus,
-				Error: r.HostError, CPUs: r.CPUs, Load1: r.Load1, MemUsed: r.HostMemUsedMiB, MemTotal: r.HostMemTotalMiB,
-				Count: map[string]int{}}
-			hosts[r.Host] = h
-			gpus[r.Host] = map[string]*GPU{}
-			c.Hosts = append(c.Hosts, h)
+		b.Add(&rows[i])
+	}
+	return b.Cluster()
+}
+
+// Builder builds a Cluster one row at a time, so that a caller reading the
+// CSV need not hold all its rows: Add each row, then call Cluster once.
+type Builder struct {
+	o      Options
+	c      *Cluster
+	hosts  map[string]*Host
+	gpus   map[string]map[string]*GPU
+	n      int    // rows added
+	lastTS string // the last timestamp parsed, and its time
+	lastT  time.Time
+	lastOK bool
+	short  map[string]string // full GPU name -> ShortName
+}
+
+// NewBuilder starts a cluster.
+func NewBuilder(o Options) *Builder {
+	return &Builder{o: o, c: &Cluster{Count: map[string]int{}}, hosts: map[string]*Host{}, gpus: map[string]map[string]*GPU{},
+		short: map[string]string{}}
+}
+
+// Add adds one row. The Builder keeps the row's strings, not the row.
+func (b *Builder) Add(r *loaddata.Row) {
+	c, o := b.c, b.o
+	i := b.n
+	b.n++
+	h := b.hosts[r.Host]
+	if h == nil {
+		h = &Host{Name: r.Host, Display: lookup(o.HostNames, r.Host, r.Host), Status: r.HostStatus,
+			Error: r.HostError, CPUs: r.CPUs, Load1: r.Load1, MemUsed: r.HostMemUsedMiB, MemTotal: r.HostMemTotalMiB,
+			Count: map[string]int{}}
+		b.hosts[r.Host] = h
+		b.gpus[r.Host] = map[string]*GPU{}
+		c.Hosts = append(c.Hosts, h)
+	}
+	if r.Timestamp != b.lastTS { // rows of a host share their timestamp
+		t, err := time.Parse(loaddata.TimeFormat, r.Timestamp)
+		b.lastTS, b.lastT, b.lastOK = r.Timestamp, t, err == nil
+	}
+	if b.lastOK {
+		if t := b.lastT; t.After(h.Time) {
+			h.Time = t
 		}
-		if t, err := time.Parse(loaddata.TimeFormat, r.Timestamp); err == nil {
-			if t.After(h.Time) {
-				h.Time = t
-			}
-			if t.After(c.DataTime) {
-				c.DataTime = t
-			}
-		}
-		if r.HostStatus != loaddata.StatusOK {
-			// a failed host's row has no GPU cells; one failed row makes the host failed
-			h.Status, h.Error = r.HostStatus, r.HostError
-			continue
-		}
-		var key string
-		switch {
-		case r.GPUIndex.Valid:
-			key = "i" + strconv.FormatInt(r.GPUIndex.Value, 10)
-		case r.GPUBusID != "":
-			key = "b" + r.GPUBusID
-		case r.GPUUUID != "":
-			key = "u" + r.GPUUUID
-		case r.GPUError != "":
-			key = "r" + strconv.Itoa(i) // a GPU known only by its error
-		default:
-			continue // an ok host without GPU cells: nothing to show
-		}
-		g := gpus[r.Host][key]
-		if g == nil {
-			g = &GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
-				Util: r.GPUUtilPct, MemUtil: r.MemUtilPct, MemUsed: r.MemUsedMiB, MemTotal: r.MemTotalMiB,
-				Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct}
-			g.Short = ShortName(g.Name, o.GPUNames)
-			gpus[r.Host][key] = g
-			h.GPUs = append(h.GPUs, g)
-		}
-		if r.PID.Valid || r.Command != "" {
-			g.Procs = append(g.Procs, &Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
-				ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignored(r.Command, o.Ignore)})
+		if t := b.lastT; t.After(c.DataTime) {
+			c.DataTime = t
 		}
 	}
+	if r.HostStatus != loaddata.StatusOK {
+		// a failed host's row has no GPU cells; one failed row makes the host failed
+		h.Status, h.Error = r.HostStatus, r.HostError
+		return
+	}
+	var key string
+	switch {
+	case r.GPUIndex.Valid:
+		if r.GPUIndex.Value >= 0 && r.GPUIndex.Value < int64(len(indexKeys)) {
+			key = indexKeys[r.GPUIndex.Value]
+		} else {
+			key = "i" + strconv.FormatInt(r.GPUIndex.Value, 10)
+		}
+	case r.GPUBusID != "":
+		key = "b" + r.GPUBusID
+	case r.GPUUUID != "":
+		key = "u" + r.GPUUUID
+	case r.GPUError != "":
+		key = "r" + strconv.Itoa(i) // a GPU known only by its error
+	default:
+		return // an ok host without GPU cells: nothing to show
+	}
+	g := b.gpus[r.Host][key]
+	if g == nil {
+		g = &GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
+			Util: r.GPUUtilPct, MemUtil: r.MemUtilPct, MemUsed: r.MemUsedMiB, MemTotal: r.MemTotalMiB,
+			Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct}
+		short, ok := b.short[g.Name]
+		if !ok {
+			short = ShortName(g.Name, o.GPUNames)
+			b.short[g.Name] = short
+		}
+		g.Short = short
+		b.gpus[r.Host][key] = g
+		h.GPUs = append(h.GPUs, g)
+	}
+	if r.PID.Valid || r.Command != "" {
+		g.Procs = append(g.Procs, &Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
+			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignored(r.Command, o.Ignore)})
+	}
+}
+
+// indexKeys are the map keys of the usual GPU indexes, made once.
+var indexKeys = func() []string {
+	k := make([]string, 64)
+	for i := range k {
+		k[i] = "i" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// Cluster classifies every GPU and returns the cluster. Call it once, after
+// the last Add.
+func (b *Builder) Cluster() *Cluster {
+	c, o := b.c, b.o
+	b.hosts, b.gpus = nil, nil
 	resv := map[string][]reservations.Reservation{}
 	for _, r := range o.Reservations {
 		if r.Active(o.Now) {
@@ -289,7 +344,11 @@ func Build(rows []loaddata.Row, o Options) *Cluster {
 			case Failed:
 				m.Failed++
 			}
-			seen := map[string]bool{}
+			var seen map[string]bool
+			if len(g.Procs) > 1 {
+				seen = map[string]bool{}
+			}
+			counted := false // the one user of a GPU with one process
 			for _, p := range g.Procs {
 				if !p.Holds() {
 					continue
@@ -309,7 +368,12 @@ func Build(rows []loaddata.Row, o Options) *Cluster {
 				if p.MemMiB.Valid {
 					u.MemMiB += p.MemMiB.Value
 				}
-				if !seen[p.User] {
+				if seen == nil {
+					if !counted {
+						counted = true
+						u.GPUs++
+					}
+				} else if !seen[p.User] {
 					seen[p.User] = true
 					u.GPUs++
 				}

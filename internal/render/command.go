@@ -4,7 +4,7 @@
 package render
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -20,7 +20,6 @@ import (
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/config"
-	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
 
@@ -74,27 +73,28 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *inPath != "" {
 		in = *inPath
 	}
-	rows, err := loaddata.ReadFile(in)
-	if errors.Is(err, os.ErrNotExist) {
-		return cli.WithHint(err, "run fetch first, or name its output with -i or [common] output")
-	}
-	if err != nil {
-		return cli.WithHint(err, "the previous page and files were left as they were")
-	}
-	if len(rows) == 0 {
-		return cli.WithHint(fmt.Errorf("%s: no rows, only a header", in), "the previous page and files were left as they were")
-	}
-
 	now := time.Now()
 	var resv []reservations.Reservation
 	var problems []error
 	if cfg.Reservations != "" {
 		resv, problems = reservations.ReadFile(cfg.Reservations, time.Local)
 	}
-	cl := cluster.Build(rows, cluster.Options{
+	// The rows go straight into the cluster: they are never all in memory.
+	b := cluster.NewBuilder(cluster.Options{
 		FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
 		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now,
 	})
+	n, err := readCSV(in, b.Add)
+	if errors.Is(err, os.ErrNotExist) {
+		return cli.WithHint(err, "run fetch first, or name its output with -i or [common] output")
+	}
+	if err != nil {
+		return cli.WithHint(err, "the previous page and files were left as they were")
+	}
+	if n == 0 {
+		return cli.WithHint(fmt.Errorf("%s: no rows, only a header", in), "the previous page and files were left as they were")
+	}
+	cl := b.Cluster()
 	rep := &Report{Cluster: cl, Config: cfg, Now: now, Loc: time.Local}
 	for _, p := range problems {
 		rep.Warnings = append(rep.Warnings, reservationWarning(p, cfg.Reservations))
@@ -126,32 +126,58 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rep.PromLink = filepath.Base(promPath)
 	}
 
-	// Everything is made in memory first: a failure here writes nothing.
+	// Each output is written straight into a temporary file beside its
+	// target, all three at once; only when all three are complete are they
+	// renamed over the old ones. A failure before that replaces nothing.
 	outputs := []struct {
 		path  string
 		write func(io.Writer, *Report) error
 	}{{jsonPath, JSON}, {promPath, Prom}, {html, HTML}}
-	bufs := make([]bytes.Buffer, len(outputs))
+	files := make([]*renameio.PendingFile, len(outputs))
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Cleanup()
+			}
+		}
+	}()
+	for i, o := range outputs {
+		if o.path == "" {
+			continue
+		}
+		f, err := pendingFile(o.path)
+		if err != nil {
+			return err
+		}
+		files[i] = f
+	}
 	errs := make([]error, len(outputs))
 	var wg sync.WaitGroup
 	for i, o := range outputs {
-		if o.path == "" {
+		if files[i] == nil {
 			continue
 		}
-		wg.Go(func() { errs[i] = o.write(&bufs[i], rep) })
+		wg.Go(func() {
+			w := bufio.NewWriterSize(files[i], 64<<10)
+			if err := o.write(w, rep); err != nil {
+				errs[i] = fmt.Errorf("making %s: %w", o.path, err)
+				return
+			}
+			if err := w.Flush(); err != nil {
+				errs[i] = fmt.Errorf("writing %s: %w", o.path, err)
+			}
+		})
 	}
 	wg.Wait()
-	for i, o := range outputs {
-		if errs[i] != nil {
-			return fmt.Errorf("making %s: %w", o.path, errs[i])
-		}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	for i, o := range outputs {
-		if o.path == "" {
+		if files[i] == nil {
 			continue
 		}
-		if err := WriteFile(o.path, bufs[i].Bytes()); err != nil {
-			return err
+		if err := files[i].CloseAtomicallyReplace(); err != nil {
+			return fmt.Errorf("writing %s: %w", o.path, err)
 		}
 	}
 	return reservationError(problems, stderr)
@@ -178,12 +204,9 @@ func loadConfig(path string) (*config.Render, error) {
 // same folder, fsync, mode 0644 (nginx must read it), rename. A reader sees
 // the old file or the new one, never a part.
 func WriteFile(path string, data []byte) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644))
+	f, err := pendingFile(path)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("cannot write %s: folder %s does not exist", path, filepath.Dir(path))
-		}
-		return fmt.Errorf("cannot write %s: %w", path, err)
+		return err
 	}
 	defer f.Cleanup()
 	if _, err := f.Write(data); err != nil {
@@ -193,6 +216,19 @@ func WriteFile(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// pendingFile is a temporary file that CloseAtomicallyReplace renames over
+// path (fsynced, mode 0644) and Cleanup removes.
+func pendingFile(path string) (*renameio.PendingFile, error) {
+	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("cannot write %s: folder %s does not exist", path, filepath.Dir(path))
+		}
+		return nil, fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // reservationWarning is the page's line for a problem with the file.

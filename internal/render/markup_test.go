@@ -1,0 +1,156 @@
+package render
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/gpumon/gpumon/internal/loaddata"
+)
+
+// markupRows puts s in every string a host sends: host name and error, GPU
+// name, uuid, bus id and error, user and command, on an up host with a
+// process, a host that is down and a lost GPU.
+func markupRows(s string) []loaddata.Row {
+	ts := "2026-11-23T14:05:00Z"
+	return []loaddata.Row{
+		{Timestamp: ts, Host: "h" + s, HostStatus: loaddata.StatusOK, HostError: s,
+			GPUIndex: loaddata.IntOf(0), GPUName: "n" + s, GPUUUID: s, GPUBusID: s,
+			MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000), GPUUtilPct: loaddata.Num(50),
+			PID: loaddata.IntOf(1), User: s, Command: s},
+		{Timestamp: ts, Host: "h" + s, HostStatus: loaddata.StatusOK,
+			GPUIndex: loaddata.IntOf(1), GPUName: "m" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
+			PID: loaddata.IntOf(2), User: s, Command: "/usr/bin/" + s, Preemptible: true},
+		{Timestamp: ts, Host: "d" + s, HostStatus: loaddata.StatusError, HostError: s},
+		{Timestamp: ts, Host: "l" + s, HostStatus: loaddata.StatusOK, GPUBusID: s, GPUError: "e" + s},
+		{Timestamp: ts, Host: "b" + s, HostStatus: loaddata.StatusOK, GPUBusID: "b" + s, GPUName: "x"},
+	}
+}
+
+// skeleton is the page's markup with the text and attribute values left
+// out: tag names and attribute names, in order.
+func skeleton(t testing.TB, page string) string {
+	t.Helper()
+	var b strings.Builder
+	tag := regexp.MustCompile(`^<(/?[a-zA-Z][a-zA-Z0-9]*)`)
+	attrRe := regexp.MustCompile(`^\s+([^\s"'>/=]+)(?:=("[^"]*"|'[^']*'|[^\s"'=<>` + "`" + `]+))?`)
+	for i := 0; i < len(page); {
+		j := strings.IndexByte(page[i:], '<')
+		if j < 0 {
+			break
+		}
+		i += j
+		m := tag.FindStringSubmatch(page[i:])
+		if m == nil {
+			i++ // a "<" that starts no tag is text
+			continue
+		}
+		b.WriteString("<" + strings.ToLower(m[1]))
+		i += len(m[0])
+		for {
+			a := attrRe.FindStringSubmatch(page[i:])
+			if a == nil {
+				break
+			}
+			b.WriteString(" " + strings.ToLower(a[1]))
+			i += len(a[0])
+		}
+		rest := strings.TrimLeft(page[i:], " \t\n")
+		if !strings.HasPrefix(rest, ">") {
+			t.Fatalf("tag %s not closed where expected: %.80q", m[1], page[i:])
+		}
+		i = len(page) - len(rest) + 1
+		b.WriteString(">\n")
+		if m[1] == "style" || m[1] == "script" { // raw text up to its end tag
+			k := strings.Index(page[i:], "</"+m[1])
+			i += k
+		}
+	}
+	return b.String()
+}
+
+// benign is a harmless text as long (in characters) as s, so that cutting
+// long texts treats both alike.
+func benign(s string) string {
+	return strings.Repeat("x", utf8.RuneCountInString(s))
+}
+
+func pageOf(t testing.TB, rows []loaddata.Row) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := HTML(&b, testReport(t, rows, "")); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// checkMarkup fails if the text s changes the page's markup: the same rows
+// with a harmless text of the same length must give the same tags and
+// attributes.
+func checkMarkup(t *testing.T, s string) {
+	t.Helper()
+	if !utf8.ValidString(s) {
+		return // the CSV reader hands out what the file holds; see FuzzMarkup
+	}
+	got := skeleton(t, pageOf(t, markupRows(s)))
+	want := skeleton(t, pageOf(t, markupRows(benign(s))))
+	if got != want {
+		t.Errorf("the text %q changes the markup:\n got %s\nwant %s", s, diffLine(got, want), diffLine(want, got))
+	}
+}
+
+// diffLine is the first line of a that differs from b.
+func diffLine(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range al {
+		if i >= len(bl) || al[i] != bl[i] {
+			return al[i]
+		}
+	}
+	return "(same)"
+}
+
+var markupPayloads = []string{
+	`<script>alert(1)</script>`,
+	`"><img src=x onerror=alert(1)>`,
+	`' onmouseover=alert(1) x='`,
+	`x onmouseover=alert(1)`,
+	"x`onmouseover=alert(1)",
+	`a=b`,
+	`</style><h1>x`,
+	`</li></ul></section><section class=host>`,
+	`<!--`, `-->`, `<![CDATA[`, `&lt;&amp;`, `&#60;script&#62;`,
+	"tab\there", "new\nline", "nul\x00byte", " ", "",
+	`{{.}} ${alert(5)}`,
+	`<div class=gpu-detail><table><tr><td>`,
+	strings.Repeat("<b>", 200),
+}
+
+func TestMarkupDoesNotDependOnData(t *testing.T) {
+	for _, p := range markupPayloads {
+		checkMarkup(t, p)
+	}
+	// and the payloads come out as text
+	page := pageOf(t, markupRows(markupPayloads[0]))
+	if strings.Contains(page, markupPayloads[0]) || !strings.Contains(page, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+		t.Error("the payload is not escaped as text")
+	}
+	// a value that needs no quotes goes without, one that does is quoted
+	if !strings.Contains(page, ` data-host="h&lt;script&gt;alert(1)&lt;/script&gt;"`) {
+		t.Error("data-host is not quoted and escaped")
+	}
+	if !strings.Contains(pageOf(t, markupRows("gpu-01.lab")), ` data-host=hgpu-01.lab data-gpu=0 `) {
+		t.Error("a plain data-host is quoted")
+	}
+}
+
+func FuzzMarkup(f *testing.F) {
+	for _, p := range markupPayloads {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		checkMarkup(t, s)
+	})
+}
