@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,27 +91,42 @@ type Proc struct {
 	Comm                 string // at most 15 characters
 	State                byte   // R, S, Z...
 	Start                uint64 // start time, clock ticks after boot (stat field 22)
+
+	uidKnown bool // UID was read (LoadAll leaves it out)
 }
 
-// Snapshot is one scan.
+// Snapshot is one scan. Scan looks at every process's open files but reads
+// the stat line only of the holders; the other processes are read when they
+// are asked for (Proc, Within), or all at once by LoadAll and Descendants.
+// The lazy reads use the Scanner's buffers: a Snapshot is used by the
+// goroutine that scans, before its next Scan.
 type Snapshot struct {
-	Procs   map[int]*Proc
+	PIDs    []int         // every process seen, in /proc order
+	Procs   map[int]*Proc // the processes read so far (all of them after LoadAll)
 	Holders map[int][]int // GPU index -> pids holding its device file, sorted
+	s       *Scanner      //
+	all     bool          // LoadAll done
+	gone    map[int]bool  // could not be read
 }
 
 // Scanner scans a proc file system for holders of a fixed set of devices.
+// It reuses its buffers from scan to scan and is not safe for concurrent
+// use.
 type Scanner struct {
 	Root    string // "/proc" unless set
 	devs    []Device
 	byIno   map[[2]uint64]int // (dev, ino) -> GPU index
 	byRdev  map[uint64]int    // rdev of a character device -> GPU index
-	buf     []byte
+	buf     []byte            // getdents of an fd dir; stat lines
+	dirBuf  []byte            // getdents of Root
 	pathBuf []byte
+	pids    []int
+	seen    []int // GPUs one process holds
 }
 
 // NewScanner returns a scanner for devs.
 func NewScanner(devs []Device) *Scanner {
-	s := &Scanner{Root: "/proc", devs: devs, byIno: map[[2]uint64]int{}, byRdev: map[uint64]int{}, buf: make([]byte, 4096)}
+	s := &Scanner{Root: "/proc", devs: devs, byIno: map[[2]uint64]int{}, byRdev: map[uint64]int{}}
 	for _, d := range devs {
 		s.byIno[[2]uint64{d.Dev, d.Ino}] = d.Index
 		if d.Char {
@@ -120,146 +136,363 @@ func NewScanner(devs []Device) *Scanner {
 	return s
 }
 
-// Scan reads every process once. Processes that vanish meanwhile (ENOENT,
-// ESRCH) or that cannot be read (EACCES when not root) are skipped.
+func (s *Scanner) root() string {
+	if s.Root == "" {
+		return "/proc"
+	}
+	return s.Root
+}
+
+func (s *Scanner) buffers() {
+	if s.buf == nil {
+		s.buf = make([]byte, 8192)
+	}
+	if s.dirBuf == nil {
+		s.dirBuf = make([]byte, 64<<10)
+	}
+}
+
+// Scan lists every process and looks at its open files, through the fd
+// directory (a kernel thread's is empty, a zombie's too). Processes that
+// vanish meanwhile (ENOENT, ESRCH) or that cannot be read (EACCES when not
+// root) are skipped; so are holders whose stat line cannot be read.
 func (s *Scanner) Scan() (*Snapshot, error) {
-	d, err := os.Open(s.Root)
+	s.buffers()
+	dfd, err := unix.Open(s.root(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: s.root(), Err: err}
 	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
+	defer unix.Close(dfd)
+	pids, err := s.listPIDs(dfd)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "readdirent", Path: s.root(), Err: err}
 	}
-	snap := &Snapshot{Procs: make(map[int]*Proc, len(names)), Holders: map[int][]int{}}
-	for _, name := range names {
-		if name[0] < '0' || name[0] > '9' {
-			continue
-		}
-		pid, err := strconv.Atoi(name)
-		if err != nil {
-			continue
-		}
-		p, err := s.readStat(pid)
-		if err != nil {
-			continue
-		}
-		snap.Procs[pid] = p
-		if p.State == 'Z' {
-			continue
-		}
-		s.scanFDs(pid, snap)
+	snap := &Snapshot{PIDs: pids, Procs: map[int]*Proc{}, Holders: map[int][]int{}, s: s}
+	for _, pid := range pids {
+		s.scanFDs(dfd, pid, snap)
 	}
-	for _, pids := range snap.Holders {
-		sort.Ints(pids)
+	for idx, hs := range snap.Holders {
+		kept := hs[:0]
+		for _, pid := range hs {
+			if p, err := s.readStat(dfd, pid, true); err == nil {
+				snap.Procs[pid] = p
+				kept = append(kept, pid)
+			}
+		}
+		sort.Ints(kept)
+		if len(kept) == 0 {
+			delete(snap.Holders, idx)
+		} else {
+			snap.Holders[idx] = kept
+		}
 	}
 	return snap, nil
 }
 
-func (s *Scanner) scanFDs(pid int, snap *Snapshot) {
-	dir := s.Root + "/" + strconv.Itoa(pid) + "/fd"
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// listPIDs reads the numeric entries of the open directory dfd.
+func (s *Scanner) listPIDs(dfd int) ([]int, error) {
+	pids := make([]int, 0, max(len(s.pids)+64, 256))
+	for {
+		n, err := unix.Getdents(dfd, s.dirBuf)
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			break
+		}
+		for b := s.dirBuf[:n]; len(b) >= 19; {
+			reclen := int(uint16(b[16]) | uint16(b[17])<<8)
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			if pid, ok := atoi(cstr(b[19:reclen])); ok && pid > 0 {
+				pids = append(pids, pid)
+			}
+			b = b[reclen:]
+		}
+	}
+	s.pids = pids
+	return pids, nil
+}
+
+// path puts "PID/suffix\0" (relative to dfd) or, when dfd is AT_FDCWD,
+// "Root/PID/suffix\0" in pathBuf.
+func (s *Scanner) path(dfd, pid int, suffix string) []byte {
+	b := s.pathBuf[:0]
+	if dfd == unix.AT_FDCWD {
+		b = append(b, s.root()...)
+		b = append(b, '/')
+	}
+	b = strconv.AppendInt(b, int64(pid), 10)
+	b = append(b, '/')
+	b = append(b, suffix...)
+	b = append(b, 0)
+	s.pathBuf = b
+	return b
+}
+
+// fdDirFull is how much room a getdents of an fd directory must leave
+// unused for the directory to be known read to its end: the kernel fills
+// the buffer until the next entry does not fit, and an fd's entry takes at
+// most 32 bytes.
+const fdDirFull = 256
+
+// scanFDs records the devices pid holds open: one open, one getdents
+// (mostly), a stat per fd, one close.
+func (s *Scanner) scanFDs(dfd, pid int, snap *Snapshot) {
+	s.seen = s.seen[:0]
+	fd, err := openat(dfd, s.path(dfd, pid, "fd"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
 		return // gone, or not ours to read
 	}
 	defer unix.Close(fd)
-	var seen map[int]bool
 	for {
 		n, err := unix.Getdents(fd, s.buf)
 		if err != nil || n <= 0 {
 			return
 		}
-		b := s.buf[:n]
-		for len(b) > 0 {
+		for b := s.buf[:n]; len(b) >= 19; {
 			reclen := int(uint16(b[16]) | uint16(b[17])<<8)
-			nameb := b[19:reclen]
-			if i := bytes.IndexByte(nameb, 0); i >= 0 {
-				nameb = nameb[:i]
+			if reclen < 19 || reclen > len(b) {
+				break
 			}
+			name := b[19:reclen] // NUL-terminated
 			b = b[reclen:]
-			if len(nameb) == 0 || nameb[0] == '.' {
+			if name[0] == '.' || name[0] == 0 {
 				continue
 			}
-			var st unix.Stat_t
-			if unix.Fstatat(fd, string(nameb), &st, 0) != nil {
-				continue
-			}
-			idx, ok := s.byIno[[2]uint64{uint64(st.Dev), uint64(st.Ino)}]
-			if !ok && st.Mode&unix.S_IFMT == unix.S_IFCHR {
-				idx, ok = s.byRdev[uint64(st.Rdev)]
-			}
-			if !ok {
-				continue
-			}
-			if seen == nil {
-				seen = map[int]bool{}
-			}
-			if !seen[idx] {
-				seen[idx] = true
-				snap.Holders[idx] = append(snap.Holders[idx], pid)
-			}
+			s.check(fd, name, pid, snap)
+		}
+		if n <= len(s.buf)-fdDirFull {
+			return // room was left: that was all (saves a getdents per process)
 		}
 	}
 }
 
-// readStat reads /proc/PID/stat (and the uid from the directory's owner).
-func (s *Scanner) readStat(pid int) (*Proc, error) {
-	path := s.Root + "/" + strconv.Itoa(pid) + "/stat"
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
+// check stats the fd name (NUL-terminated) in the fd directory dir and
+// records pid as a holder if it is a device's. It reports whether the stat
+// worked.
+func (s *Scanner) check(dir int, name []byte, pid int, snap *Snapshot) bool {
+	var st unix.Stat_t
+	if fstatat(dir, name, &st) != nil {
+		return false
+	}
+	idx, ok := s.byIno[[2]uint64{uint64(st.Dev), uint64(st.Ino)}]
+	if !ok && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+		idx, ok = s.byRdev[uint64(st.Rdev)]
+	}
+	if ok && !slices.Contains(s.seen, idx) {
+		s.seen = append(s.seen, idx)
+		snap.Holders[idx] = append(snap.Holders[idx], pid)
+	}
+	return true
+}
+
+// readStat reads PID/stat under dfd (or Root when dfd is AT_FDCWD), and
+// when uid is set the uid from the file's owner.
+func (s *Scanner) readStat(dfd, pid int, uid bool) (*Proc, error) {
+	p := &Proc{}
+	if err := s.readStatInto(dfd, pid, uid, p); err != nil {
 		return nil, err
+	}
+	return p, nil
+}
+
+func (s *Scanner) readStatInto(dfd, pid int, uid bool, p *Proc) error {
+	if s.buf == nil {
+		s.buf = make([]byte, 8192)
+	}
+	fd, err := openat(dfd, s.path(dfd, pid, "stat"), unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return err
 	}
 	n, err := unix.Read(fd, s.buf)
 	var st unix.Stat_t
-	serr := unix.Fstat(fd, &st)
+	var serr error
+	if uid {
+		serr = unix.Fstat(fd, &st)
+	}
 	unix.Close(fd)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if serr != nil {
-		return nil, serr
+		return serr
 	}
-	p, err := ParseStat(s.buf[:n])
+	if !parseStat(s.buf[:n], p) {
+		return errors.New("bad stat")
+	}
+	if uid {
+		p.UID, p.uidKnown = int(st.Uid), true
+	}
+	return nil
+}
+
+// Proc returns process pid, read now if it was not yet (with its uid), or
+// nil when it cannot be read.
+func (snap *Snapshot) Proc(pid int) *Proc {
+	if p, ok := snap.Procs[pid]; ok && p.uidKnown {
+		return p
+	}
+	if snap.gone[pid] || snap.s == nil {
+		return nil
+	}
+	p, err := snap.s.readStat(unix.AT_FDCWD, pid, true)
 	if err != nil {
-		return nil, err
+		if snap.gone == nil {
+			snap.gone = map[int]bool{}
+		}
+		snap.gone[pid] = true
+		return nil
 	}
-	p.UID = int(st.Uid)
-	return p, nil
+	snap.Procs[pid] = p
+	return p
+}
+
+// LoadAll reads the stat line of every process seen (not their uids).
+func (snap *Snapshot) LoadAll() {
+	if snap.all || snap.s == nil {
+		return
+	}
+	snap.all = true
+	s := snap.s
+	dfd, err := unix.Open(s.root(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(dfd)
+	slab := make([]Proc, len(snap.PIDs))
+	for i, pid := range snap.PIDs {
+		if _, ok := snap.Procs[pid]; ok || snap.gone[pid] {
+			continue
+		}
+		if s.readStatInto(dfd, pid, false, &slab[i]) == nil {
+			snap.Procs[pid] = &slab[i]
+		}
+	}
+}
+
+// Within reports whether pid is one of the processes Descendants(roots,
+// groups) returns, by walking up its parents only: pid, or one of its
+// ancestors, is a live root or belongs to one of the groups or sessions in
+// groups.
+func (snap *Snapshot) Within(pid int, roots []int, groups map[int]bool) bool {
+	for steps := 0; pid > 0 && steps < 1<<16; steps++ {
+		p := snap.Proc(pid)
+		if p == nil {
+			return false
+		}
+		if slices.Contains(roots, pid) || groups[p.PGID] || groups[p.SID] {
+			return true
+		}
+		pid = p.PPID
+	}
+	return false
 }
 
 // ParseStat parses the text of /proc/PID/stat: "pid (comm) S ppid pgrp
 // session ... starttime(22) ...". comm may hold spaces and parentheses.
 func ParseStat(b []byte) (*Proc, error) {
+	p := &Proc{}
+	if !parseStat(b, p) {
+		return nil, errors.New("bad stat")
+	}
+	return p, nil
+}
+
+// parseStat is ParseStat into p, allocating nothing but comm.
+func parseStat(b []byte, p *Proc) bool {
 	open := bytes.IndexByte(b, '(')
 	close := bytes.LastIndexByte(b, ')')
 	if open < 0 || close < open {
-		return nil, errors.New("bad stat")
+		return false
 	}
-	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
-	if err != nil {
-		return nil, err
+	pid, ok := atoi(bytes.TrimSpace(b[:open]))
+	if !ok {
+		return false
 	}
-	f := strings.Fields(string(b[close+1:]))
-	// f[0] is field 3 (state); field N is f[N-3].
-	if len(f) < 20 {
-		return nil, errors.New("short stat")
+	*p = Proc{PID: pid}
+	rest := b[close+1:]
+	// field 3 (state) is the first after comm
+	field := 2
+	for field < 22 {
+		for len(rest) > 0 && isSpace(rest[0]) {
+			rest = rest[1:]
+		}
+		if len(rest) == 0 {
+			return false // short stat
+		}
+		i := 0
+		for i < len(rest) && !isSpace(rest[i]) {
+			i++
+		}
+		tok := rest[:i]
+		rest = rest[i:]
+		field++
+		switch field {
+		case 3:
+			p.State = tok[0]
+		case 4:
+			p.PPID, _ = atoi(tok)
+		case 5:
+			p.PGID, _ = atoi(tok)
+		case 6:
+			p.SID, _ = atoi(tok)
+		case 22:
+			p.Start, _ = atou(tok)
+		}
 	}
-	p := &Proc{PID: pid, Comm: string(b[open+1 : close]), State: f[0][0]}
-	p.PPID, _ = strconv.Atoi(f[1])
-	p.PGID, _ = strconv.Atoi(f[2])
-	p.SID, _ = strconv.Atoi(f[3])
-	p.Start, _ = strconv.ParseUint(f[19], 10, 64)
-	return p, nil
+	p.Comm = string(b[open+1 : close])
+	return true
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// cstr cuts b at its first NUL.
+func cstr(b []byte) []byte {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+// atoi parses a decimal int, "-" allowed; what strconv.Atoi accepts for
+// the numbers of a stat line, without allocating.
+func atoi(b []byte) (int, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	u, ok := atou(b)
+	if !ok || u > 1<<62 {
+		return 0, false
+	}
+	if neg {
+		return -int(u), true
+	}
+	return int(u), true
+}
+
+func atou(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	return u, true
 }
 
 // ReadProc reads one process from /proc (root "/proc" when empty).
 func ReadProc(root string, pid int) (*Proc, error) {
-	if root == "" {
-		root = "/proc"
-	}
-	s := &Scanner{Root: root, buf: make([]byte, 4096)}
-	return s.readStat(pid)
+	s := &Scanner{Root: root}
+	return s.readStat(unix.AT_FDCWD, pid, true)
 }
 
 // StartTime is the start time of pid (stat field 22), or an error.
@@ -273,8 +506,9 @@ func StartTime(pid int) (uint64, error) {
 
 // Descendants returns the pids of the processes descending from any of
 // roots (roots included when they are alive), or belonging to one of the
-// process groups or sessions in groups.
+// process groups or sessions in groups. It reads every process (LoadAll).
 func (snap *Snapshot) Descendants(roots []int, groups map[int]bool) map[int]bool {
+	snap.LoadAll()
 	children := map[int][]int{}
 	for _, p := range snap.Procs {
 		children[p.PPID] = append(children[p.PPID], p.PID)
@@ -390,14 +624,14 @@ func Members(root string, keep func(*Proc) bool) []*Proc {
 	}
 	names, _ := d.Readdirnames(-1)
 	d.Close()
-	s := &Scanner{Root: root, buf: make([]byte, 4096)}
+	s := &Scanner{Root: root}
 	var out []*Proc
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil {
 			continue
 		}
-		p, err := s.readStat(pid)
+		p, err := s.readStat(unix.AT_FDCWD, pid, true)
 		if err != nil || p.State == 'Z' || p.State == 'X' {
 			continue
 		}

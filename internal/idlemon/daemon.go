@@ -443,7 +443,8 @@ func (d *Daemon) step(now time.Time, why string) (preempted bool) {
 	}
 	self := os.Getpid()
 	// Our jobs' processes: the leader's descendants and everything in its
-	// group or session.
+	// group or session. Only then does the scan read every process's stat
+	// line; with no job running it has read the holders' only.
 	ours := map[int]bool{}
 	for _, j := range d.jobs {
 		j.procs = j.procs[:0]
@@ -465,7 +466,7 @@ func (d *Daemon) step(now time.Time, why string) (preempted bool) {
 			if ours[pid] || pid == self {
 				continue
 			}
-			p := snap.Procs[pid]
+			p := snap.Proc(pid)
 			if p == nil {
 				continue
 			}
