@@ -41,8 +41,8 @@ func TestCSVReadsWhatLoaddataReads(t *testing.T) {
 	line := strings.Split(string(fixture), "\n")[2] + "\n" // alice's process
 	for name, data := range map[string]string{
 		"fixture": string(fixture), "fleet": fleet.String(),
-		"quoted":  header + strings.Replace(line, "NVIDIA H100 80GB HBM3", `"NVIDIA ""H100"", 80GB"`, 1),
-		"crlf":    strings.ReplaceAll(string(fixture), "\n", "\r\n"),
+		"quoted": header + strings.Replace(line, "NVIDIA H100 80GB HBM3", `"NVIDIA ""H100"", 80GB"`, 1),
+		"crlf":   strings.ReplaceAll(string(fixture), "\n", "\r\n"),
 	} {
 		want, werr := loaddata.Decode(strings.NewReader(data))
 		got, gerr := decodeAll([]byte(data))

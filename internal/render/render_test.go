@@ -466,3 +466,24 @@ func TestSummaryModelsCapped(t *testing.T) {
 		t.Errorf("table summary: %s", strings.SplitN(b.String(), "\n", 2)[0])
 	}
 }
+
+// status.json is written one host at a time; the bytes are encoding/json's
+// for the whole Status.
+func TestJSONStreamedIsEncodingJSON(t *testing.T) {
+	for _, rep := range []*Report{
+		testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json"),
+		testReport(t, fleetRows(30, 8), ""),
+		testReport(t, markupRows(`<"&'>`), ""),
+	} {
+		var got, want bytes.Buffer
+		if err := JSON(&got, rep); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.NewEncoder(&want).Encode(StatusOf(rep)); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("streamed status.json differs:\n%s", cmp.Diff(want.String(), got.String()))
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"time"
@@ -123,7 +124,31 @@ type StatusUser struct {
 // StatusOf builds status.json's content.
 func StatusOf(r *Report) *Status {
 	c := r.Cluster
-	s := &Status{
+	s := statusHead(r)
+	st := &Status{Version: s.Version, Generated: s.Generated, DataTime: s.DataTime, AgeSeconds: s.AgeSeconds,
+		Stale: s.Stale, StaleAfterS: s.StaleAfterS, Summary: s.Summary,
+		Hosts: make([]StatusHost, 0, len(c.Hosts)), Users: statusUsers(c),
+		Warnings: append([]string{}, r.Warnings...), States: cluster.States}
+	for _, h := range c.Hosts {
+		st.Hosts = append(st.Hosts, statusHostOf(h))
+	}
+	return st
+}
+
+// statusPrefix is Status up to its hosts, in the same order.
+type statusPrefix struct {
+	Version     int           `json:"version"`
+	Generated   string        `json:"generated"`
+	DataTime    *string       `json:"data_time"`
+	AgeSeconds  *float64      `json:"age_seconds"`
+	Stale       bool          `json:"stale"`
+	StaleAfterS float64       `json:"stale_after_seconds"`
+	Summary     StatusSummary `json:"summary"`
+}
+
+func statusHead(r *Report) *statusPrefix {
+	c := r.Cluster
+	s := &statusPrefix{
 		Version:     StatusVersion,
 		Generated:   r.Now.UTC().Format(time.RFC3339),
 		Stale:       r.Stale(),
@@ -131,10 +156,6 @@ func StatusOf(r *Report) *Status {
 		Summary: StatusSummary{GPUs: c.GPUs, Free: c.Count[cluster.Free], Busy: c.Count[cluster.Busy],
 			Reserved: c.Count[cluster.Reserved], Failed: c.Count[cluster.Failed], Hosts: len(c.Hosts), HostsDown: c.Down,
 			Models: []StatusModel{}},
-		Hosts:    make([]StatusHost, 0, len(c.Hosts)),
-		Users:    make([]StatusUser, 0, len(c.Users)),
-		Warnings: append([]string{}, r.Warnings...),
-		States:   cluster.States,
 	}
 	if !c.DataTime.IsZero() {
 		t := c.DataTime.UTC().Format(time.RFC3339)
@@ -145,42 +166,84 @@ func StatusOf(r *Report) *Status {
 	for _, m := range c.Models {
 		s.Summary.Models = append(s.Summary.Models, StatusModel{Name: m.Name, Free: m.Free, Failed: m.Failed, Total: m.Total})
 	}
-	for _, h := range c.Hosts {
-		sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: h.Status, Error: h.Error,
-			CPUs: intp(h.CPUs), Load1: nump(h.Load1), MemUsedMiB: nump(h.MemUsed), MemTotalMiB: nump(h.MemTotal),
-			Reservation: resvOf(h.Reserved), GPUs: make([]StatusGPU, 0, len(h.GPUs))}
-		if !h.Time.IsZero() {
-			t := h.Time.UTC().Format(time.RFC3339)
-			sh.Timestamp = &t
-		}
-		for _, g := range h.GPUs {
-			sg := StatusGPU{Index: nil, UUID: g.UUID, Name: g.Name, ShortName: g.Short, BusID: g.BusID,
-				State: g.State, Notes: append([]string{}, g.Notes...), Error: g.Error,
-				UtilPct: nump(g.Util), MemUtilPct: nump(g.MemUtil), MemUsedMiB: nump(g.MemUsed), MemTotalMiB: nump(g.MemTotal),
-				TempC: nump(g.Temp), PowerW: nump(g.Power), PowerLimitW: nump(g.PowerLimit), FanPct: nump(g.Fan),
-				Reservation: resvOf(g.Reservation), Processes: make([]StatusProcess, 0, len(g.Procs))}
-			if g.HasIndex {
-				i := g.Index
-				sg.Index = &i
-			}
-			for _, p := range g.Procs {
-				sg.Processes = append(sg.Processes, StatusProcess{PID: intp(p.PID), User: p.User, Command: p.Command,
-					MemMiB: nump(p.MemMiB), ElapsedS: intp(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored})
-			}
-			sh.GPUs = append(sh.GPUs, sg)
-		}
-		s.Hosts = append(s.Hosts, sh)
-	}
-	for _, u := range c.Users {
-		s.Users = append(s.Users, StatusUser{User: u.Name, GPUs: u.GPUs, MemMiB: u.MemMiB, Processes: u.Procs,
-			Hosts: append([]string{}, u.Hosts...)})
-	}
 	return s
 }
 
-// JSON writes status.json.
+func statusUsers(c *cluster.Cluster) []StatusUser {
+	users := make([]StatusUser, 0, len(c.Users))
+	for _, u := range c.Users {
+		users = append(users, StatusUser{User: u.Name, GPUs: u.GPUs, MemMiB: u.MemMiB, Processes: u.Procs,
+			Hosts: append([]string{}, u.Hosts...)})
+	}
+	return users
+}
+
+func statusHostOf(h *cluster.Host) StatusHost {
+	sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: h.Status, Error: h.Error,
+		CPUs: intp(h.CPUs), Load1: nump(h.Load1), MemUsedMiB: nump(h.MemUsed), MemTotalMiB: nump(h.MemTotal),
+		Reservation: resvOf(h.Reserved), GPUs: make([]StatusGPU, 0, len(h.GPUs))}
+	if !h.Time.IsZero() {
+		t := h.Time.UTC().Format(time.RFC3339)
+		sh.Timestamp = &t
+	}
+	for _, g := range h.GPUs {
+		sg := StatusGPU{Index: nil, UUID: g.UUID, Name: g.Name, ShortName: g.Short, BusID: g.BusID,
+			State: g.State, Notes: append([]string{}, g.Notes...), Error: g.Error,
+			UtilPct: nump(g.Util), MemUtilPct: nump(g.MemUtil), MemUsedMiB: nump(g.MemUsed), MemTotalMiB: nump(g.MemTotal),
+			TempC: nump(g.Temp), PowerW: nump(g.Power), PowerLimitW: nump(g.PowerLimit), FanPct: nump(g.Fan),
+			Reservation: resvOf(g.Reservation), Processes: make([]StatusProcess, 0, len(g.Procs))}
+		if g.HasIndex {
+			i := g.Index
+			sg.Index = &i
+		}
+		for _, p := range g.Procs {
+			sg.Processes = append(sg.Processes, StatusProcess{PID: intp(p.PID), User: p.User, Command: p.Command,
+				MemMiB: nump(p.MemMiB), ElapsedS: intp(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored})
+		}
+		sh.GPUs = append(sh.GPUs, sg)
+	}
+	return sh
+}
+
+// JSON writes status.json, one host at a time: the whole of it is never in
+// memory. The bytes are what encoding/json would write for StatusOf(r).
 func JSON(w io.Writer, r *Report) error {
-	return json.NewEncoder(w).Encode(StatusOf(r))
+	bw, ok := w.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriterSize(w, 64<<10)
+	}
+	head, err := json.Marshal(statusHead(r))
+	if err != nil {
+		return err
+	}
+	bw.Write(head[:len(head)-1]) // without its closing brace
+	bw.WriteString(`,"hosts":[`)
+	for i, h := range r.Cluster.Hosts {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		b, err := json.Marshal(statusHostOf(h))
+		if err != nil {
+			return err
+		}
+		bw.Write(b)
+	}
+	bw.WriteString(`],"users":`)
+	for _, part := range []struct {
+		name string
+		v    any
+	}{{"", statusUsers(r.Cluster)}, {"warnings", append([]string{}, r.Warnings...)}, {"states", cluster.States}} {
+		if part.name != "" {
+			bw.WriteString(`,"` + part.name + `":`)
+		}
+		b, err := json.Marshal(part.v)
+		if err != nil {
+			return err
+		}
+		bw.Write(b)
+	}
+	bw.WriteString("}\n")
+	return bw.Flush()
 }
 
 func nump(n loaddata.Number) *float64 {
