@@ -37,12 +37,16 @@ func TestOnce(t *testing.T) {
 		}
 		return m[1] + m[2]
 	}
-	cells := map[string]string{} // "host/gpu" -> state
+	cells := map[string]string{} // "host/gpu" -> state; a cell's host is its card's
+	host := ""
 	for _, tag := range regexp.MustCompile(`<[a-z]+\s[^>]*>`).FindAllString(string(page), -1) {
-		if !strings.Contains(" "+attr(tag, "class")+" ", " gpu ") {
-			continue
+		class := " " + attr(tag, "class") + " "
+		switch {
+		case strings.Contains(class, " host "):
+			host = attr(tag, "data-host")
+		case strings.Contains(class, " gpu "):
+			cells[host+"/"+attr(tag, "data-gpu")] = attr(tag, "data-state")
 		}
-		cells[attr(tag, "data-host")+"/"+attr(tag, "data-gpu")] = attr(tag, "data-state")
 	}
 	state := func(host, gpu string) string { return cells[host+"/"+gpu] }
 	tests := []struct{ host, gpu, want string }{

@@ -14,10 +14,10 @@ import (
 // gpu02 with bob's job and a lost GPU, gpu03 unreachable.
 
 const (
-	freeGPU   = `.gpu[data-host="gpu01"][data-gpu="0"]`
-	busyGPU   = `.gpu[data-host="gpu01"][data-gpu="1"]`
-	bobGPU    = `.gpu[data-host="gpu02"][data-gpu="0"]`
-	lostGPU   = `.gpu[data-host="gpu02"][data-gpu="1"]`
+	freeGPU   = `.host[data-host="gpu01"] .gpu[data-gpu="0"]`
+	busyGPU   = `.host[data-host="gpu01"] .gpu[data-gpu="1"]`
+	bobGPU    = `.host[data-host="gpu02"] .gpu[data-gpu="0"]`
+	lostGPU   = `.host[data-host="gpu02"] .gpu[data-gpu="1"]`
 	aliceCmd  = "python train.py"
 	bobCmd    = "torchrun --nproc-per-node 8 finetune.py"
 	lostError = "GPU is lost; reboot the system to recover this GPU"
@@ -76,7 +76,7 @@ func TestPageLoadsCleanAndColoursStates(t *testing.T) {
 	// Every GPU is a cell with its state.
 	type cell struct{ Host, GPU, State, Tabindex string }
 	cells := eval[[]cell](tb, `[...document.querySelectorAll(".gpu")].map(e => ({
-		Host: e.dataset.host, GPU: e.dataset.gpu, State: e.dataset.state, Tabindex: e.getAttribute("tabindex")}))`)
+		Host: e.closest(".host").dataset.host, GPU: e.dataset.gpu, State: e.dataset.state, Tabindex: e.getAttribute("tabindex")}))`)
 	want := map[string]string{"gpu01/0": "free", "gpu01/1": "busy", "gpu02/0": "busy", "gpu02/1": "failed"}
 	got := map[string]string{}
 	for _, c := range cells {

@@ -135,7 +135,7 @@ var stateText = map[string]string{
 //
 //	<section class=host data-host=NAME><h2>DISPLAY <small>INFO</small></h2>
 //	<ul>
-//	<li class=gpu data-state=busy data-host=NAME data-gpu=0 tabindex=0>...</li>
+//	<li class=gpu data-state=busy data-gpu=0 tabindex=0>...</li>
 //	</ul></section>
 //
 // A GPU cell names its model only when the card's header does not (a host
@@ -162,9 +162,7 @@ func writeHosts(w *bufio.Writer, r *Report) {
 		}
 		w.WriteString("\n<ul>")
 		if !h.Up() {
-			w.WriteString("\n<li class=\"gpu w\" data-state=failed")
-			attr(w, "data-host", h.Name)
-			w.WriteString(` data-gpu="" tabindex=0><i>down</i> <b>`)
+			w.WriteString("\n<li class=\"gpu w\" data-state=failed data-gpu=\"\" tabindex=0><i>down</i> <b>")
 			esc(w, h.Status)
 			w.WriteString("</b><p class=why>")
 			short := shorten(h.Error, hostErrorMax)
@@ -217,7 +215,7 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 	id := g.ID()
 	w.WriteString("\n<li class=gpu data-state=")
 	w.WriteString(g.State) // one of cluster.States
-	attr(w, "data-host", h.Name)
+	// the host is the card's data-host: 8,000 cells need not repeat it
 	attr(w, "data-gpu", id)
 	w.WriteString(" tabindex=0>") // the style sheet shows data-gpu first
 	if g.Name != h.ModelName || h.ModelName == "" {
@@ -260,10 +258,8 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 	if g.Name != h.ModelName && g.Name != "" {
 		sens = strings.TrimSuffix(g.Name+" · "+sens, " · ")
 	}
-	if len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && g.Name == h.ModelName {
-		// nothing to tell but an idle GPU's sensors (in status.json): the
-		// page's biggest part is the details, so this one has none
-		return scratch
+	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil {
+		return scratch // nothing to tell
 	}
 	w.WriteString("<div class=gpu-detail>")
 	esc(w, sens) // the first line; notes and the table are blocks

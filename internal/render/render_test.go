@@ -106,10 +106,16 @@ func TestPageStructure(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := b.String()
-	cells := regexp.MustCompile(`<li class=(?:gpu|"gpu w") data-state=(\w+) data-host=([\w-]+) data-gpu=("?[\w:.]*"?) tabindex=0>`).FindAllStringSubmatch(page, -1)
+	// each cell's host is its card's
+	tags := regexp.MustCompile(`<section class=host data-host=([\w-]+)>|<li class=(?:gpu|"gpu w") data-state=(\w+) data-gpu=("?[\w:.]*"?) tabindex=0>`).FindAllStringSubmatch(page, -1)
 	var got []string
-	for _, c := range cells {
-		got = append(got, c[2]+"/"+c[3]+"="+c[1])
+	host := ""
+	for _, c := range tags {
+		if c[1] != "" {
+			host = c[1]
+			continue
+		}
+		got = append(got, host+"/"+c[3]+"="+c[2])
 	}
 	want := []string{
 		"gpu01/0=free", "gpu01/1=busy", "gpu01/2=reserved", "gpu01/3=free",
