@@ -23,6 +23,7 @@ test: vet
 	$(GO) test -run '^$$' -fuzz '^FuzzParseGPUs$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseProcesses$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/fetch
+	$(GO) test -run '^$$' -fuzz '^FuzzMarkup$$' -fuzztime $(FUZZTIME) ./internal/render
 
 fuzz:
 	$(MAKE) test FUZZTIME=2m
