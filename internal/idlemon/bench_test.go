@@ -79,11 +79,13 @@ cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
 }
 
 // BenchmarkScan2000: one scan of /proc with 2,000 extra sleeping processes,
-// every 100th holding a device file.
+// every 100th holding one of four device files; then the daemon's whole
+// step (scan, decisions, state file at most once a second) with a job
+// running on a fifth GPU, its leader and two children holding it.
 func BenchmarkScan2000(b *testing.B) {
-	e := newEnv(b, 4)
+	e := newEnv(b, 5)
 	var files []*os.File
-	for _, d := range e.devs {
+	for _, d := range e.devs[:4] {
 		f, err := os.Open(d)
 		if err != nil {
 			b.Fatal(err)
@@ -145,6 +147,50 @@ func BenchmarkScan2000(b *testing.B) {
 	}
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/scan+members")
 	b.ReportMetric(float64(len(snap.PIDs)), "procs")
+
+	// The steady state with a job running: what idlemon does every
+	// interval_seconds.
+	d := e.daemon(fmt.Sprintf(`interval_seconds = 10
+min_idle_seconds = 0
+grace_seconds = 2
+user = root
+[process-bench]
+gpus = 4
+cmd = exec 3<%s; sleep 600 & sleep 600 & wait
+`, e.devs[4]), Options{})
+	d.step(time.Now(), "start")
+	j := d.jobs[0]
+	if j.job == nil {
+		b.Fatalf("job not started:\n%s", e.log.String())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := sc.Scan()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(s.Holders[4]) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the job's processes hold gpu 4: %v", s.Holders[4])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.step(time.Now(), "tick") // lists the job's processes
+	// Steady state: a job running for an hour, listed in full every
+	// ProcsEvery (60s), not at these scans.
+	j.job.Began = j.job.Began.Add(-time.Hour)
+	start = time.Now()
+	for i := 0; i < b.N; i++ {
+		if d.step(time.Now(), "tick") {
+			b.Fatal("preempted")
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/step-with-job")
+	if len(j.procs) < 3 || j.job == nil || j.stopping {
+		b.Fatalf("job %+v, procs %v:\n%s", j.job, j.procs, e.log.String())
+	}
 }
 
 // BenchmarkIdleCPU: the idlemon binary (this test binary re-executed) at

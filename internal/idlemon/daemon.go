@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,12 @@ type Options struct {
 	// first scan found nobody new: the event comes before the opener's fd is
 	// installed.
 	Rechecks []time.Duration
+	// ProcsEvery is how often a scan lists every process of a running job
+	// (for the state file), which means reading every process's stat line
+	// (60s; more often while the job is younger than 4*ProcsEvery). A scan
+	// in between only walks up from the GPU holders; it lists the job again
+	// when one of its processes holds a GPU and is not listed.
+	ProcsEvery time.Duration
 }
 
 func (o *Options) defaults() {
@@ -62,6 +69,9 @@ func (o *Options) defaults() {
 	}
 	if o.Rechecks == nil {
 		o.Rechecks = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
+	}
+	if o.ProcsEvery == 0 {
+		o.ProcsEvery = time.Minute
 	}
 }
 
@@ -86,8 +96,10 @@ type jobState struct {
 	stopping bool
 	stopWhy  string
 	backoff  time.Duration
-	notAfter time.Time // do not start before
-	procs    []idlestate.ProcStart
+	notAfter time.Time             // do not start before
+	procs    []idlestate.ProcStart // sorted by pid; see listProcs
+	procsAt  time.Time             // when procs last listed every process of the job
+	holders  []int                 // the job's processes holding a GPU, this scan
 }
 
 type gpuState struct {
@@ -278,8 +290,8 @@ type stopResult struct {
 	killed bool
 }
 
-// Run runs the daemon until ctx ends, then stops the jobs and returns.
-func Run(ctx context.Context, plan *Plan, opt Options) error {
+// newDaemon sets up a daemon for plan: every GPU idle, nothing running.
+func newDaemon(plan *Plan, opt Options) *Daemon {
 	opt.defaults()
 	flags := log.LstdFlags | log.Lmicroseconds
 	if os.Getenv("INVOCATION_ID") != "" || os.Getenv("JOURNAL_STREAM") != "" {
@@ -304,7 +316,13 @@ func Run(ctx context.Context, plan *Plan, opt Options) error {
 	for _, dev := range plan.Devices {
 		d.gpus = append(d.gpus, &gpuState{idx: dev.Index, state: idlestate.Idle, since: now, freeSince: now})
 	}
+	return d
+}
 
+// Run runs the daemon until ctx ends, then stops the jobs and returns.
+func Run(ctx context.Context, plan *Plan, opt Options) error {
+	d := newDaemon(plan, opt)
+	opt, cfg := d.opt, plan.Cfg
 	if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o755); err != nil {
 		return err
 	}
@@ -442,28 +460,14 @@ func (d *Daemon) step(now time.Time, why string) (preempted bool) {
 		return false
 	}
 	self := os.Getpid()
-	// Our jobs' processes: the leader's descendants and everything in its
-	// group or session. Only then does the scan read every process's stat
-	// line; with no job running it has read the holders' only.
-	ours := map[int]bool{}
+	owner := d.owners(snap)
 	for _, j := range d.jobs {
-		j.procs = j.procs[:0]
-		if j.job == nil {
-			continue
-		}
-		desc := snap.Descendants([]int{j.job.PID}, map[int]bool{j.job.PID: true})
-		for pid := range desc {
-			ours[pid] = true
-			if p := snap.Procs[pid]; p != nil && p.State != 'Z' {
-				j.procs = append(j.procs, idlestate.ProcStart{PID: pid, Start: p.Start})
-			}
-		}
-		sort.Slice(j.procs, func(a, b int) bool { return j.procs[a].PID < j.procs[b].PID })
+		d.listProcs(j, snap, owner, now)
 	}
 	for _, g := range d.gpus {
 		var hs []idlestate.Holder
 		for _, pid := range snap.Holders[g.idx] {
-			if ours[pid] || pid == self {
+			if owner[pid] != nil || pid == self {
 				continue
 			}
 			p := snap.Proc(pid)
@@ -535,6 +539,91 @@ func (d *Daemon) step(now time.Time, why string) (preempted bool) {
 	d.dirty = true
 	d.writeState(now, false)
 	return preempted
+}
+
+// owners says which of snap's GPU holders belong to which running job (nil:
+// to none). A job's processes are its leader's descendants and everything
+// in its process group or session (the leader's pid is both). Within finds
+// that out by walking up from each holder through its parents, so the scan
+// reads the stat lines of the holders' ancestors only, never every
+// process's.
+func (d *Daemon) owners(snap *holders.Snapshot) map[int]*jobState {
+	owner := map[int]*jobState{}
+	for _, j := range d.jobs {
+		j.holders = j.holders[:0]
+	}
+	for _, g := range d.gpus {
+		for _, pid := range snap.Holders[g.idx] {
+			if _, done := owner[pid]; done {
+				continue
+			}
+			owner[pid] = nil
+			for _, j := range d.jobs {
+				if j.job != nil && snap.Within(pid, []int{j.job.PID}, map[int]bool{j.job.PID: true}) {
+					owner[pid] = j
+					j.holders = append(j.holders, pid)
+					break
+				}
+			}
+		}
+	}
+	return owner
+}
+
+// listProcs keeps j.procs, the job's processes as the state file lists them
+// (fetch marks those on a GPU preemptible; a restarted idlemon stops what
+// they left), up to date. Listing them all (Descendants) reads every
+// process's stat line, so it is done only at the first scan after the job
+// started, then every quarter of the job's age up to every ProcsEvery, and
+// when one of the job's GPU holders is not listed (a new child opened the
+// GPU). In between the list stays as it was, less any pid that now holds a
+// GPU for someone else (reused); the job's GPU holders are always on it.
+func (d *Daemon) listProcs(j *jobState, snap *holders.Snapshot, owner map[int]*jobState, now time.Time) {
+	if j.job == nil {
+		j.procs, j.procsAt = j.procs[:0], time.Time{}
+		return
+	}
+	// A young job is still forking its workers: list it again after a
+	// quarter of its age, up to ProcsEvery.
+	every := min(d.opt.ProcsEvery, now.Sub(j.job.Began)/4)
+	full := j.procsAt.IsZero() || now.Sub(j.procsAt) >= every || now.Before(j.procsAt)
+	for _, pid := range j.holders {
+		if p := snap.Proc(pid); p != nil {
+			if i, ok := findProc(j.procs, pid); !ok || j.procs[i].Start != p.Start {
+				full = true
+			}
+		}
+	}
+	if full {
+		j.procs, j.procsAt = j.procs[:0], now
+		for pid := range snap.Descendants([]int{j.job.PID}, map[int]bool{j.job.PID: true}) {
+			if p := snap.Procs[pid]; p != nil && p.State != 'Z' {
+				j.procs = append(j.procs, idlestate.ProcStart{PID: pid, Start: p.Start})
+			}
+		}
+		sort.Slice(j.procs, func(a, b int) bool { return j.procs[a].PID < j.procs[b].PID })
+	}
+	for pid, o := range owner {
+		if i, ok := findProc(j.procs, pid); ok && o != j {
+			j.procs = slices.Delete(j.procs, i, i+1)
+		}
+	}
+	for _, pid := range j.holders {
+		p := snap.Proc(pid)
+		if p == nil {
+			continue
+		}
+		if i, ok := findProc(j.procs, pid); ok {
+			j.procs[i].Start = p.Start
+		} else {
+			j.procs = slices.Insert(j.procs, i, idlestate.ProcStart{PID: pid, Start: p.Start})
+		}
+	}
+}
+
+// findProc finds pid in ps, sorted by pid: its index, or where it would go.
+func findProc(ps []idlestate.ProcStart, pid int) (int, bool) {
+	return slices.BinarySearchFunc(ps, pid, func(p idlestate.ProcStart, pid int) int { return p.PID - pid })
 }
 
 func (d *Daemon) jobOn(gpu int) *jobState {
@@ -613,7 +702,7 @@ func (d *Daemon) start(j *jobState, idle time.Duration, now time.Time) {
 			g.state, g.since = idlestate.Job, now
 		}
 	}
-	j.procs = []idlestate.ProcStart{{PID: job.PID, Start: job.Start}}
+	j.procs, j.procsAt = []idlestate.ProcStart{{PID: job.PID, Start: job.Start}}, time.Time{} // all of them at the next scan
 	d.dirty = true
 	d.writeState(now, false)
 	go func() {

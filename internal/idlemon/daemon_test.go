@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,7 +83,9 @@ cmd = trap 'echo term $$ >> %s; exit 0' TERM; echo "id=$(id -un) groups=$(id -G)
 
 	t0 := time.Now()
 	alice := foreign(t, "alice", dev0)
-	e.waitLog(`^.*gpu 0: stopped job process-miner \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by alice pid `+strconv.Itoa(alice)+` sleep$`, 1, 5*time.Second)
+	// alice's process opens the device as sh, then execs sleep: the scan
+	// may catch it either side of the exec.
+	e.waitLog(`^.*gpu 0: stopped job process-miner \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by alice pid `+strconv.Itoa(alice)+` (sh|sleep)$`, 1, 5*time.Second)
 	waitFile(t, e.path("term"), 5*time.Second)
 	if d := time.Since(t0); d > 2*time.Second {
 		t.Errorf("preemption took %s", d)
@@ -301,5 +304,133 @@ func TestRootNeedsUser(t *testing.T) {
 	err := Main(t.Context(), []string{"-c", p, "check"}, &syncBuffer{}, &syncBuffer{})
 	if err == nil || !strings.Contains(err.Error(), "no user to run the jobs as") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The state file lists a running job's processes (fetch marks the ones on
+// a GPU preemptible; a restarted idlemon stops what they left): a child
+// that opens a GPU is listed after the next scan, together with the
+// children started since the last full listing; once the job is no longer
+// young, a child that holds no GPU is listed by the periodic full listing
+// (ProcsEvery), not by every scan.
+func TestJobProcsInState(t *testing.T) {
+	e := newEnv(t, 2)
+	fifo1, fifo2 := e.path("go1"), e.path("go2")
+	for _, p := range []string{fifo1, fifo2} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	every := time.Hour
+	d := e.daemon(fmt.Sprintf(`interval_seconds = 10
+min_idle_seconds = 0
+grace_seconds = 2
+user = root
+[process-kids]
+gpus = 0
+cmd = read _ <%[1]s; sleep 600 & echo $! >%[3]s.tmp; mv %[3]s.tmp %[3]s; read _ <%[2]s; (exec 3<%[5]s; exec sleep 600) & echo $! >%[4]s.tmp; mv %[4]s.tmp %[4]s; wait
+`, fifo1, fifo2, e.path("plain"), e.path("gpu"), e.devs[0]), Options{ProcsEvery: every})
+	now := time.Now()
+	// steps a scan later (the state file is written at most once a second)
+	step := func(after time.Duration) *idlestate.File {
+		t.Helper()
+		now = now.Add(after)
+		d.step(now, "test")
+		f := e.readState()
+		if !f.Updated.Equal(now) {
+			t.Fatalf("state file written at %s, not by the step at %s", f.Updated, now)
+		}
+		return f
+	}
+	listed := func(f *idlestate.File, pid int) bool {
+		j := jobInfo(f, "process-kids")
+		in := slices.Contains(j.PIDs, pid)
+		if in != slices.ContainsFunc(j.Procs, func(p idlestate.ProcStart) bool { return p.PID == pid }) {
+			t.Fatalf("pids and procs disagree about %d: %+v", pid, j)
+		}
+		return in
+	}
+	trigger := func(fifo string) {
+		t.Helper()
+		if err := os.WriteFile(fifo, []byte("go\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readPID := func(name string) int {
+		t.Helper()
+		pid, err := strconv.Atoi(strings.TrimSpace(string(waitFile(t, e.path(name), 5*time.Second))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+
+	f := step(0)
+	if !running("process-kids")(f) {
+		t.Fatalf("job not started:\n%s", e.log.String())
+	}
+	leader := jobInfo(f, "process-kids").PGID
+	f = step(2 * time.Second)
+	if !listed(f, leader) {
+		t.Fatalf("leader %d not listed: %+v", leader, jobInfo(f, "process-kids"))
+	}
+	step(100 * time.Second) // the job is no longer young: the next full listing is 25s away
+
+	trigger(fifo1)
+	plain := readPID("plain")
+	f = step(2 * time.Second)
+	if listed(f, plain) {
+		t.Errorf("child %d without a GPU listed by a scan before the full listing is due: every scan reads every process", plain)
+	}
+	f = step(every)
+	if !listed(f, plain) || !listed(f, leader) {
+		t.Errorf("after %s: %+v, want the leader %d and child %d", every, jobInfo(f, "process-kids"), leader, plain)
+	}
+
+	trigger(fifo2)
+	gpu := readPID("gpu")
+	e.waitHolder(0, gpu, 5*time.Second)
+	f = step(2 * time.Second) // one scan, the full listing not due
+	if !listed(f, gpu) {
+		t.Errorf("child %d holding gpu 0 is not in the job's pids after a scan: %+v", gpu, jobInfo(f, "process-kids"))
+	}
+	if !listed(f, plain) || !listed(f, leader) {
+		t.Errorf("%+v: want the leader %d and child %d too", jobInfo(f, "process-kids"), leader, plain)
+	}
+	if f.GPUs[0].State != idlestate.Job || len(f.GPUs[0].Holders) != 0 {
+		t.Errorf("gpu 0 with only the job on it: %+v", f.GPUs[0])
+	}
+	if n := e.countLog("stopped job"); n != 0 {
+		t.Fatalf("the job preempted itself:\n%s", e.log.String())
+	}
+
+	// A listed pid that now holds a GPU for someone else (the pid was
+	// reused) is off the list after a scan: fetch would take it for the
+	// job's.
+	dev1, err := os.Open(e.devs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command("sleep", "600")
+	other.ExtraFiles = []*os.File{dev1}
+	err = other.Start()
+	dev1.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	e.waitHolder(1, other.Process.Pid, 5*time.Second)
+	j := d.jobs[0]
+	i, _ := findProc(j.procs, other.Process.Pid)
+	j.procs = slices.Insert(j.procs, i, idlestate.ProcStart{PID: other.Process.Pid, Start: 1})
+	f = step(2 * time.Second)
+	if listed(f, other.Process.Pid) {
+		t.Errorf("pid %d holding gpu 1, not the job's, listed as the job's: %+v", other.Process.Pid, jobInfo(f, "process-kids"))
+	}
+	if !listed(f, gpu) || !listed(f, plain) || !listed(f, leader) {
+		t.Errorf("%+v: want the leader %d and children %d %d", jobInfo(f, "process-kids"), leader, plain, gpu)
+	}
+	if f.GPUs[1].State != idlestate.Busy || f.GPUs[0].State != idlestate.Job {
+		t.Errorf("gpus: %+v", f.GPUs)
 	}
 }

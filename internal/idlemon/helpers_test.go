@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,6 +146,70 @@ func (e *env) start(body string, opt Options) {
 			e.t.Logf("idlemon log:\n%s", e.log.String())
 		}
 	})
+}
+
+// daemon sets up a daemon for body without running it: the test calls its
+// step itself. Its jobs are stopped when the test ends.
+func (e *env) daemon(body string, opt Options) *Daemon {
+	e.t.Helper()
+	cfg, err := config.Load(e.config(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	plan, err := Resolve(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	opt.Log = e.log
+	out, err := os.OpenFile(e.path("stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	opt.JobStdout = out
+	d := newDaemon(plan, opt)
+	e.t.Cleanup(func() {
+		d.stopAll(context.Background())
+		out.Close()
+		if e.t.Failed() {
+			e.t.Logf("idlemon log:\n%s", e.log.String())
+		}
+	})
+	return d
+}
+
+// readState reads the state file.
+func (e *env) readState() *idlestate.File {
+	e.t.Helper()
+	fh, err := os.Open(e.path("state.json"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer fh.Close()
+	f, err := idlestate.Decode(fh)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return f
+}
+
+// waitHolder waits until pid holds the device file of gpu.
+func (e *env) waitHolder(gpu, pid int, timeout time.Duration) {
+	e.t.Helper()
+	devs, err := holders.Find(e.path("dev/nvidia[0-9]*"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sc := holders.NewScanner(devs)
+	deadline := time.Now().Add(timeout)
+	for {
+		if snap, err := sc.Scan(); err == nil && slices.Contains(snap.Holders[gpu], pid) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("after %s pid %d does not hold gpu %d", timeout, pid, gpu)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // waitLog waits until the log holds at least n lines matching re.
