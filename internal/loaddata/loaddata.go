@@ -5,12 +5,9 @@
 package loaddata
 
 import (
-	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -171,14 +168,6 @@ func (f *Flag) UnmarshalCSV(s string) error {
 	return nil
 }
 
-func init() {
-	// A file with a column missing is another program's file, or a truncated
-	// one: refuse it instead of reading zeros. gocsv's settings are globals;
-	// this package is its only user.
-	gocsv.FailIfUnmatchedStructTags = true
-	gocsv.FailIfDoubleHeaderNames = true
-}
-
 // Encode writes rows with a header line.
 func Encode(w io.Writer, rows []Row) error {
 	if rows == nil {
@@ -205,20 +194,7 @@ func WriteFile(path string, rows []Row) error {
 // Decode reads rows. Errors name the line and column.
 func Decode(r io.Reader) ([]Row, error) {
 	var rows []Row
-	if err := gocsv.Unmarshal(r, &rows); err != nil {
-		var pe *csv.ParseError
-		switch {
-		case errors.As(err, &pe):
-			col := ""
-			if pe.Column > 0 && pe.Column <= len(Columns()) {
-				col = fmt.Sprintf(" (column %s)", Columns()[pe.Column-1])
-			}
-			return nil, fmt.Errorf("line %d%s: %v", pe.Line, col, pe.Err)
-		case errors.Is(err, gocsv.ErrEmptyCSVFile):
-			return nil, errors.New("the file is empty")
-		case errors.Is(err, gocsv.ErrUnmatchedStructTags):
-			return nil, fmt.Errorf("line 1: not a load_data.csv header: %v", err)
-		}
+	if _, err := Stream(r, func(row *Row) { rows = append(rows, *row) }); err != nil {
 		return nil, err
 	}
 	return rows, nil
@@ -226,14 +202,9 @@ func Decode(r io.Reader) ([]Row, error) {
 
 // ReadFile reads path; errors start with the path.
 func ReadFile(path string) ([]Row, error) {
-	f, err := os.Open(path)
-	if err != nil {
+	var rows []Row
+	if _, err := StreamFile(path, func(row *Row) { rows = append(rows, *row) }); err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	rows, err := Decode(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return rows, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/config"
+	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
 
@@ -84,7 +85,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
 		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now,
 	})
-	n, err := readCSV(in, b.Add)
+	n, err := loaddata.StreamFile(in, b.Add)
 	if errors.Is(err, os.ErrNotExist) {
 		return cli.WithHint(err, "run fetch first, or name its output with -i or [common] output")
 	}
