@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -249,7 +250,7 @@ func parseINI(src []byte, name string) (*ini.File, map[string]int, error) {
 			continue
 		}
 		for _, k := range sec.Keys() {
-			if !contains(allowed, k.Name()) {
+			if !slices.Contains(allowed, k.Name()) {
 				e := &Error{File: name, Line: lines[sname+"."+k.Name()], Key: k.Name(),
 					Msg:      fmt.Sprintf("unknown key in [%s]", sname),
 					HintText: "known keys: " + strings.Join(allowed, ", ")}
@@ -264,15 +265,6 @@ func parseINI(src []byte, name string) (*ini.File, map[string]int, error) {
 // after parsing (a hosts_file that cannot be read, say).
 func (c *Config) ErrorAt(key, format string, args ...any) *Error {
 	return &Error{File: c.Path, Line: c.lines["common."+key], Key: key, Msg: fmt.Sprintf(format, args...)}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // splitList splits a comma-separated list of paths.

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,7 +189,7 @@ func Parse(r io.Reader, name string) (*Config, error) {
 				HintText: "known sections: [defaults], [gpu-NAME], [process-NAME], [tty]"}
 		}
 		for _, k := range sec.Keys() {
-			if !contains(allowed, k.Name()) {
+			if !slices.Contains(allowed, k.Name()) {
 				e := errAt(sname, k.Name(), "unknown key in [%s]", sname)
 				e.HintText = "known keys: " + strings.Join(allowed, ", ")
 				return nil, e
@@ -357,9 +358,9 @@ func (c *Config) ErrorAt(section, key, format string, args ...any) *Error {
 func (c *Config) IgnoreFor(gpu int) []string {
 	out := append([]string(nil), DefaultIgnore...)
 	for _, g := range c.GPUs {
-		if g.All || containsInt(g.GPUs, gpu) {
+		if g.All || slices.Contains(g.GPUs, gpu) {
 			for _, p := range g.Ignore {
-				if !contains(out, p) {
+				if !slices.Contains(out, p) {
 					out = append(out, p)
 				}
 			}
@@ -376,24 +377,6 @@ func parseBool(v string) (bool, bool) {
 		return false, true
 	}
 	return false, false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func containsInt(list []int, n int) bool {
-	for _, x := range list {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 func splitList(v string) []string {
