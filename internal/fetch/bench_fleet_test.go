@@ -162,7 +162,7 @@ func BenchmarkFetch(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			reportPerHost(b, bc.hosts, cpuTime(syscall.RUSAGE_SELF)-selfBefore)
+			reportPerHost(b, bc.hosts, cpuTime(syscall.RUSAGE_SELF)-selfBefore, "fetch-cpu-µs/host")
 			b.ReportMetric(float64((fp.cpu(b)-fleetBefore).Microseconds())/float64(b.N*bc.hosts), "fleet-cpu-µs/host")
 		})
 	}
