@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/ini.v1"
 
+	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/inipos"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	Timeout               time.Duration
 	Concurrency           int
 	Output                string
+	// IdlemonState is idlemon's state file on the hosts, read in the same
+	// round trip when it exists; "" to not look.
+	IdlemonState string
 
 	lines map[string]int // "section.key" -> line, for later messages
 }
@@ -87,7 +91,7 @@ var knownKeys = map[string][]string{
 	"common": {
 		"user", "hosts", "hosts_file", "hosts_command", "key_filename",
 		"ssh_config", "known_hosts", "strict_host_key_checking",
-		"timeout", "concurrency", "output",
+		"timeout", "concurrency", "output", "idlemon_state",
 	},
 	"render": renderKeys,
 }
@@ -133,6 +137,7 @@ func Parse(r io.Reader, name string) (*Config, error) {
 		Timeout:               DefaultTimeout,
 		Concurrency:           DefaultConcurrency,
 		Output:                DefaultOutput,
+		IdlemonState:          idlestate.DefaultPath,
 		lines:                 lines,
 	}
 	dir := filepath.Dir(name)
@@ -201,6 +206,13 @@ func Parse(r io.Reader, name string) (*Config, error) {
 	}
 	if v, ok := get("output"); ok && v != "" {
 		c.Output = resolvePath(dir, v)
+	}
+	if v, ok := get("idlemon_state"); ok {
+		// a path on the GPU hosts, so not relative to this file; empty: off
+		if v != "" && !strings.HasPrefix(v, "/") {
+			return nil, errAt("common", "idlemon_state", "%q is not an absolute path (it is a path on the GPU hosts)", v)
+		}
+		c.IdlemonState = v
 	}
 	if len(c.Hosts) == 0 && c.HostsFile == "" && c.HostsCommand == "" {
 		return nil, &Error{File: name, Key: "hosts", Msg: "no hosts: set hosts, hosts_file or hosts_command in [common]"}

@@ -31,6 +31,7 @@ key_filename = /home/monitor/.ssh/id_rsa
 		Path: "/etc/gpumon/config.ini", User: "monitor", Hosts: []string{"gpu1", "gpu2", "gpu3"},
 		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: StrictYes,
 		Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Output: DefaultOutput,
+		IdlemonState: "/run/idlemon/state.json",
 	}
 	if diff := cmp.Diff(want, c, cmp.AllowUnexported(Config{}), cmp.FilterPath(func(p cmp.Path) bool {
 		return p.Last().String() == ".lines"
@@ -50,6 +51,7 @@ concurrency = 64
 known_hosts = ~/kh, /etc/ssh/ssh_known_hosts
 strict_host_key_checking = accept-new
 output = /srv/www/load_data.csv
+idlemon_state = /var/run/idle/state.json
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +67,7 @@ output = /srv/www/load_data.csv
 		{"known_hosts ~", strings.Join(c.KnownHosts, " "), filepath.Join(home, "kh") + " /etc/ssh/ssh_known_hosts"},
 		{"strict", c.StrictHostKeyChecking, StrictAcceptNew},
 		{"output", c.Output, "/srv/www/load_data.csv"},
+		{"idlemon_state, a path on the hosts", c.IdlemonState, "/var/run/idle/state.json"},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -92,6 +95,7 @@ func TestBadConfig(t *testing.T) {
 		{"bad range", "[common]\nhosts = gpu[01-\n", `config.ini:2: hosts: "gpu[01-": '[' without ']'`, ""},
 		{"reversed range", "[common]\nhosts = gpu[9-1]\n", `"9-1" is not a range`, ""},
 		{"huge range", "[common]\nhosts = gpu[1-9999999]\n", "more than 100000 hosts", ""},
+		{"relative idlemon_state", "[common]\nhosts = a\nidlemon_state = state.json\n", `config.ini:3: idlemon_state: "state.json" is not an absolute path`, ""},
 		{"option-like host", "[common]\nhosts = -oProxyCommand=x\n", "cannot start with '-'", ""},
 	}
 	for _, tt := range tests {

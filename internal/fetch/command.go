@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/config"
-	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/remote"
 )
@@ -97,7 +96,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer client.Close()
 	// idlemon's state file, where a host has one, says which processes are
 	// its idle-time job (read in the same round trip; absent is fine).
-	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: idlestate.DefaultPath}
+	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState}
 	results := p.Poll(ctx, hosts)
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted; %s left as it was", out)
