@@ -20,7 +20,7 @@ import (
 	"gopkg.in/ini.v1"
 
 	"github.com/gpumon/gpumon/internal/idlestate"
-	"github.com/gpumon/gpumon/internal/inipos"
+	"github.com/gpumon/gpumon/internal/inifile"
 )
 
 // Defaults, documented in config.example.ini.
@@ -224,13 +224,7 @@ func Parse(r io.Reader, name string) (*Config, error) {
 // name against knownKeys (the sections in freeSections take any key), so a
 // typo in any section is an error for every command that reads the file.
 func parseINI(src []byte, name string) (*ini.File, map[string]int, error) {
-	lines := inipos.Lines(src)
-	f, err := ini.LoadSources(ini.LoadOptions{
-		IgnoreInlineComment:        true,
-		InsensitiveKeys:            true,
-		AllowPythonMultilineValues: true,
-		SpaceBeforeInlineComment:   true,
-	}, src)
+	f, lines, err := inifile.Parse(src)
 	if err != nil {
 		return nil, nil, &Error{File: name, Msg: err.Error()}
 	}

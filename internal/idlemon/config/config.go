@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/idlestate"
-	"github.com/gpumon/gpumon/internal/inipos"
+	"github.com/gpumon/gpumon/internal/inifile"
 	"gopkg.in/ini.v1"
 )
 
@@ -147,18 +147,12 @@ func Parse(r io.Reader, name string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	lines := inipos.Lines(src)
-	errAt := func(section, key, format string, args ...any) *Error {
-		return &Error{File: name, Line: lines[section+"."+key], Key: key, Msg: fmt.Sprintf(format, args...)}
-	}
-	f, err := ini.LoadSources(ini.LoadOptions{
-		IgnoreInlineComment:        true,
-		InsensitiveKeys:            true,
-		AllowPythonMultilineValues: true,
-		SpaceBeforeInlineComment:   true,
-	}, src)
+	f, lines, err := inifile.Parse(src)
 	if err != nil {
 		return nil, &Error{File: name, Msg: err.Error()}
+	}
+	errAt := func(section, key, format string, args ...any) *Error {
+		return &Error{File: name, Line: lines[section+"."+key], Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
 	c := &Config{
 		Path:      name,

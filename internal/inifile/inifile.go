@@ -1,6 +1,8 @@
-// Package inipos finds where sections and keys are in an INI file, so that
-// config errors can name the line: gopkg.in/ini.v1 keeps no positions.
-package inipos
+// Package inifile reads the INI files users already have (config.ini of the
+// older monitor, gpu_mon's config) the way Python's configparser reads them,
+// and finds where sections and keys are, so that config errors can name the
+// line: gopkg.in/ini.v1 keeps no positions.
+package inifile
 
 import (
 	"bufio"
@@ -9,6 +11,21 @@ import (
 
 	"gopkg.in/ini.v1"
 )
+
+// Parse reads src as configparser does (keys case-insensitive, no inline
+// comments, indented continuation lines) and returns the file with Lines(src).
+func Parse(src []byte) (*ini.File, map[string]int, error) {
+	f, err := ini.LoadSources(ini.LoadOptions{
+		IgnoreInlineComment:        true,
+		InsensitiveKeys:            true,
+		AllowPythonMultilineValues: true,
+		SpaceBeforeInlineComment:   true,
+	}, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, Lines(src), nil
+}
 
 // Lines maps "section.key" (key lower-cased, as configparser and ini.v1's
 // Insensitive mode do) to the line of its first occurrence, and "section."

@@ -1,4 +1,4 @@
-package inipos
+package inifile
 
 import (
 	"testing"
