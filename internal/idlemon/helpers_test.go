@@ -111,8 +111,9 @@ func (e *env) config(body string) string {
 	return p
 }
 
-// start runs the daemon in this process until the test ends.
-func (e *env) start(body string, opt Options) {
+// prepare resolves body's config on this fake host and points the daemon's
+// log at e.log and its jobs' output at the file "stdout".
+func (e *env) prepare(body string, opt Options) (*Plan, Options, *os.File) {
 	e.t.Helper()
 	cfg, err := config.Load(e.config(body))
 	if err != nil {
@@ -128,6 +129,13 @@ func (e *env) start(body string, opt Options) {
 		e.t.Fatal(err)
 	}
 	opt.JobStdout = out
+	return plan, opt, out
+}
+
+// start runs the daemon in this process until the test ends.
+func (e *env) start(body string, opt Options) {
+	e.t.Helper()
+	plan, opt, out := e.prepare(body, opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, plan, opt) }()
@@ -152,20 +160,7 @@ func (e *env) start(body string, opt Options) {
 // step itself. Its jobs are stopped when the test ends.
 func (e *env) daemon(body string, opt Options) *Daemon {
 	e.t.Helper()
-	cfg, err := config.Load(e.config(body))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	plan, err := Resolve(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	opt.Log = e.log
-	out, err := os.OpenFile(e.path("stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	opt.JobStdout = out
+	plan, opt, out := e.prepare(body, opt)
 	d := newDaemon(plan, opt)
 	e.t.Cleanup(func() {
 		d.stopAll(context.Background())
