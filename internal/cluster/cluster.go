@@ -2,22 +2,23 @@
 // which GPUs are free, busy, reserved or failed.
 //
 // A GPU is free when no process holds it and it uses less memory than a
-// threshold. Processes named in an ignore list (the persistence daemon, a
-// display server) and processes of idlemon's idle-time job (preemptible)
-// do not hold a GPU, and their memory is not counted. Utilization is never a
-// reason: an idle L40S has reported 100 % with no process. A free GPU under
-// a current reservation is reserved; a busy GPU stays busy and only shows the
-// reservation. A GPU of a host that failed, or one the driver could not read
-// (gpu_error), is failed.
+// threshold. Processes in the ignore list (ignore.Default: the persistence
+// daemon, DCGM, a display server, nvidia-smi; plus the config's names) and
+// processes of idlemon's idle-time job (preemptible) do not hold a GPU, and
+// their memory is not counted. Utilization is never a reason: an idle L40S
+// has reported 100 % with no process. A free GPU under a current reservation
+// is reserved; a busy GPU stays busy and only shows the reservation. A GPU
+// of a host that failed, or one the driver could not read (gpu_error), is
+// failed.
 package cluster
 
 import (
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
@@ -45,7 +46,7 @@ const (
 // Options decide the classification.
 type Options struct {
 	FreeMemMiB   float64  // a GPU using this much (not counting ignored processes) is busy
-	Ignore       []string // process names (argv[0]'s base name, or the whole command) that never hold a GPU
+	Ignore       []string // programs that never hold a GPU, matched by ignore.Match on the command line
 	Reservations []reservations.Reservation
 	HostNames    map[string]string // lower-case host -> display name
 	GPUNames     map[string]string // lower-case full name -> short name
@@ -245,7 +246,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 	}
 	if r.PID.Valid || r.Command != "" {
 		g.Procs = append(g.Procs, &Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
-			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignored(r.Command, o.Ignore)})
+			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Match(ignore.Process{Args: r.Command}, o.Ignore)})
 	}
 }
 
@@ -450,25 +451,6 @@ func classify(g *GPU, freeMiB float64) {
 			g.State = Reserved
 		}
 	}
-}
-
-// ignored reports whether command is one of names: its first word's base
-// name, or the whole command line.
-func ignored(command string, names []string) bool {
-	if command == "" {
-		return false
-	}
-	first := command
-	if i := strings.IndexAny(first, " \t"); i >= 0 {
-		first = first[:i]
-	}
-	base := path.Base(first)
-	for _, n := range names {
-		if n == base || n == command || n == first {
-			return true
-		}
-	}
-	return false
 }
 
 // ShortName is the [gpu_names] name for full, else full without the vendor

@@ -8,24 +8,20 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/ignore"
 )
 
 // Render's defaults, documented in config.example.ini.
 const (
-	DefaultTitle        = "GPU status"
-	DefaultHTML         = "index.html"
-	DefaultJSON         = "status.json"
-	DefaultProm         = "metrics.prom"
-	DefaultStaleAfter   = 15 * time.Minute
-	DefaultRefresh      = 60 * time.Second
-	DefaultFreeMemMiB   = 1024
-	DefaultIgnoreString = "nvidia-persistenced, nv-hostengine, dcgm-exporter, Xorg, Xwayland"
+	DefaultTitle      = "GPU status"
+	DefaultHTML       = "index.html"
+	DefaultJSON       = "status.json"
+	DefaultProm       = "metrics.prom"
+	DefaultStaleAfter = 15 * time.Minute
+	DefaultRefresh    = 60 * time.Second
+	DefaultFreeMemMiB = 1024
 )
-
-// DefaultIgnore lists the processes that never make a GPU busy: they hold
-// every GPU's device open for good (the persistence daemon, DCGM, a display
-// server) without running work on it.
-var DefaultIgnore = splitNames(DefaultIgnoreString)
 
 var renderKeys = []string{
 	"title", "input", "html", "json", "prom", "stale_after", "free_memory_mib",
@@ -46,7 +42,7 @@ type Render struct {
 	StaleAfter   time.Duration // data older than this gets a banner
 	Refresh      time.Duration // the page reloads itself this often
 	FreeMemMiB   float64       // a GPU using this much memory or more is busy
-	Ignore       []string      // process names that never hold a GPU
+	Ignore       []string      // programs that never make a GPU busy: ignore.Default plus ignore_processes
 	Reservations string        // reservations JSON file, "" for none
 
 	// JSONSet and PromSet tell an explicit path (even an empty one) from the
@@ -69,7 +65,7 @@ func DefaultRender() *Render {
 		StaleAfter: DefaultStaleAfter,
 		Refresh:    DefaultRefresh,
 		FreeMemMiB: DefaultFreeMemMiB,
-		Ignore:     DefaultIgnore,
+		Ignore:     ignore.With(),
 		HostNames:  map[string]string{},
 		GPUNames:   map[string]string{},
 	}
@@ -159,7 +155,7 @@ func ParseRender(r io.Reader, name string) (*Render, error) {
 			c.FreeMemMiB = n
 		}
 		if v, ok := get("ignore_processes"); ok {
-			c.Ignore = splitNames(v)
+			c.Ignore = ignore.With(splitNames(v)...)
 		}
 		if v, ok := get("reservations"); ok && v != "" {
 			c.Reservations = resolvePath(dir, v)

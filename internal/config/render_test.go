@@ -3,11 +3,13 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/ignore"
 )
 
 func TestRenderDefaults(t *testing.T) {
@@ -38,7 +40,7 @@ stale_after = 10m
 refresh = 30
 free_memory_mib = 512.5
 ignore_processes = nvidia-persistenced,
-    Xorg
+    gnome-shell
 reservations = reservations.json
 
 [host_names]
@@ -55,9 +57,10 @@ NVIDIA H100 80GB HBM3 = H100
 		Path: "/etc/gpumon/config.ini", Title: "Lab <b>GPUs</b>", Input: "/srv/www/load_data.csv",
 		HTML: "/srv/www/index.html", JSON: "", JSONSet: true, Prom: "/var/lib/node_exporter/gpumon.prom", PromSet: true,
 		StaleAfter: 10 * time.Minute, Refresh: 30 * time.Second, FreeMemMiB: 512.5,
-		Ignore: []string{"nvidia-persistenced", "Xorg"}, Reservations: "/etc/gpumon/reservations.json",
-		HostNames: map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
-		GPUNames:  map[string]string{"nvidia h100 80gb hbm3": "H100"},
+		Ignore:       []string{"nvidia-smi", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "Xorg", "Xwayland", "gnome-shell"},
+		Reservations: "/etc/gpumon/reservations.json",
+		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
+		GPUNames:     map[string]string{"nvidia h100 80gb hbm3": "H100"},
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -65,6 +68,37 @@ NVIDIA H100 80GB HBM3 = H100
 	// fetch reads the same file and ignores render's sections
 	if _, err := Parse(strings.NewReader("[common]\nhosts = a\n[render]\nrefresh = 5\n[host_names]\na = A\n"), "c.ini"); err != nil {
 		t.Errorf("fetch: %v", err)
+	}
+}
+
+// ignore_processes adds to ignore.Default, the list idlemon uses too; it
+// cannot take a default name out.
+func TestRenderIgnoreExtendsDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name, ini string
+		want      []string
+	}{
+		{"no key", "[render]\n", ignore.Default},
+		{"empty", "[render]\nignore_processes =\n", ignore.Default},
+		{"defaults only", "[render]\nignore_processes = Xorg, nvidia-persistenced\n", ignore.Default},
+		{"new names", "[render]\nignore_processes = gnome-shell, Xorg,\n  /opt/viz/bin/viz --serve\n",
+			append(slices.Clone(ignore.Default), "gnome-shell", "/opt/viz/bin/viz --serve")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseRender(strings.NewReader(tc.ini), "c.ini")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(c.Ignore, tc.want) {
+				t.Errorf("Ignore = %q, want %q", c.Ignore, tc.want)
+			}
+		})
+	}
+	// the default config's list is a copy: changing it leaves ignore.Default alone
+	c := DefaultRender()
+	c.Ignore[0] = "changed"
+	if ignore.Default[0] != "nvidia-smi" {
+		t.Errorf("DefaultRender shares ignore.Default: %q", ignore.Default)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/inifile"
 	"gopkg.in/ini.v1"
 )
@@ -35,10 +36,6 @@ const (
 	DefaultTTYIdle  = 300 * time.Second
 	DefaultDevices  = "/dev/nvidia[0-9]*"
 )
-
-// DefaultIgnore are programs that never make a GPU busy: they hold or poll
-// the device files of every GPU for good.
-var DefaultIgnore = []string{"nvidia-smi", "nvidia-persistenced", "nv-hostengine"}
 
 // Config is the whole file, validated.
 type Config struct {
@@ -347,20 +344,17 @@ func (c *Config) ErrorAt(section, key, format string, args ...any) *Error {
 	return &Error{File: c.Path, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
 }
 
-// IgnoreFor returns the programs that do not make gpu busy: the defaults
-// plus those of every [gpu-*] section that covers it.
+// IgnoreFor returns the programs that do not make gpu busy: ignore.Default
+// (the list render uses too) followed by the ignore_programs of every
+// [gpu-*] section that covers it, each name once.
 func (c *Config) IgnoreFor(gpu int) []string {
-	out := append([]string(nil), DefaultIgnore...)
+	var extra []string
 	for _, g := range c.GPUs {
 		if g.All || slices.Contains(g.GPUs, gpu) {
-			for _, p := range g.Ignore {
-				if !slices.Contains(out, p) {
-					out = append(out, p)
-				}
-			}
+			extra = append(extra, g.Ignore...)
 		}
 	}
-	return out
+	return ignore.With(extra...)
 }
 
 func parseBool(v string) (bool, bool) {

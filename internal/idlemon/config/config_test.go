@@ -28,7 +28,7 @@ func TestOldToolConfig(t *testing.T) {
 	if !c.TTY.Enabled || strings.Join(c.TTY.Whitelist, ",") != "user1,user2" || c.TTY.Idle != 300*time.Second {
 		t.Errorf("tty: %+v", c.TTY)
 	}
-	if got := strings.Join(c.IgnoreFor(3), ","); got != "nvidia-smi,nvidia-persistenced,nv-hostengine" {
+	if got := strings.Join(c.IgnoreFor(3), ","); got != "nvidia-smi,nvidia-persistenced,nv-hostengine,dcgm-exporter,Xorg,Xwayland" {
 		t.Errorf("IgnoreFor(3) = %s", got)
 	}
 }
@@ -62,8 +62,12 @@ gpus = 3
 	if j := c.Jobs[0]; j.Dir != "/" || j.All || len(j.GPUs) != 2 || j.GPUs[0] != 0 {
 		t.Errorf("job: %+v", j)
 	}
-	if got := strings.Join(c.IgnoreFor(1), ","); got != "nvidia-smi,nvidia-persistenced,nv-hostengine,Xorg,gnome-shell" {
+	if got := strings.Join(c.IgnoreFor(1), ","); got != "nvidia-smi,nvidia-persistenced,nv-hostengine,dcgm-exporter,Xorg,Xwayland,gnome-shell" {
 		t.Errorf("IgnoreFor(1) = %s", got)
+	}
+	// [gpu-a] covers 0 and 1 only: GPU 3 gets the defaults alone
+	if got := strings.Join(c.IgnoreFor(3), ","); got != "nvidia-smi,nvidia-persistenced,nv-hostengine,dcgm-exporter,Xorg,Xwayland" {
+		t.Errorf("IgnoreFor(3) = %s", got)
 	}
 }
 
