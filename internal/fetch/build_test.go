@@ -2,8 +2,6 @@ package fetch
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,9 +12,8 @@ import (
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/probe"
 	"github.com/gpumon/gpumon/internal/remote"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 var at = time.Date(2026, 11, 22, 14, 5, 0, 0, time.UTC)
 
@@ -250,20 +247,7 @@ func TestBuildCaptures(t *testing.T) {
 				if err := loaddata.Encode(&buf, r.Rows); err != nil {
 					t.Fatal(err)
 				}
-				golden := filepath.Join("testdata", "captures", name+"."+state+".csv")
-				if *update {
-					os.MkdirAll(filepath.Dir(golden), 0o755)
-					if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatalf("%v (run with -update to create it)", err)
-				}
-				if diff := cmp.Diff(string(want), buf.String()); diff != "" {
-					t.Errorf("%s (-want +got):\n%s", golden, diff)
-				}
+				testenv.Golden(t, filepath.Join("testdata", "captures", name+"."+state+".csv"), buf.Bytes())
 			})
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // One chromium serves the whole test binary; each test opens its own tab.
@@ -53,11 +54,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func inCI() bool {
-	v := strings.TrimSpace(os.Getenv("CI"))
-	return v != "" && v != "0" && !strings.EqualFold(v, "false")
-}
-
 func chromiumPath() string {
 	if p := os.Getenv("GPUMON_CHROMIUM"); p != "" {
 		return p
@@ -77,7 +73,7 @@ func startBrowser() {
 		return
 	}
 	browser.dataDir = dir
-	var out syncBuffer
+	out := &testenv.SyncBuffer{Max: 64 << 10} // for the error message of a failed start
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(path),
 		chromedp.UserDataDir(dir),
@@ -103,7 +99,7 @@ func startBrowser() {
 		chromedp.Flag("password-store", "basic"),
 		chromedp.Flag("use-mock-keychain", true),
 		chromedp.WindowSize(1280, 900),
-		chromedp.CombinedOutput(&out),
+		chromedp.CombinedOutput(out),
 	)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx)
 	browser.cancel = func() { cancelCtx(); cancelAlloc() }
@@ -126,42 +122,18 @@ func startBrowser() {
 }
 
 // requireBrowser returns the shared browser's context, or skips (fails under
-// CI=true) when chromium is not installed. A chromium that is installed but
-// does not start always fails the test.
+// CI, see testenv.Need) when chromium is not installed. A chromium that is
+// installed but does not start always fails the test.
 func requireBrowser(t *testing.T) context.Context {
 	t.Helper()
 	browser.once.Do(startBrowser)
 	if browser.missing != "" {
-		if inCI() {
-			t.Fatalf("%s; .ci/run installs it (apt-get install chromium)", browser.missing)
-		}
-		t.Skipf("%s (apt-get install chromium; CI=true makes this a failure)", browser.missing)
+		testenv.Need(t, browser.missing+" (apt-get install chromium; .ci/run does)")
 	}
 	if browser.err != nil {
 		t.Fatal(browser.err)
 	}
 	return browser.ctx
-}
-
-// syncBuffer collects chromium's output for the error message of a failed start.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() < 64<<10 {
-		s.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // tab is one browser tab for one test, with what the page reported.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,9 +19,8 @@ import (
 	"github.com/gpumon/gpumon/internal/config"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 // The fixed clock of the golden files: 5 minutes after the fixture's data.
 var testNow = time.Date(2026, 11, 23, 14, 10, 0, 0, time.UTC)
@@ -57,25 +55,6 @@ func readRows(t testing.TB, path string) []loaddata.Row {
 	return rows
 }
 
-// golden compares got with testdata/name, or rewrites it under -update.
-func golden(t testing.TB, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", name, diff)
-	}
-}
-
 func TestGolden(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
 	for _, o := range []struct {
@@ -93,7 +72,7 @@ func TestGolden(t *testing.T) {
 			if err := o.write(&b); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, o.name, b.Bytes())
+			testenv.Golden(t, filepath.Join("testdata", o.name), b.Bytes())
 		})
 	}
 }
@@ -235,10 +214,7 @@ func TestXSS(t *testing.T) {
 func TestPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool not found; CI must install it (apt-get install prometheus)")
-		}
-		t.Skip("promtool not found")
+		testenv.Need(t, "promtool not found (apt-get install prometheus)")
 	}
 	rows := readRows(t, "testdata/load_data.csv")
 	// label values that need escaping

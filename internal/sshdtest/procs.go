@@ -3,6 +3,7 @@ package sshdtest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // procEntry is what /proc/PID/stat says about a process.
@@ -109,11 +112,8 @@ const usersLockFile = "/tmp/sshdtest-users.lock"
 // for longer ones).
 func EnsureUser(t testing.TB, name string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if InCI() {
-			t.Fatalf("sshdtest: EnsureUser(%q) needs root and CI is set", name)
-		}
-		t.Skipf("sshdtest: skipping, EnsureUser(%q) needs root", name)
+	if euid := os.Geteuid(); euid != 0 {
+		testenv.Need(t, fmt.Sprintf("sshdtest: EnsureUser(%q) needs root (euid %d)", name, euid))
 	}
 	usersMu.Lock()
 	defer usersMu.Unlock()

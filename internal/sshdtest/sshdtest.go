@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/testenv"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
@@ -52,10 +53,9 @@ var DefaultHostKeyTypes = []string{"ed25519", "ecdsa", "rsa"}
 
 // InCI reports whether the CI environment variable asks for strict mode,
 // where missing prerequisites fail tests instead of skipping them.
-func InCI() bool {
-	v := strings.TrimSpace(os.Getenv("CI"))
-	return v != "" && v != "0" && !strings.EqualFold(v, "false")
-}
+//
+// Deprecated: use testenv.InCI, which this calls.
+func InCI() bool { return testenv.InCI() }
 
 // Missing returns why a real sshd cannot run here, or "" when it can.
 func Missing() string {
@@ -71,18 +71,13 @@ func Missing() string {
 	return strings.Join(why, "; ")
 }
 
-// Require fails the test (CI=true) or skips it (otherwise) when sshd or root
-// is not available, saying why.
+// Require skips the test, or fails it under CI (testenv.Need), when sshd or
+// root is not available, saying why.
 func Require(t testing.TB) {
 	t.Helper()
-	why := Missing()
-	if why == "" {
-		return
+	if why := Missing(); why != "" {
+		testenv.Need(t, "sshdtest: a real sshd is needed: "+why)
 	}
-	if InCI() {
-		t.Fatalf("sshdtest: a real sshd is needed and CI is set: %s", why)
-	}
-	t.Skipf("sshdtest: skipping, a real sshd is needed: %s (CI=true makes this a failure)", why)
 }
 
 // Options describe one sshd.
@@ -130,7 +125,7 @@ type Server struct {
 	cfg  string
 
 	cmd     *exec.Cmd
-	log     syncBuffer
+	log     testenv.SyncBuffer
 	done    chan struct{}
 	waitErr error
 	stop    sync.Once
@@ -453,23 +448,6 @@ func (s *Server) Log() string { return s.log.String() }
 // does not stop its remote command).
 func (s *Server) RemotePIDs() []int {
 	return sessionPIDs(s.host, strconv.Itoa(s.port))
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func freePort(host string) (int, error) {

@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/gpumon/gpumon/internal/sshdtest"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 const gpuQuery = "nvidia-smi --query-gpu=index --format=csv"
@@ -212,7 +212,7 @@ func TestHang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncWriter
+	var out testenv.SyncBuffer
 	sess.Stdout, sess.Stderr = &out, &out
 	done := make(chan error, 1)
 	begin := time.Now()
@@ -261,23 +261,6 @@ func TestHang(t *testing.T) {
 		t.Errorf("Stopped() false after Stop")
 	}
 	s.Stop() // idempotent
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 func TestProcessesOfOtherUsers(t *testing.T) {

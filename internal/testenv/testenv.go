@@ -1,0 +1,108 @@
+// Package testenv holds what the project's tests share: the CI rule (a
+// missing prerequisite skips a test on a developer machine and fails it under
+// CI), a buffer that several goroutines may write, and golden files.
+//
+// It is a normal package so that the tests of other packages can import it;
+// nothing but tests may. Importing it registers the -update flag of
+// `go test`: a test package must not define its own.
+package testenv
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// InCI reports whether the CI environment variable asks for strict mode,
+// where missing prerequisites fail tests instead of skipping them: CI is set
+// to anything but "", "0" or "false" (any case).
+func InCI() bool {
+	v := strings.TrimSpace(os.Getenv("CI"))
+	return v != "" && v != "0" && !strings.EqualFold(v, "false")
+}
+
+// Need stops the test when why, the reason a prerequisite is missing, is not
+// "": it skips the test, or fails it under CI (see InCI), which must provide
+// every prerequisite. With why == "" it does nothing.
+func Need(t testing.TB, why string) {
+	t.Helper()
+	if why == "" {
+		return
+	}
+	if InCI() {
+		t.Fatalf("%s and CI is set: it must provide it", why)
+	}
+	t.Skip(why)
+}
+
+// NeedRoot is Need for a test that must run as root.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if euid := os.Geteuid(); euid != 0 {
+		Need(t, fmt.Sprintf("needs root (euid %d)", euid))
+	}
+}
+
+// SyncBuffer is a bytes.Buffer that goroutines may write and read at once,
+// e.g. a child process's stdout and stderr together. The zero value is an
+// empty buffer ready to use.
+type SyncBuffer struct {
+	// Max, when above 0, is the most bytes the buffer keeps: writes beyond
+	// it are dropped (and still reported written in full).
+	Max int
+
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p (what fits under Max), and returns len(p), nil.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(p)
+	if s.Max > 0 {
+		p = p[:min(len(p), max(s.Max-s.b.Len(), 0))]
+	}
+	s.b.Write(p)
+	return n, nil
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Golden compares got with the golden file at path (e.g.
+// testdata/page.html.golden) and fails the test with the difference. Under
+// `go test -update` it writes got to path instead, making its folder if need
+// be.
+func Golden(t testing.TB, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -update creates it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", path, diff)
+	}
+}
