@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -495,15 +494,6 @@ func ReadProc(root string, pid int) (*Proc, error) {
 	return s.readStat(unix.AT_FDCWD, pid, true)
 }
 
-// StartTime is the start time of pid (stat field 22), or an error.
-func StartTime(pid int) (uint64, error) {
-	p, err := ReadProc("", pid)
-	if err != nil {
-		return 0, err
-	}
-	return p.Start, nil
-}
-
 // Descendants returns the pids of the processes descending from any of
 // roots (roots included when they are alive), or belonging to one of the
 // process groups or sessions in groups. It reads every process (LoadAll).
@@ -558,59 +548,6 @@ func Cmdline(root string, pid, max int) string {
 		b = b[:max]
 	}
 	return strings.ToValidUTF8(string(b), "?")
-}
-
-// Names returns the names a process goes by: its comm, the base name of its
-// executable, and the base name of argv[0].
-func Names(root string, p *Proc) []string {
-	if root == "" {
-		root = "/proc"
-	}
-	out := []string{p.Comm}
-	base := root + "/" + strconv.Itoa(p.PID)
-	if exe, err := os.Readlink(base + "/exe"); err == nil {
-		exe = strings.TrimSuffix(exe, " (deleted)")
-		out = append(out, filepath.Base(exe))
-	}
-	if b, err := os.ReadFile(base + "/cmdline"); err == nil {
-		if i := bytes.IndexByte(b, 0); i >= 0 {
-			b = b[:i]
-		}
-		if len(b) > 0 {
-			out = append(out, filepath.Base(string(b)))
-		}
-	}
-	return out
-}
-
-// Matches reports whether a process going by names is one of programs. The
-// kernel cuts comm to 15 bytes, so a 15-byte comm matches any program name
-// it begins (nvidia-persistenced shows as nvidia-persiste).
-func Matches(names []string, programs []string) bool {
-	for i, n := range names {
-		if n == "" {
-			continue
-		}
-		for _, prog := range programs {
-			if n == prog || (i == 0 && len(n) == 15 && strings.HasPrefix(prog, n)) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// GroupAlive reports whether any process other than a zombie is in process
-// group pgid (a zombie left to a pid 1 that does not reap still counts for
-// kill(2)).
-func GroupAlive(root string, pgid int) bool {
-	if pgid <= 1 {
-		return false
-	}
-	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	return len(Members(root, func(p *Proc) bool { return p.PGID == pgid })) > 0
 }
 
 // Members lists the live (non-zombie) processes for which keep is true.

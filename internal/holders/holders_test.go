@@ -11,21 +11,3 @@ func TestParseStat(t *testing.T) {
 		t.Errorf("%+v", p)
 	}
 }
-
-func TestMatches(t *testing.T) {
-	ign := []string{"nvidia-smi", "nvidia-persistenced"}
-	for _, tc := range []struct {
-		names []string
-		want  bool
-	}{
-		{[]string{"nvidia-persiste"}, true}, // comm cut to 15 bytes
-		{[]string{"nvidia-smi"}, true},
-		{[]string{"python3", "python3.11", "nvidia-smi"}, true}, // argv[0]
-		{[]string{"nvidia"}, false},
-		{[]string{"python3", "nvidia-persiste"}, false}, // only comm is cut
-	} {
-		if got := Matches(tc.names, ign); got != tc.want {
-			t.Errorf("Matches(%q) = %v", tc.names, got)
-		}
-	}
-}

@@ -8,11 +8,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/holders"
+	"github.com/gpumon/gpumon/internal/idlestate"
 )
 
 // BenchmarkPreemptionLatency: from a foreign open() of a device file to
@@ -158,8 +158,8 @@ user = root
 gpus = 4
 cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 `, e.devs[4]), Options{})
-	d.step(time.Now(), "start")
-	j := d.jobs[0]
+	d.step(time.Now())
+	j := d.runs[0]
 	if j.job == nil {
 		b.Fatalf("job not started:\n%s", e.log.String())
 	}
@@ -177,50 +177,79 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	d.step(time.Now(), "tick") // lists the job's processes
+	d.step(time.Now()) // lists the job's processes
 	// Steady state: a job running for an hour, listed in full every
 	// ProcsEvery (60s), not at these scans.
 	j.job.Began = j.job.Began.Add(-time.Hour)
 	start = time.Now()
 	for i := 0; i < b.N; i++ {
-		if d.step(time.Now(), "tick") {
+		if d.step(time.Now()) {
 			b.Fatal("preempted")
 		}
 	}
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/step-with-job")
-	if len(j.procs) < 3 || j.job == nil || j.stopping {
+	if len(j.procs) < 3 || j.job == nil || d.sched.Jobs[0].Phase != Running {
 		b.Fatalf("job %+v, procs %v:\n%s", j.job, j.procs, e.log.String())
 	}
 }
 
-// BenchmarkIdleCPU: the idlemon binary (this test binary re-executed) at
-// rest, 4 GPUs, one job running, interval_seconds = 10: CPU time over a
-// window (IDLEMON_CPU_WINDOW, default 10s) as % of one core.
-func BenchmarkIdleCPU(b *testing.B) {
-	e := newEnv(b, 4)
+// BenchmarkCPU: idlemon's CPU time in each state it spends its life in,
+// as % of one core, over a window (IDLEMON_CPU_WINDOW, default 10s; make
+// bench: 60s). Three idlemon binaries (this test binary re-executed), each
+// with 4 GPUs, interval_seconds = 10 and the terminal watch on, run side
+// by side:
+//   - rest: no job in the config, only watching;
+//   - running: the shipped example's gpus = ALL job, running;
+//   - waiting: the same job waiting (min_idle_seconds = 30) because
+//     another process holds one of the 4 GPUs: the state that spun a
+//     whole core before the schedule waited for scans instead of timers.
+func BenchmarkCPU(b *testing.B) {
 	window := 10 * time.Second
 	if w, err := time.ParseDuration(os.Getenv("IDLEMON_CPU_WINDOW")); err == nil {
 		window = w
 	}
-	cfg := e.config(`interval_seconds = 10
-min_idle_seconds = 0
-user = root
-[process-rest]
-gpus = 0
-cmd = exec sleep 600
-[tty]
-enabled = true
-idle_seconds = 300
-`)
-	cmd := exec.Command(os.Args[0], "-c", cfg)
-	cmd.Env = append(os.Environ(), "IDLEMON_TEST_MAIN=1")
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
+	const tty = "[tty]\nenabled = true\nidle_seconds = 300\n"
+	const allJob = "[process-all]\ngpus = ALL\ncmd = exec sleep 600\n"
+	states := []struct {
+		name, body string
+		ready      func(*idlestate.File) bool
+		hold       bool // another process holds gpu 1
+	}{
+		{"rest", "interval_seconds = 10\n" + tty, func(f *idlestate.File) bool { return len(f.GPUs) == 4 }, false},
+		{"running", "interval_seconds = 10\nmin_idle_seconds = 0\nuser = root\n" + allJob + tty, running("process-all"), false},
+		{"waiting", "interval_seconds = 10\nmin_idle_seconds = 30\nuser = root\n" + allJob + tty, func(f *idlestate.File) bool {
+			return f.GPUs[1].State == idlestate.Busy && !running("process-all")(f)
+		}, true},
 	}
-	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	waitStateAt(b, e.path("state.json"), "the job running", 10*time.Second, running("process-rest"))
-	cpu := func() time.Duration {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	type daemon struct {
+		name string
+		cmd  *exec.Cmd
+		e    *env
+	}
+	var ds []daemon
+	for _, st := range states {
+		e := newEnv(b, 4)
+		if st.hold {
+			f, err := os.Open(e.devs[1])
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := exec.Command("sleep", "600")
+			c.ExtraFiles = []*os.File{f}
+			err = c.Start()
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { c.Process.Kill(); c.Wait() }()
+			e.waitHolder(1, c.Process.Pid, patience)
+		}
+		cmd := e.startBinary(e.config(st.body), st.name+".log")
+		waitStateAt(b, e.statePath(), st.name, patience, func(f *idlestate.File) bool { return f.PID == cmd.Process.Pid && st.ready(f) })
+		ds = append(ds, daemon{st.name, cmd, e})
+	}
+	cpu := func(pid int) time.Duration {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -230,10 +259,21 @@ idle_seconds = 300
 		return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
 	}
 	b.ResetTimer()
-	c0, t0 := cpu(), time.Now()
-	time.Sleep(window) // measuring a rest period: nothing to wait for
-	c1, t1 := cpu(), time.Now()
-	b.ReportMetric(100*float64(c1-c0)/float64(t1.Sub(t0)), "%-core")
+	c0 := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		c0[i] = cpu(d.cmd.Process.Pid)
+	}
+	t0 := time.Now()
+	time.Sleep(window) // measuring a stretch of time: nothing to wait for
+	t1 := time.Now()
+	for i, d := range ds {
+		b.ReportMetric(100*float64(cpu(d.cmd.Process.Pid)-c0[i])/float64(t1.Sub(t0)), d.name+"-%core")
+	}
+	for _, d := range ds {
+		if f := d.e.readState(); d.name == "waiting" && running("process-all")(f) {
+			b.Errorf("the waiting job started: %+v", f.Jobs)
+		}
+	}
 	b.ReportMetric(t1.Sub(t0).Seconds(), "window-s")
 	b.ReportMetric(0, "ns/op")
 }

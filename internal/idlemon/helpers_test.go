@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 	"github.com/gpumon/gpumon/internal/idlemon/config"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/sshdtest"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // TestMain doubles as the idlemon binary (IDLEMON_TEST_MAIN=1) and as small
@@ -42,52 +44,29 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// requireRoot fails under CI=true and skips otherwise when not root.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if sshdtest.InCI() {
-			t.Fatal("idlemon tests need root (other users' processes, setuid jobs) and CI is set")
-		}
-		t.Skip("needs root")
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// patience bounds the wait for what must happen: long enough for a
+// machine with every core busy, and paid only when a test fails.
+const patience = time.Minute
 
 // env is a fake GPU host: plain files as device files in a temp folder.
 type env struct {
 	t    testing.TB
 	dir  string
 	devs []string
-	log  *syncBuffer
+	log  *testenv.SyncBuffer
 }
 
 func newEnv(t testing.TB, ngpu int) *env {
-	requireRoot(t)
+	testenv.NeedRoot(t) // other users' processes, jobs run as another user
 	dir := t.TempDir()
 	// other users (the foreign openers, the job's user) must reach the files
 	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
 		os.Chmod(d, 0o755)
 	}
 	os.Chmod(dir, 0o777)
-	e := &env{t: t, dir: dir, log: &syncBuffer{}}
+	e := &env{t: t, dir: dir, log: &testenv.SyncBuffer{}}
 	os.Mkdir(filepath.Join(dir, "dev"), 0o755)
+	os.Mkdir(filepath.Join(dir, "run"), 0o755) // the state file's: only root writes there
 	for i := 0; i < ngpu; i++ {
 		p := filepath.Join(dir, "dev", "nvidia"+strconv.Itoa(i))
 		if err := os.WriteFile(p, nil, 0o666); err != nil {
@@ -101,9 +80,11 @@ func newEnv(t testing.TB, ngpu int) *env {
 
 func (e *env) path(name string) string { return filepath.Join(e.dir, name) }
 
+func (e *env) statePath() string { return e.path("run/state.json") }
+
 // config writes an ini with the test's devices and state file, then body.
 func (e *env) config(body string) string {
-	src := fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n%s", e.path("dev/nvidia[0-9]*"), e.path("state.json"), body)
+	src := fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n%s", e.path("dev/nvidia[0-9]*"), e.statePath(), body)
 	p := e.path("idlemon.ini")
 	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
 		e.t.Fatal(err)
@@ -132,28 +113,86 @@ func (e *env) prepare(body string, opt Options) (*Plan, Options, *os.File) {
 	return plan, opt, out
 }
 
-// start runs the daemon in this process until the test ends.
-func (e *env) start(body string, opt Options) {
+// start runs the daemon in this process until the test ends, or until
+// the function it returns is called (as SIGTERM would: Run stops the jobs
+// and returns).
+func (e *env) start(body string, opt Options) (stop func()) {
 	e.t.Helper()
 	plan, opt, out := e.prepare(body, opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, plan, opt) }()
-	e.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				e.t.Errorf("Run: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					e.t.Errorf("Run: %v", err)
+				}
+			case <-time.After(patience):
+				e.t.Errorf("Run did not return")
 			}
-		case <-time.After(30 * time.Second):
-			e.t.Errorf("Run did not return")
-		}
+		})
+	}
+	e.t.Cleanup(func() {
+		stop()
 		out.Close()
 		if e.t.Failed() {
 			e.t.Logf("idlemon log:\n%s", e.log.String())
 		}
 	})
+	return stop
+}
+
+// startBinary runs idlemon (this test binary, re-executed) with config
+// cfg, its output to the file name; the test's end stops it with SIGTERM.
+func (e *env) startBinary(cfg, name string) *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-c", cfg)
+	cmd.Env = append(os.Environ(), "IDLEMON_TEST_MAIN=1")
+	logf, err := os.Create(e.path(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logf.Close()
+		if e.t.Failed() {
+			b, _ := os.ReadFile(e.path(name))
+			e.t.Logf("%s:\n%s", name, b)
+		}
+	})
+	return cmd
+}
+
+// waitFileMatch waits until the file at path has n lines matching re.
+func waitFileMatch(t testing.TB, path, re string, n int) []string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(patience)
+	for {
+		b, _ := os.ReadFile(path)
+		var got []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if rx.MatchString(l) {
+				got = append(got, l)
+			}
+		}
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s %s has %d lines matching %q, want %d:\n%s", patience, path, len(got), re, n, b)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // daemon sets up a daemon for body without running it: the test calls its
@@ -175,7 +214,7 @@ func (e *env) daemon(body string, opt Options) *Daemon {
 // readState reads the state file.
 func (e *env) readState() *idlestate.File {
 	e.t.Helper()
-	fh, err := os.Open(e.path("state.json"))
+	fh, err := os.Open(e.statePath())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -243,7 +282,7 @@ func (e *env) countLog(re string) int {
 // waitState polls the state file until cond holds.
 func (e *env) waitState(what string, timeout time.Duration, cond func(*idlestate.File) bool) *idlestate.File {
 	e.t.Helper()
-	return waitStateAt(e.t, e.path("state.json"), what, timeout, cond)
+	return waitStateAt(e.t, e.statePath(), what, timeout, cond)
 }
 
 func waitStateAt(t testing.TB, path, what string, timeout time.Duration, cond func(*idlestate.File) bool) *idlestate.File {

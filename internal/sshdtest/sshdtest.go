@@ -51,12 +51,6 @@ const StartTimeout = 10 * time.Second
 // (Go issue 29286, see FIELD-NOTES).
 var DefaultHostKeyTypes = []string{"ed25519", "ecdsa", "rsa"}
 
-// InCI reports whether the CI environment variable asks for strict mode,
-// where missing prerequisites fail tests instead of skipping them.
-//
-// Deprecated: use testenv.InCI, which this calls.
-func InCI() bool { return testenv.InCI() }
-
 // Missing returns why a real sshd cannot run here, or "" when it can.
 func Missing() string {
 	var why []string

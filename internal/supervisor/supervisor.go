@@ -1,12 +1,20 @@
-// Package supervisor starts idlemon's jobs and stops them, whole.
+// Package supervisor starts idlemon's jobs and stops them, whole, and stops
+// what a killed idlemon left running.
 //
-// A job runs in a session of its own (setsid, which also makes it the leader
-// of its own process group, pgid = sid = its pid), so every process it forks
-// stays findable even if it moves to another process group. It is stopped by
-// SIGTERM to its process group (kill(-pgid)) and to any other group inside
-// its session, then SIGKILL after the grace period. The supervisor never
-// signals anything else: only groups it created or groups inside sessions
-// it created, checked to still exist, and never a pgid <= 1.
+// A job runs in a session of its own (setsid), and every process it starts
+// carries the job's mark (see Mark): an environment variable, inherited
+// through fork, exec, setsid and double forks, that /proc/PID/environ reads
+// back. A process belongs to a job when it runs as the jobs' user and
+// carries the job's mark or is in the job's session. Nothing else is ever
+// signalled, and each signal goes through a pidfd opened before that check
+// is made again (with the process's start time), so neither a reused pid
+// nor a process that only claims the mark can be hit.
+//
+// A job outlives an idlemon killed with SIGKILL (or by the OOM killer); the
+// next idlemon finds it by its mark (Leftovers) before it starts anything.
+// Between fork and exec a job's first process has no mark yet, but it still
+// holds idlemon's lock on the state file (the descriptor closes at exec),
+// so no new idlemon can look for leftovers until the mark is there.
 package supervisor
 
 import (
@@ -21,29 +29,33 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/holders"
+	"golang.org/x/sys/unix"
 )
 
 // Spec says what to run and how.
 type Spec struct {
-	Name  string   // for messages: the config section
+	Name  string   // the config section: the mark's job name, and for messages
 	Cmd   string   // run with /bin/sh -c
 	Dir   string   // working folder
-	Env   []string // the whole environment
-	Log   string   // appended to; "" = Stdout
+	Env   []string // the whole environment (the mark is added)
+	Log   string   // appended to; "" = the Supervisor's Stdout
 	Cred  *syscall.Credential
 	Grace time.Duration
 }
 
-// Stdout is where a job without a log writes (idlemon's own stdout).
-var Stdout *os.File = os.Stdout
-
-// ProcRoot is the proc file system (for tests).
-var ProcRoot = "/proc"
+// A Supervisor starts and stops the jobs of one idlemon.
+type Supervisor struct {
+	Proc     string   // the proc file system; "/proc" when empty
+	Stdout   *os.File // where a job without a log writes
+	Instance string   // the first part of every mark: InstanceOf(the state file)
+	UID      int      // the jobs' real uid: no process of another user is signalled
+}
 
 // Job is one started job.
 type Job struct {
 	Spec  Spec
-	PID   int // leader pid = pgid = sid
+	Mark  Mark
+	PID   int // the leader: pid = pgid = sid
 	Start uint64
 	Began time.Time
 
@@ -53,12 +65,18 @@ type Job struct {
 	ended   time.Time
 }
 
-// Start starts spec's command.
-func Start(spec Spec) (*Job, error) {
+func (j *Job) target() target { return target{Mark: j.Mark, SID: j.PID, SIDStart: j.Start} }
+
+// Start starts spec's command with a new mark.
+func (s *Supervisor) Start(spec Spec) (*Job, error) {
+	mark := Mark{Instance: s.Instance, Nonce: newNonce(), Job: spec.Name}
 	cmd := exec.Command("/bin/sh", "-c", spec.Cmd)
 	cmd.Dir = spec.Dir
-	cmd.Env = spec.Env
-	out := Stdout
+	cmd.Env = Env(spec.Env, mark.Env())
+	out := s.Stdout
+	if out == nil {
+		out = os.Stdout
+	}
 	if spec.Log != "" {
 		f, err := os.OpenFile(spec.Log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {
@@ -72,9 +90,9 @@ func Start(spec Spec) (*Job, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	j := &Job{Spec: spec, PID: cmd.Process.Pid, Began: time.Now(), done: make(chan struct{})}
-	if st, err := holders.StartTime(j.PID); err == nil {
-		j.Start = st
+	j := &Job{Spec: spec, Mark: mark, PID: cmd.Process.Pid, Began: time.Now(), done: make(chan struct{})}
+	if p, err := holders.ReadProc(s.Proc, j.PID); err == nil {
+		j.Start = p.Start
 	}
 	go func() {
 		err := cmd.Wait()
@@ -96,120 +114,207 @@ func (j *Job) Exit() (error, time.Duration) {
 	return j.waitErr, j.ended.Sub(j.Began)
 }
 
-// Stop stops the whole job: SIGTERM to every group of its session, SIGKILL
-// after the grace period to whatever is left. It returns once nothing of the
-// job is left (or after a further 5 s if something will not die), and says
-// whether SIGKILL was needed.
-func (j *Job) Stop() (killed bool) {
-	return StopSession(j.PID, j.Spec.Grace, j.done)
-}
+// Members lists the job's live processes: the leader's session and every
+// process with the job's mark, of the jobs' user. It reads every process's
+// stat and status, and the environment of the jobs' user's processes.
+func (s *Supervisor) Members(j *Job) []Member { return s.find(j.target()) }
 
-// StopSession stops every process group in session sid (a job's session:
-// sid = pgid = the leader's pid) with SIGTERM, then SIGKILL after grace.
-// leaderDone, when not nil, is closed when the caller has reaped the leader.
-func StopSession(sid int, grace time.Duration, leaderDone <-chan struct{}) (killed bool) {
-	if sid <= 1 {
-		return false
-	}
-	signalSession(sid, syscall.SIGTERM)
-	if waitGone(sid, grace, leaderDone) {
-		return false
-	}
-	signalSession(sid, syscall.SIGKILL)
-	waitGone(sid, 5*time.Second, leaderDone)
-	return true
-}
+// Owns reports whether the live process m (from Identify) is one of j's.
+func (j *Job) Owns(m Member) bool { return j.target().owns(m) }
 
-// signalSession sends sig to process group sid and to every other group
-// whose members are in session sid.
-func signalSession(sid int, sig syscall.Signal) {
-	groups := map[int]bool{}
-	for _, p := range SessionMembers(sid) {
-		groups[p.PGID] = true
-	}
-	// the job's own group, even if its members are zombies or between
-	// scans; kill(2) itself fails with ESRCH when it is empty.
-	groups[sid] = true
-	for pg := range groups {
-		if pg > 1 && pg != os.Getpid() && pg != syscall.Getpgrp() {
-			_ = syscall.Kill(-pg, sig)
+// Identify reads pid's identity now, its mark included when it is one of
+// the jobs' user's processes.
+func (s *Supervisor) Identify(pid int) (Member, error) { return s.read(pid, true) }
+
+// Stop stops the whole job: SIGTERM to each of its processes, SIGKILL after
+// the grace period to whatever is left, until nothing is left or 5 s more
+// have passed. It says whether SIGKILL was needed, and what survived it.
+// The first process and those in known get SIGTERM at once, before the
+// others are looked for (a walk of every process): the job's processes
+// the caller knows of, those holding a GPU among them, for a prompt
+// preemption that reaches the first process before it sees its workers
+// end.
+func (s *Supervisor) Stop(j *Job, known []int) (killed bool, left []Member) {
+	t := j.target()
+	termed := map[int]uint64{} // pid -> start time, sent SIGTERM
+	for _, pid := range append([]int{j.PID}, known...) {
+		if _, done := termed[pid]; done {
+			continue
+		}
+		if m, ok := s.signalPID(pid, t, syscall.SIGTERM); ok {
+			termed[pid] = m.Start
 		}
 	}
+	return s.stop(t, j.Spec.Grace, j.done, termed)
 }
 
-// SessionMembers lists the live processes of session sid or process group
-// sid.
-func SessionMembers(sid int) []*holders.Proc {
-	if sid <= 1 {
-		return nil
-	}
-	return holders.Members(ProcRoot, func(p *holders.Proc) bool { return p.SID == sid || p.PGID == sid })
-}
-
-// waitGone waits until nothing of session sid is alive (and the leader is
-// reaped), or until d has passed.
-func waitGone(sid int, d time.Duration, leaderDone <-chan struct{}) bool {
-	deadline := time.Now().Add(d)
-	delay := time.Millisecond
+func (s *Supervisor) stop(t target, grace time.Duration, leaderDone <-chan struct{}, termed map[int]uint64) (killed bool, left []Member) {
+	sig := syscall.SIGTERM
+	deadline := time.Now().Add(grace)
 	for {
-		reaped := true
-		if leaderDone != nil {
-			select {
-			case <-leaderDone:
-			default:
-				reaped = false
+		ms := s.find(t)
+		if len(ms) == 0 {
+			if leaderDone != nil {
+				select {
+				case <-leaderDone:
+				case <-time.After(5 * time.Second):
+				}
+			}
+			return killed, nil
+		}
+		for _, m := range ms {
+			if sig == syscall.SIGTERM && termed[m.PID] == m.Start {
+				continue // once: a second SIGTERM means "hurry" to some programs
+			}
+			if _, ok := s.signalPID(m.PID, t, sig); ok && sig == syscall.SIGTERM {
+				termed[m.PID] = m.Start
 			}
 		}
-		if reaped && len(SessionMembers(sid)) == 0 {
+		if !s.waitExit(ms, deadline) {
+			if sig == syscall.SIGKILL {
+				return killed, s.find(t)
+			}
+			sig, killed, deadline = syscall.SIGKILL, true, time.Now().Add(5*time.Second)
+		}
+	}
+}
+
+// waitExit waits until every process of ms has exited, or deadline; it
+// says whether they all did. pidfds wake it at each exit: no polling.
+func (s *Supervisor) waitExit(ms []Member, deadline time.Time) bool {
+	var fds []unix.PollFd
+	defer func() {
+		for _, f := range fds {
+			unix.Close(int(f.Fd))
+		}
+	}()
+	for _, m := range ms {
+		fd, err := unix.PidfdOpen(m.PID, 0)
+		if errors.Is(err, unix.ENOSYS) {
+			return s.pollExit(ms, deadline)
+		}
+		if err != nil {
+			continue // gone
+		}
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+		if p, err := holders.ReadProc(s.Proc, m.PID); err != nil || p.Start != m.Start || p.State == 'Z' {
+			fds[len(fds)-1].Events = 0 // gone, or the pid is another process's now
+			fds[len(fds)-1].Revents = unix.POLLIN
+		}
+	}
+	for {
+		pending := fds[:0]
+		for _, f := range fds {
+			if f.Revents == 0 {
+				pending = append(pending, f)
+			} else {
+				unix.Close(int(f.Fd))
+			}
+		}
+		fds = pending
+		if len(fds) == 0 {
+			return true
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return false
+		}
+		_, err := unix.Poll(fds, int(wait.Milliseconds())+1)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return s.pollExit(ms, deadline)
+		}
+	}
+}
+
+// pollExit is waitExit without pidfds (kernels before 5.3).
+func (s *Supervisor) pollExit(ms []Member, deadline time.Time) bool {
+	delay := time.Millisecond
+	for {
+		alive := false
+		for _, m := range ms {
+			if p, err := holders.ReadProc(s.Proc, m.PID); err == nil && p.Start == m.Start && p.State != 'Z' {
+				alive = true
+				break
+			}
+		}
+		if !alive {
 			return true
 		}
 		if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(delay)
-		if delay < 50*time.Millisecond {
-			delay *= 2
-		}
+		delay = min(2*delay, 50*time.Millisecond)
 	}
 }
 
-// Leftover is a job recorded by an earlier run of idlemon.
+// Session is a job's session as an earlier idlemon recorded it.
+type Session struct {
+	Job   string
+	SID   int
+	Start uint64 // its leader's start time
+}
+
+// A Leftover is one run of a job that an earlier idlemon left running.
 type Leftover struct {
-	Name  string
-	PGID  int
-	Start uint64         // the leader's start time
-	Procs map[int]uint64 // pid -> start time of the job's processes last seen
+	Job     string
+	Members []Member
+	t       target
 }
 
-// StopLeftover stops what is left of a job of an earlier idlemon run: only
-// if its leader, or one of the processes recorded for it, is still alive
-// with the same start time (so a reused pid is never touched). It returns
-// the number of processes found.
-func StopLeftover(l Leftover, grace time.Duration) (int, error) {
-	if l.PGID <= 1 {
-		return 0, nil
+// Leftovers finds what earlier runs of this idlemon left running: every
+// live process of the jobs' user that carries this instance's mark, and
+// every one in one of sessions (from a state file the caller trusts),
+// grouped by run.
+func (s *Supervisor) Leftovers(sessions []Session) []*Leftover {
+	any := target{Mark: Mark{Instance: s.Instance}}
+	var out []*Leftover
+	byNonce := map[string]*Leftover{}
+	bySID := map[int]*Leftover{}
+	all := s.find(any)
+	for _, m := range all {
+		l := byNonce[m.Mark.Nonce]
+		if l == nil {
+			l = &Leftover{Job: m.Mark.Job, t: target{Mark: m.Mark}}
+			byNonce[m.Mark.Nonce] = l
+			out = append(out, l)
+		}
+		l.Members = append(l.Members, m)
 	}
-	ours := false
-	if p, err := holders.ReadProc(ProcRoot, l.PGID); err == nil && p.State != 'Z' {
-		ours = l.Start != 0 && p.Start == l.Start && p.PGID == l.PGID
-	}
-	members := SessionMembers(l.PGID)
-	if !ours {
-		for _, m := range members {
-			if st, ok := l.Procs[m.PID]; ok && st == m.Start {
-				ours = true
-				break
+	if len(sessions) > 0 {
+		seen := map[int]bool{}
+		for _, m := range all {
+			seen[m.PID] = true
+		}
+		for _, sess := range sessions {
+			if sess.SID <= 1 || bySID[sess.SID] != nil {
+				continue
+			}
+			t := target{SID: sess.SID, SIDStart: sess.Start}
+			l := &Leftover{Job: sess.Job, t: t}
+			for _, m := range s.find(t) {
+				if !seen[m.PID] {
+					l.Members = append(l.Members, m)
+				}
+			}
+			if len(l.Members) > 0 {
+				bySID[sess.SID] = l
+				out = append(out, l)
 			}
 		}
 	}
-	if !ours || len(members) == 0 {
-		return 0, nil
-	}
-	StopSession(l.PGID, grace, nil)
-	if left := SessionMembers(l.PGID); len(left) > 0 {
-		return len(members), fmt.Errorf("%d processes of %s (pgid %d) survived SIGKILL", len(left), l.Name, l.PGID)
-	}
-	return len(members), nil
+	return out
+}
+
+// Run is the leftover of one run of a job: its processes, found when it is
+// stopped.
+func (s *Supervisor) Run(m Mark) *Leftover {
+	return &Leftover{Job: m.Job, t: target{Mark: m}}
+}
+
+// StopLeftover stops l as Stop stops a job.
+func (s *Supervisor) StopLeftover(l *Leftover, grace time.Duration) (killed bool, left []Member) {
+	return s.stop(l.t, grace, nil, map[int]uint64{})
 }
 
 // Credential resolves a user name into what a job runs as, with its

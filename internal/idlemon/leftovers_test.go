@@ -1,0 +1,346 @@
+package idlemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpumon/gpumon/internal/holders"
+	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/sshdtest"
+	"github.com/gpumon/gpumon/internal/supervisor"
+)
+
+// daemonizingJob is a job whose worker daemonizes (a double fork and
+// setsid, as tmux new -d or screen -dm do), ignores SIGTERM and holds
+// the GPU; it writes its pid to pidfile. The job's first process holds
+// the GPU too and ignores SIGTERM as well.
+func daemonizingJob(dev, pidfile string) string {
+	return fmt.Sprintf(`trap '' TERM; (setsid sh -c 'trap "" TERM; exec 3<%[1]s; echo $$ >%[2]s.tmp; mv %[2]s.tmp %[2]s; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 &); exec 3<%[1]s; while :; do sleep 1; done`, dev, pidfile)
+}
+
+func readPIDFile(t testing.TB, path string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(waitFile(t, path, patience))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// A worker that daemonizes is still the job's: it does not preempt its own
+// job, it is listed as the job's, and it is stopped with the job, by a
+// preemption and by idlemon's own shutdown, SIGTERM or not.
+func TestDaemonizedWorker(t *testing.T) {
+	e := newEnv(t, 2)
+	sshdtest.EnsureUser(t, "idlejob")
+	dev0 := e.devs[0]
+	stop := e.start(fmt.Sprintf(`interval_seconds = 30
+min_idle_seconds = 0
+grace_seconds = 0.5
+user = idlejob
+[process-tmux]
+gpus = 0
+cmd = %s
+`, daemonizingJob(dev0, e.path("worker"))), Options{})
+
+	worker := readPIDFile(t, e.path("worker"))
+	f := e.waitState("the daemonized worker listed as the job's", patience, func(f *idlestate.File) bool {
+		j := jobInfo(f, "process-tmux")
+		return j.Running && slicesContains(j.PIDs, worker)
+	})
+	job := jobInfo(f, "process-tmux")
+	w, err := holders.ReadProc("", worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.SID == job.PGID || w.PPID == job.PGID {
+		t.Fatalf("the worker did not leave the job's session: %+v, job pgid %d", w, job.PGID)
+	}
+	if f.GPUs[0].State != idlestate.Job || len(f.GPUs[0].Holders) != 0 {
+		t.Errorf("gpu 0 held by the job only: %+v", f.GPUs[0])
+	}
+	if n := e.countLog("stopped job"); n != 0 {
+		t.Fatalf("the job preempted itself")
+	}
+
+	alice := foreign(t, "alice", dev0)
+	e.waitLog(`gpu 0: stopped job process-tmux \(pid \d+\) - preempted by alice pid `+strconv.Itoa(alice), 1, patience)
+	e.waitLog(`gpu 0: job process-tmux \(pid \d+\) outlived SIGTERM by 500ms: killed`, 1, patience)
+	if pidAlive(worker) || pidAlive(job.PGID) {
+		t.Errorf("after the stop: worker alive %v, first process alive %v", pidAlive(worker), pidAlive(job.PGID))
+	}
+	if !pidAlive(alice) {
+		t.Fatal("alice's process was touched")
+	}
+
+	// alice leaves; the job comes back, and goes with idlemon
+	os.Remove(e.path("worker"))
+	syscall.Kill(-alice, syscall.SIGKILL)
+	worker = readPIDFile(t, e.path("worker"))
+	e.waitState("the new worker listed", patience, func(f *idlestate.File) bool {
+		return slicesContains(jobInfo(f, "process-tmux").PIDs, worker)
+	})
+	stop()
+	if pidAlive(worker) {
+		t.Errorf("the daemonized worker %d outlived idlemon", worker)
+	}
+	if left := marked(t, e); len(left) != 0 {
+		t.Errorf("processes with the job's mark outlived idlemon: %+v", left)
+	}
+}
+
+// marked lists the runs of e's idlemon that have processes alive, the
+// jobs' user being idlejob or root.
+func marked(t testing.TB, e *env) []*supervisor.Leftover {
+	t.Helper()
+	var out []*supervisor.Leftover
+	for _, name := range []string{"idlejob", "root"} {
+		uid, _ := lookupIDs(t, name)
+		s := &supervisor.Supervisor{Instance: supervisor.InstanceOf(e.statePath()), UID: uid}
+		out = append(out, s.Leftovers(nil)...)
+	}
+	return out
+}
+
+func slicesContains(xs []int, x int) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// idlemon SIGKILLed the moment it has started two jobs, before a scan or
+// a state file could list their processes, then restarted: before it
+// starts anything, it stops every process the killed one's jobs left
+// (daemonized, SIGTERM-proof ones included), whatever the state file
+// says; afterwards each GPU runs one copy of its job. The state file is
+// left as it was, then truncated, then from another version.
+func TestKilledRightAfterStarts(t *testing.T) {
+	e := newEnv(t, 2)
+	sshdtest.EnsureUser(t, "idlejob")
+	cfg := e.config(fmt.Sprintf(`interval_seconds = 10
+min_idle_seconds = 0
+grace_seconds = 0.2
+user = idlejob
+[process-a]
+gpus = 0
+cmd = %s
+[process-b]
+gpus = 1
+cmd = %s
+`, daemonizingJob(e.devs[0], e.path("worker-a")), daemonizingJob(e.devs[1], e.path("worker-b"))))
+	spoil := []func(){
+		func() {},
+		func() { os.WriteFile(e.statePath(), []byte(`{"version": 1, "updated": "2026-`), 0o644) },
+		func() {
+			os.WriteFile(e.statePath(), []byte(`{"version": 99, "pid": 1, "jobs": [{"name": "process-a", "pgid": 1, "running": true}]}`), 0o644)
+		},
+	}
+	prev := 0
+	for trial, spoilState := range spoil {
+		name := fmt.Sprintf("idlemon-%d.log", trial)
+		cmd := e.startBinary(cfg, name)
+		started := waitFileMatch(t, e.path(name), `gpu [01]: started job process-[ab] `, 2)
+		cmd.Process.Kill()
+		cmd.Wait()
+		b, _ := os.ReadFile(e.path(name))
+		if trial > 0 {
+			// what the previous one left was stopped before anything started
+			re := regexp.MustCompile(`(?s)gpu 0: job process-a: stopped \d+ processes .* left running by an earlier idlemon.*gpu 1: job process-b: stopped \d+ processes .* left running by an earlier idlemon.*started job`)
+			if !re.Match(b) {
+				t.Errorf("trial %d: idlemon's log:\n%s", trial, b)
+			}
+		}
+		t.Logf("trial %d: killed idlemon pid %d right after %q", trial, cmd.Process.Pid, started)
+		prev = cmd.Process.Pid
+		spoilState()
+	}
+	_ = prev
+
+	last := e.startBinary(cfg, "last.log")
+	waitFileMatch(t, e.path("last.log"), `started job process-[ab] `, 2)
+	b, _ := os.ReadFile(e.path("last.log"))
+	if n := strings.Count(string(b), "left running by an earlier idlemon"); n != 2 {
+		t.Errorf("last idlemon stopped %d leftovers, want 2 (one per job):\n%s", n, b)
+	}
+	if strings.Contains(string(b), "survived SIGKILL") {
+		t.Errorf("a leftover survived:\n%s", b)
+	}
+	// From here on each job has one run: one mark, the last idlemon's.
+	readPIDFile(t, e.path("worker-a"))
+	readPIDFile(t, e.path("worker-b"))
+	runs := map[string]int{}
+	for _, l := range marked(t, e) {
+		runs[l.Job]++
+	}
+	if runs["process-a"] != 1 || runs["process-b"] != 1 {
+		t.Errorf("runs alive per job: %v, want one each", runs)
+	}
+	last.Process.Signal(syscall.SIGTERM)
+	last.Wait()
+	if left := marked(t, e); len(left) != 0 {
+		t.Errorf("after SIGTERM to idlemon, runs still alive: %d", len(left))
+	}
+}
+
+// A state file that another user could have written is not believed: it
+// names root's own process as a job's leftover, and root's idlemon leaves
+// that process alone. Nor does a state file root wrote make idlemon touch
+// a process that is not the jobs' user's.
+func TestForgedStateFile(t *testing.T) {
+	e := newEnv(t, 1)
+	sshdtest.EnsureUser(t, "bob")
+	bobUID, bobGID := lookupIDs(t, "bob")
+	victim := exec.Command("sleep", "600") // root's, a session of its own
+	victim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	bobs := sshdtest.StartProcessAs(t, "bob", "sleep", "600")
+	forged := func(pids ...int) []byte {
+		t.Helper()
+		f := idlestate.File{Version: idlestate.Version, PID: 1}
+		for _, pid := range pids {
+			p, err := holders.ReadProc("", pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Jobs = append(f.Jobs, idlestate.JobInfo{Name: "process-x", GPUs: []int{0}, PGID: p.SID, Running: true, LeaderStart: p.Start,
+				PIDs: []int{pid}, Procs: []idlestate.ProcStart{{PID: pid, Start: p.Start}}})
+		}
+		b, _ := json.Marshal(f)
+		return b
+	}
+	body := `min_idle_seconds = 3600
+user = root
+[process-x]
+gpus = 0
+cmd = sleep 600
+`
+	// bob's folder, bob's file
+	bobDir := e.path("bob")
+	os.Mkdir(bobDir, 0o755)
+	os.Chown(bobDir, bobUID, bobGID)
+	state := filepath.Join(bobDir, "state.json")
+	os.WriteFile(state, forged(victim.Process.Pid), 0o644)
+	os.Chown(state, bobUID, bobGID)
+	for _, tc := range []struct {
+		name, dir, why string
+		mode           os.FileMode
+	}{
+		{"bob's file in bob's folder", bobDir, `it belongs to uid ` + strconv.Itoa(bobUID) + `, not to idlemon's uid 0; its folder belongs to uid ` + strconv.Itoa(bobUID), 0o644},
+		{"root's file, writable by all", e.path("run"), `others may write it \(mode 0666\)`, 0o666},
+		{"root's file in a folder anyone can write", e.path("tmp"), `others may write its folder \(mode 1777\)`, 0o644},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Mkdir(e.path("tmp"), 0o777)
+			os.Chmod(e.path("tmp"), 0o777|os.ModeSticky)
+			path := filepath.Join(tc.dir, "state.json")
+			if tc.dir != bobDir {
+				os.WriteFile(path, forged(victim.Process.Pid), tc.mode)
+				os.Chmod(path, tc.mode)
+			}
+			log := runUntilStarted(t, e, body, path)
+			if !regexp.MustCompile(regexp.QuoteMeta(path) + `: not used to find what an earlier idlemon left running: ` + tc.why).MatchString(log) {
+				t.Errorf("no warning saying why:\n%s", log)
+			}
+			if !pidAlive(victim.Process.Pid) {
+				t.Fatalf("root's process %d was killed on the word of a file others can write:\n%s", victim.Process.Pid, log)
+			}
+		})
+	}
+	t.Run("root's file naming bob's process", func(t *testing.T) {
+		path := e.statePath()
+		os.WriteFile(path, forged(bobs), 0o644)
+		os.Chmod(path, 0o644)
+		log := runUntilStarted(t, e, body, path)
+		if strings.Contains(log, "not used") || strings.Contains(log, "left running") {
+			t.Errorf("log:\n%s", log)
+		}
+		if !pidAlive(bobs) {
+			t.Fatalf("bob's process was killed: it is not the jobs' user's")
+		}
+	})
+}
+
+// runUntilStarted runs idlemon with body and state file path until it has
+// looked for leftovers (it says "idlemon started" after that), then stops
+// it; it returns its log.
+func runUntilStarted(t *testing.T, e *env, body, path string) string {
+	t.Helper()
+	cfg := e.path("forged.ini")
+	src := fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n%s", e.path("dev/nvidia[0-9]*"), path, body)
+	if err := os.WriteFile(cfg, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := "forged-" + strings.NewReplacer(" ", "-", "'", "").Replace(t.Name()[strings.LastIndex(t.Name(), "/")+1:]) + ".log"
+	cmd := e.startBinary(cfg, name)
+	waitFileMatch(t, e.path(name), `idlemon started`, 1)
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	b, _ := os.ReadFile(e.path(name))
+	return string(b)
+}
+
+// idlemon SIGKILLed in the middle of a stop (SIGTERM sent, the job ignores
+// it, SIGKILL not yet due): the next idlemon finishes the stop before
+// anything else, and does not start the job on a GPU someone holds.
+func TestKilledMidStop(t *testing.T) {
+	e := newEnv(t, 1)
+	sshdtest.EnsureUser(t, "idlejob")
+	cfg := e.config(fmt.Sprintf(`interval_seconds = 10
+min_idle_seconds = 0
+grace_seconds = 3600
+user = idlejob
+[process-a]
+gpus = 0
+cmd = %s
+`, daemonizingJob(e.devs[0], e.path("worker"))))
+	first := e.startBinary(cfg, "first.log")
+	worker := readPIDFile(t, e.path("worker"))
+	waitStateAt(t, e.statePath(), "the worker listed", patience, func(f *idlestate.File) bool {
+		return slicesContains(jobInfo(f, "process-a").PIDs, worker)
+	})
+	alice := foreign(t, "alice", e.devs[0])
+	waitFileMatch(t, e.path("first.log"), `gpu 0: stopped job process-a .* preempted by alice`, 1)
+	first.Process.Kill()
+	first.Wait()
+	if !pidAlive(worker) {
+		t.Fatal("the worker ignored SIGTERM, yet it is gone: nothing to test")
+	}
+	// the next one's grace is short: its SIGKILL ends the stop
+	cfg = e.config(fmt.Sprintf(`interval_seconds = 10
+min_idle_seconds = 0
+grace_seconds = 0.1
+user = idlejob
+[process-a]
+gpus = 0
+cmd = %s
+`, daemonizingJob(e.devs[0], e.path("worker"))))
+	e.startBinary(cfg, "second.log")
+	waitFileMatch(t, e.path("second.log"), `idlemon started`, 1)
+	b, _ := os.ReadFile(e.path("second.log"))
+	if !regexp.MustCompile(`gpu 0: job process-a: stopped \d+ processes \(pids [0-9,]*\b` + strconv.Itoa(worker) + `\b[0-9,]*\) left running by an earlier idlemon \(pid \d+\), SIGKILL after 100ms`).Match(b) {
+		t.Errorf("second idlemon's log:\n%s", b)
+	}
+	if pidAlive(worker) {
+		t.Errorf("worker %d alive", worker)
+	}
+	f := waitStateAt(t, e.statePath(), "gpu 0 busy with alice", patience, func(f *idlestate.File) bool {
+		return len(f.GPUs) == 1 && f.GPUs[0].State == idlestate.Busy
+	})
+	if running("process-a")(f) || !pidAlive(alice) {
+		t.Errorf("job started on alice's GPU, or alice touched: %+v", f)
+	}
+}

@@ -1,0 +1,198 @@
+package idlemon
+
+import (
+	"os"
+	"os/user"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/holders"
+	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/ignore"
+	"github.com/gpumon/gpumon/internal/supervisor"
+)
+
+// owners' answers besides a job's index: notOurs for a holder no job of
+// ours explains; stray for one that carries the mark of a run of ours that
+// is not running (it is being stopped); unsure for one of the jobs' user
+// that shows no environment yet, as a process does in the middle of an
+// execve: ours until a look a moment later (unsureFor) says otherwise;
+// gone for one that has exited since the scan saw it.
+const (
+	notOurs = -1
+	stray   = -2
+	unsure  = -3
+	gone    = -4
+)
+
+// unsureFor is how long a process of the jobs' user may show no
+// environment before it counts as a foreign holder: an execve takes
+// microseconds.
+const unsureFor = 10 * time.Millisecond
+
+// owners says which job each of snap's GPU holders belongs to (an index
+// into plan.Jobs), or notOurs, stray or unsure. A job's processes are,
+// first, its first process's descendants and the members of its session:
+// Within walks up from each holder through its parents, reading the stat
+// lines of the holders' ancestors only. A holder that left the job's tree
+// (a daemonized worker: double fork, setsid), or a child of one, is the
+// job's when it, or the ancestor it descends from, runs as the jobs' user
+// and carries the job's mark; environments are read only then.
+func (d *Daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
+	owner := map[int]int{}
+	for _, r := range d.runs {
+		r.holders = r.holders[:0]
+	}
+	for _, dev := range d.plan.Devices {
+		for _, pid := range snap.Holders[dev.Index] {
+			if _, done := owner[pid]; done {
+				continue
+			}
+			owner[pid] = d.ownerOf(snap, pid, now)
+			if i := owner[pid]; i >= 0 {
+				d.runs[i].holders = append(d.runs[i].holders, pid)
+			}
+		}
+	}
+	for k, since := range d.unsure {
+		if now.Sub(since) > time.Minute {
+			delete(d.unsure, k)
+		}
+	}
+	return owner
+}
+
+func (d *Daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
+	for i, r := range d.runs {
+		if r.job != nil && snap.Within(pid, []int{r.job.PID}, map[int]bool{r.job.PID: true}) {
+			return i
+		}
+	}
+	// Up through the jobs' user's processes (status's real uid: the owner
+	// of /proc/PID is root while a process is not dumpable, as it is for
+	// a moment in every execve), the holder first.
+	cur := pid
+	for steps := 0; cur > 1 && steps < 64; steps++ {
+		m, err := d.sup.Identify(cur)
+		if err != nil && cur == pid {
+			return gone
+		}
+		if err != nil || m.UID != d.sup.UID {
+			break
+		}
+		if m.Mark.Instance == d.sup.Instance {
+			for i, r := range d.runs {
+				if r.job != nil && r.job.Owns(m) {
+					return i
+				}
+			}
+			d.stopStray(m.Mark)
+			return stray
+		}
+		if m.Mark.Instance != "" {
+			break // another idlemon's job
+		}
+		if cur == pid && m.NoEnv {
+			k := [2]uint64{uint64(pid), m.Start}
+			since, seen := d.unsure[k]
+			if !seen {
+				since = now
+				d.unsure[k] = now
+				d.recheckAt(now.Add(unsureFor))
+			}
+			if now.Sub(since) < unsureFor {
+				return unsure
+			}
+		}
+		cur = m.PPID
+	}
+	return notOurs
+}
+
+// stopStray stops the processes of a run of ours that is no longer
+// running: they survived its stop (SIGKILL does not end a process stuck
+// in the kernel at once). They are not foreign users.
+func (d *Daemon) stopStray(m supervisor.Mark) {
+	if d.strays[m.Nonce] {
+		return
+	}
+	d.strays[m.Nonce] = true
+	d.log.Printf("job %s: processes of an earlier run (%s) hold a GPU: stopping them", m.Job, m.Nonce)
+	go d.sup.StopLeftover(d.sup.Run(m), d.plan.Cfg.Grace)
+}
+
+// ignored says whether p is a program that never makes gpu busy.
+func (d *Daemon) ignored(p *holders.Proc, gpu int) bool {
+	ip := ignore.Process{Comm: p.Comm, Args: d.command(p)}
+	if exe, err := os.Readlink(d.scanner.Root + "/" + strconv.Itoa(p.PID) + "/exe"); err == nil {
+		ip.Exe = strings.TrimSuffix(exe, " (deleted)")
+	}
+	return ignore.Match(ip, d.plan.Ignore[gpu])
+}
+
+// listProcs keeps job i's process list for the state file (fetch marks
+// those on a GPU preemptible) up to date. Listing them all reads every
+// process's stat line, so it is done only at the first scan after the job
+// started, then every quarter of the job's age up to every ProcsEvery, and
+// when one of the job's GPU holders is not listed (a new child opened the
+// GPU). In between the list stays as it was, less any pid that now holds a
+// GPU for someone else (reused); the job's GPU holders are always on it.
+func (d *Daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now time.Time) {
+	r := d.runs[i]
+	if r.job == nil {
+		r.procs, r.procsAt = r.procs[:0], time.Time{}
+		return
+	}
+	// A young job is still forking its workers: list it again after a
+	// quarter of its age, up to ProcsEvery.
+	every := min(d.opt.ProcsEvery, now.Sub(r.job.Began)/4)
+	full := r.procsAt.IsZero() || now.Sub(r.procsAt) >= every || now.Before(r.procsAt)
+	for _, pid := range r.holders {
+		if p := snap.Proc(pid); p != nil {
+			if k, ok := findProc(r.procs, pid); !ok || r.procs[k].Start != p.Start {
+				full = true
+			}
+		}
+	}
+	if full {
+		r.procs, r.procsAt = r.procs[:0], now
+		for pid := range snap.Descendants([]int{r.job.PID}, map[int]bool{r.job.PID: true}) {
+			if p := snap.Procs[pid]; p != nil && p.State != 'Z' {
+				r.procs = append(r.procs, idlestate.ProcStart{PID: pid, Start: p.Start})
+			}
+		}
+		sort.Slice(r.procs, func(a, b int) bool { return r.procs[a].PID < r.procs[b].PID })
+	}
+	for pid, o := range owner {
+		if k, ok := findProc(r.procs, pid); ok && o != i {
+			r.procs = slices.Delete(r.procs, k, k+1)
+		}
+	}
+	for _, pid := range r.holders {
+		p := snap.Proc(pid)
+		if p == nil {
+			continue
+		}
+		if k, ok := findProc(r.procs, pid); ok {
+			r.procs[k].Start = p.Start
+		} else {
+			r.procs = slices.Insert(r.procs, k, idlestate.ProcStart{PID: pid, Start: p.Start})
+		}
+	}
+}
+
+// findProc finds pid in ps, sorted by pid: its index, or where it would go.
+func findProc(ps []idlestate.ProcStart, pid int) (int, bool) {
+	return slices.BinarySearchFunc(ps, pid, func(p idlestate.ProcStart, pid int) int { return p.PID - pid })
+}
+
+func userLookupID(uid string) (string, error) {
+	u, err := user.LookupId(uid)
+	if err != nil {
+		return "", err
+	}
+	return u.Username, nil
+}

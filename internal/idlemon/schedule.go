@@ -1,0 +1,324 @@
+package idlemon
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/idlestate"
+)
+
+// The schedule decides what idlemon does: which job to stop and why, which
+// to start, when to look again. Its functions are pure: they take the state
+// before, what a scan saw, and the time, and return the state after and the
+// decision. The scan, the processes and the clock stay in daemon.go.
+
+// Rules are the schedule's settings.
+type Rules struct {
+	MinIdle     time.Duration // a GPU idle this long may run a job
+	BackoffBase time.Duration // first restart delay of a job that ends by itself
+	BackoffMax  time.Duration
+	BackoffOK   time.Duration // a run this long resets the back-off
+}
+
+// Phase is where a job is in its life.
+type Phase int
+
+const (
+	Waiting  Phase = iota // not running: starts when its GPUs have been idle for MinIdle
+	Running               // started, not being stopped
+	Stopping              // SIGTERM sent; what is left goes at the end of the grace period
+)
+
+func (p Phase) String() string {
+	return [...]string{"waiting", "running", "stopping"}[p]
+}
+
+// JobSched is what the schedule knows of one job.
+type JobSched struct {
+	Name      string
+	GPUs      []int
+	All       bool // gpus = ALL: runs only when every GPU is idle, and first
+	Phase     Phase
+	Backoff   time.Duration // the last restart delay; 0 = none
+	NotBefore time.Time     // back-off: no start before
+}
+
+// GPUSched is what the schedule knows of one GPU.
+type GPUSched struct {
+	Index     int
+	State     string    // idlestate.Idle, Job or Busy
+	Since     time.Time // State since
+	FreeSince time.Time // no foreign holder since; zero while it has one
+	Holders   []idlestate.Holder
+}
+
+// State is the schedule's whole state.
+type State struct {
+	Rules  Rules
+	GPUs   []GPUSched
+	Jobs   []JobSched
+	Paused string // why no job may run (an active terminal user), or ""
+}
+
+// Observation is what one scan saw.
+type Observation struct {
+	// Foreign lists, per GPU index, the processes that make it busy: not
+	// ours, not an ignored program.
+	Foreign map[int][]idlestate.Holder
+	// Paused says why no job may run now (an active terminal user), or "".
+	Paused string
+	// Shutdown says why idlemon is stopping, or "": every job stops,
+	// nothing starts.
+	Shutdown string
+}
+
+// StopJob is a decision to stop job Job (an index into State.Jobs).
+type StopJob struct {
+	Job       int
+	Reason    string
+	Preempted bool // by a foreign holder, not by a terminal user
+}
+
+// Decision is what to do after a scan.
+type Decision struct {
+	Stop  []StopJob
+	Start []int // indices into State.Jobs, to start in this order
+	// Wake is the next moment a start falls due if nothing else changes
+	// (a GPU's idle time reaching MinIdle, a back-off ending); zero when
+	// nothing is due. It is always after now: a job blocked by something
+	// that time alone does not change (a busy GPU, another of our jobs, a
+	// terminal user) waits for the next scan, not for a timer.
+	Wake time.Time
+}
+
+// Clone returns a copy of s that shares nothing with it.
+func (s State) Clone() State {
+	c := s
+	c.GPUs = slices.Clone(s.GPUs)
+	for i := range c.GPUs {
+		c.GPUs[i].Holders = slices.Clone(c.GPUs[i].Holders)
+	}
+	c.Jobs = slices.Clone(s.Jobs)
+	return c
+}
+
+// Step is the schedule's decision on a scan: obs as seen at now.
+// The returned state has the stopped jobs Stopping and the started ones
+// Running; the caller reports a failed start with StartFailed.
+func Step(s State, obs Observation, now time.Time) (State, Decision) {
+	s = s.Clone()
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		g.Holders = slices.Clone(obs.Foreign[g.Index])
+		switch {
+		case len(g.Holders) > 0:
+			g.FreeSince = time.Time{}
+		case g.FreeSince.IsZero():
+			g.FreeSince = now
+		}
+	}
+	s.Paused = obs.Paused
+	var d Decision
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if j.Phase != Running {
+			continue
+		}
+		reason, preempted := "", false
+		for _, gi := range j.GPUs {
+			if g := s.gpu(gi); g != nil && len(g.Holders) > 0 {
+				h := g.Holders[0]
+				reason = fmt.Sprintf("preempted by %s pid %d %s", h.User, h.PID, firstWord(h.Command))
+				preempted = true
+				break
+			}
+		}
+		if reason == "" && obs.Paused != "" {
+			reason = obs.Paused
+		}
+		if reason == "" && obs.Shutdown != "" {
+			reason = obs.Shutdown
+		}
+		if reason != "" {
+			j.Phase = Stopping
+			d.Stop = append(d.Stop, StopJob{Job: i, Reason: reason, Preempted: preempted})
+		}
+	}
+	if obs.Paused == "" && obs.Shutdown == "" {
+		d.Start = s.startable(now)
+		for _, i := range d.Start {
+			s.Jobs[i].Phase = Running
+		}
+		d.Wake = s.wake(now)
+	}
+	s.gpuStates(now)
+	return s, d
+}
+
+// startable lists the jobs that may start at now, in order. The ALL job
+// goes first when every GPU is idle and nothing of ours runs; per-GPU jobs
+// wait for it then.
+func (s *State) startable(now time.Time) []int {
+	all, busy := -1, 0
+	for i, j := range s.Jobs {
+		if j.All {
+			all = i
+		}
+		if j.Phase != Waiting {
+			busy++
+		}
+	}
+	if all >= 0 {
+		j := s.Jobs[all]
+		if j.Phase != Waiting {
+			return nil
+		}
+		if s.idle(j.GPUs, now) {
+			if busy == 0 && !now.Before(j.NotBefore) {
+				return []int{all}
+			}
+			return nil
+		}
+	}
+	var out []int
+	for i, j := range s.Jobs {
+		if !j.All && j.Phase == Waiting && !now.Before(j.NotBefore) && s.idle(j.GPUs, now) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// wake is the first moment after now at which startable would start
+// something, the GPUs staying as they are. Only two kinds of moment can
+// change its answer: a GPU's FreeSince+MinIdle and a job's NotBefore.
+func (s *State) wake(now time.Time) time.Time {
+	var at []time.Time
+	for _, g := range s.GPUs {
+		if !g.FreeSince.IsZero() {
+			at = append(at, g.FreeSince.Add(s.Rules.MinIdle))
+		}
+	}
+	for _, j := range s.Jobs {
+		if j.Phase == Waiting {
+			at = append(at, j.NotBefore)
+		}
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	for _, t := range at {
+		if t.After(now) && len(s.startable(t)) > 0 {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// idle says whether every GPU of gs has been free for MinIdle at now.
+func (s *State) idle(gs []int, now time.Time) bool {
+	for _, gi := range gs {
+		g := s.gpu(gi)
+		if g == nil || g.FreeSince.IsZero() || now.Sub(g.FreeSince) < s.Rules.MinIdle {
+			return false
+		}
+	}
+	return true
+}
+
+// IdleFor is how long every GPU of gs has been free at now.
+func (s *State) IdleFor(gs []int, now time.Time) time.Duration {
+	least := time.Duration(-1)
+	for _, gi := range gs {
+		g := s.gpu(gi)
+		if g == nil || g.FreeSince.IsZero() {
+			return 0
+		}
+		if d := now.Sub(g.FreeSince); least < 0 || d < least {
+			least = d
+		}
+	}
+	return max(least, 0)
+}
+
+func (s *State) gpu(idx int) *GPUSched {
+	for i := range s.GPUs {
+		if s.GPUs[i].Index == idx {
+			return &s.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// gpuStates sets each GPU's state for the state file: busy with a foreign
+// holder, job while one of our jobs runs or stops on it, idle otherwise.
+func (s *State) gpuStates(now time.Time) {
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		state := idlestate.Idle
+		if len(g.Holders) > 0 {
+			state = idlestate.Busy
+		} else {
+			for _, j := range s.Jobs {
+				if j.Phase != Waiting && slices.Contains(j.GPUs, g.Index) {
+					state = idlestate.Job
+				}
+			}
+		}
+		if state != g.State || g.Since.IsZero() {
+			g.State, g.Since = state, now
+		}
+	}
+}
+
+// StartFailed is the state after job i could not start at now: waiting,
+// with a longer back-off.
+func StartFailed(s State, i int, now time.Time) State {
+	s = s.Clone()
+	s.Jobs[i].Phase = Waiting
+	s.backoff(i, now)
+	s.gpuStates(now)
+	return s
+}
+
+// Exited is the state after job i's first process ended by itself at now,
+// after running for ran: the rest of its processes, if any (left), are to
+// be stopped; it restarts after a back-off that doubles at each early end
+// and starts again from the base after a run of BackoffOK.
+func Exited(s State, i int, ran time.Duration, left bool, now time.Time) State {
+	s = s.Clone()
+	j := &s.Jobs[i]
+	if j.Phase != Running {
+		return s // a stop is under way: Stopped ends it
+	}
+	j.Phase = Waiting
+	if left {
+		j.Phase = Stopping
+	}
+	if ran >= s.Rules.BackoffOK {
+		j.Backoff = 0
+	}
+	s.backoff(i, now)
+	s.gpuStates(now)
+	return s
+}
+
+// Stopped is the state once job i is gone after a stop: it may start again
+// as soon as its GPUs have been idle for MinIdle (a preempted job gets no
+// back-off; one that ended by itself keeps the one Exited gave it).
+func Stopped(s State, i int, now time.Time) State {
+	s = s.Clone()
+	s.Jobs[i].Phase = Waiting
+	s.gpuStates(now)
+	return s
+}
+
+func (s *State) backoff(i int, now time.Time) {
+	j := &s.Jobs[i]
+	if j.Backoff == 0 {
+		j.Backoff = s.Rules.BackoffBase
+	} else {
+		j.Backoff *= 2
+	}
+	j.Backoff = min(j.Backoff, s.Rules.BackoffMax)
+	j.NotBefore = now.Add(j.Backoff)
+}

@@ -1,0 +1,156 @@
+package idlemon
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/renameio/v2"
+	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/supervisor"
+)
+
+// writeState writes the state file: at once when force (a job started or
+// stopped), else at most once a second (next() wakes the loop when a held
+// back write is due).
+func (d *Daemon) writeState(now time.Time, force bool) {
+	if !d.dirty && !force {
+		return
+	}
+	if !force && now.Sub(d.lastW) < time.Second {
+		return
+	}
+	f := &idlestate.File{Version: idlestate.Version, Updated: now, PID: d.self, Host: d.host, Paused: d.sched.Paused}
+	for _, g := range d.sched.GPUs {
+		f.GPUs = append(f.GPUs, idlestate.GPU{Index: g.Index, State: g.State, Since: g.Since, Holders: g.Holders})
+	}
+	for i, jp := range d.plan.Jobs {
+		ji := idlestate.JobInfo{Name: jp.Sec.Name, GPUs: jp.GPUs}
+		if r := d.runs[i]; r.job != nil {
+			ji.PGID, ji.Running, ji.Since, ji.LeaderStart = r.job.PID, true, r.job.Began, r.job.Start
+			for _, p := range r.procs {
+				ji.PIDs = append(ji.PIDs, p.PID)
+			}
+			ji.Procs = r.procs
+		}
+		f.Jobs = append(f.Jobs, ji)
+	}
+	var buf bytes.Buffer
+	_ = idlestate.Encode(&buf, f)
+	if err := renameio.WriteFile(d.plan.Cfg.StateFile, buf.Bytes(), 0o644); err != nil {
+		d.log.Printf("state file: %v", err)
+	}
+	d.lastW, d.dirty = now, false
+}
+
+// stopLeftovers stops what an earlier idlemon left running (it was killed
+// with SIGKILL, or by the OOM killer, outside systemd), before anything
+// starts: every process of the jobs' user with this idlemon's mark, and,
+// when the old state file can be trusted, every one in the sessions it
+// records.
+func (d *Daemon) stopLeftovers() {
+	path := d.plan.Cfg.StateFile
+	var sessions []supervisor.Session
+	prev := 0
+	if old, err := d.readOldState(path); err != nil {
+		if !os.IsNotExist(err) {
+			d.log.Printf("state file %s: %v", path, err)
+		}
+	} else {
+		prev = old.PID
+		for _, j := range old.Jobs {
+			if j.Running && j.PGID > 1 {
+				sessions = append(sessions, supervisor.Session{Job: j.Name, SID: j.PGID, Start: j.LeaderStart})
+			}
+		}
+	}
+	byName := map[string]JobPlan{}
+	for _, j := range d.plan.Jobs {
+		byName[j.Sec.Name] = j
+	}
+	earlier := "an earlier idlemon"
+	if prev > 0 {
+		earlier = fmt.Sprintf("an earlier idlemon (pid %d)", prev)
+	}
+	for _, l := range d.sup.Leftovers(sessions) {
+		where := "job " + l.Job + " (no longer in the config)"
+		if j, ok := byName[l.Job]; ok {
+			where = "gpu " + joinInts(j.GPUs) + ": job " + l.Job
+		}
+		killed, left := d.sup.StopLeftover(l, d.plan.Cfg.Grace)
+		how := ""
+		if killed {
+			how = ", SIGKILL after " + fmtDur(d.plan.Cfg.Grace)
+		}
+		d.log.Printf("%s: stopped %d processes (pids %s) left running by %s%s", where, len(l.Members), joinInts(memberPIDs(l.Members)), earlier, how)
+		if len(left) > 0 {
+			d.log.Printf("%s: %d processes survived SIGKILL (pids %s)", where, len(left), joinInts(memberPIDs(left)))
+		}
+	}
+}
+
+// readOldState reads the state file an earlier idlemon wrote, if it can be
+// trusted: a file anyone but idlemon's user (and root) could have written
+// may name any process.
+func (d *Daemon) readOldState(path string) (*idlestate.File, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	if why := distrust(fi, dir, os.Geteuid()); why != "" {
+		return nil, fmt.Errorf("not used to find what an earlier idlemon left running: %s", why)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	return idlestate.Decode(fh)
+}
+
+// distrust says why a state file (file, in folder dir) cannot be trusted
+// by an idlemon running as euid, or "".
+func distrust(file, dir fs.FileInfo, euid int) string {
+	owner := func(fi fs.FileInfo) int {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			return int(st.Uid)
+		}
+		return -1
+	}
+	var why []string
+	switch {
+	case file.Mode()&fs.ModeSymlink != 0:
+		why = append(why, "it is a symbolic link")
+	case !file.Mode().IsRegular():
+		why = append(why, "it is not a regular file")
+	}
+	if u := owner(file); u != euid {
+		why = append(why, fmt.Sprintf("it belongs to uid %d, not to idlemon's uid %d", u, euid))
+	}
+	if m := file.Mode().Perm(); m&0o022 != 0 {
+		why = append(why, fmt.Sprintf("others may write it (mode %04o)", m))
+	}
+	if u := owner(dir); u != euid && u != 0 {
+		why = append(why, fmt.Sprintf("its folder belongs to uid %d", u))
+	}
+	if m := dir.Mode(); m.Perm()&0o022 != 0 {
+		why = append(why, fmt.Sprintf("others may write its folder (mode %04o)", m.Perm()|stickyBits(m)))
+	}
+	return strings.Join(why, "; ")
+}
+
+func stickyBits(m fs.FileMode) fs.FileMode {
+	if m&fs.ModeSticky != 0 {
+		return 0o1000
+	}
+	return 0
+}
