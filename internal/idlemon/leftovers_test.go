@@ -207,7 +207,13 @@ func TestForgedStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
-	bobs := sshdtest.StartProcessAs(t, "bob", "sleep", "600")
+	bobsCmd := exec.Command("sleep", "600") // bob's, the leader of a session of its own
+	bobsCmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(bobUID), Gid: uint32(bobGID)}}
+	if err := bobsCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bobsCmd.Process.Kill(); bobsCmd.Wait() })
+	bobs := bobsCmd.Process.Pid
 	forged := func(pids ...int) []byte {
 		t.Helper()
 		f := idlestate.File{Version: idlestate.Version, PID: 1}

@@ -36,14 +36,25 @@ type Member struct {
 
 // A target says which processes make up a job: those carrying Mark (any
 // run of this instance when Nonce is empty), and those in session SID
-// started no earlier than its leader (a session id is not reused while
-// the session has members, and a later session of the same id belongs to
-// a process started later than our leader... or to the jobs' user, who
-// could signal it anyway). Only the jobs' user's processes ever qualify.
+// while its leader, pid SID started at SIDStart, is still there (alive or
+// a zombie): then the session is the job's, for a session id is not
+// reused while its leader's pid is taken. Once the leader is gone the
+// pid may be another process's, the leader of another session: only the
+// mark counts then. Only the jobs' user's processes ever qualify.
 type target struct {
 	Mark     Mark // Instance "": no mark; Nonce "": every run of Instance
 	SID      int  // 0: no session
 	SIDStart uint64
+}
+
+// now is t as it stands: without its session once the leader is gone.
+func (s *Supervisor) now(t target) target {
+	if t.SID > 1 {
+		if p, err := holders.ReadProc(s.proc(), t.SID); err != nil || p.Start != t.SIDStart || t.SIDStart == 0 {
+			t.SID = 0
+		}
+	}
+	return t
 }
 
 func (t target) owns(m Member) bool {
@@ -127,6 +138,7 @@ func (s *Supervisor) MarkOf(pid int) (Mark, bool) {
 
 // find lists the live processes of t, of the jobs' user only.
 func (s *Supervisor) find(t target) []Member {
+	t = s.now(t)
 	d, err := os.Open(s.proc())
 	if err != nil {
 		return nil
@@ -168,7 +180,7 @@ func (s *Supervisor) signalPID(pid int, t target, sig syscall.Signal) (Member, b
 		defer unix.Close(pidfd)
 	}
 	m, err := s.read(pid, true)
-	if err != nil || m.UID != s.UID || !t.owns(m) {
+	if err != nil || m.UID != s.UID || !s.now(t).owns(m) {
 		return m, false
 	}
 	if havePidfd {

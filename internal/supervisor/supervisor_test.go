@@ -121,6 +121,19 @@ func TestSignalsOnlyTheJobs(t *testing.T) {
 			t.Errorf("pid %d is gone: %v", c.Process.Pid, err)
 		}
 	}
+	// A recorded session counts only while its leader is the recorded
+	// one: once that pid is another process's, its session is a
+	// stranger's, even of the jobs' user.
+	leader, err := s.read(unmarked.Process.Pid, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.find(target{SID: leader.PID, SIDStart: leader.Start - 1}); len(got) != 0 {
+		t.Errorf("a session whose leader was started at another time: %+v", got)
+	}
+	if got := s.find(target{SID: leader.PID, SIDStart: leader.Start}); len(got) != 1 || got[0].PID != leader.PID {
+		t.Errorf("the recorded session with its leader: %+v", got)
+	}
 	// the other run of this instance is a leftover; the claim is not
 	var got []int
 	for _, l := range s.Leftovers(nil) {
