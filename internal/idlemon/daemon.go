@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -411,8 +412,8 @@ func (d *Daemon) command(p *holders.Proc) string {
 
 func lookupUser(uid int) string {
 	n := strconv.Itoa(uid)
-	if u, err := userLookupID(n); err == nil {
-		return u
+	if u, err := user.LookupId(n); err == nil {
+		return u.Username
 	}
 	return n
 }

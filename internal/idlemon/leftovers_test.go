@@ -146,7 +146,6 @@ cmd = %s
 			os.WriteFile(e.statePath(), []byte(`{"version": 99, "pid": 1, "jobs": [{"name": "process-a", "pgid": 1, "running": true}]}`), 0o644)
 		},
 	}
-	prev := 0
 	for trial, spoilState := range spoil {
 		name := fmt.Sprintf("idlemon-%d.log", trial)
 		cmd := e.startBinary(cfg, name)
@@ -162,10 +161,8 @@ cmd = %s
 			}
 		}
 		t.Logf("trial %d: killed idlemon pid %d right after %q", trial, cmd.Process.Pid, started)
-		prev = cmd.Process.Pid
 		spoilState()
 	}
-	_ = prev
 
 	last := e.startBinary(cfg, "last.log")
 	waitFileMatch(t, e.path("last.log"), `started job process-[ab] `, 2)
@@ -305,15 +302,11 @@ func runUntilStarted(t *testing.T, e *env, body, path string) string {
 func TestKilledMidStop(t *testing.T) {
 	e := newEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
-	cfg := e.config(fmt.Sprintf(`interval_seconds = 10
-min_idle_seconds = 0
-grace_seconds = 3600
-user = idlejob
-[process-a]
-gpus = 0
-cmd = %s
-`, daemonizingJob(e.devs[0], e.path("worker"))))
-	first := e.startBinary(cfg, "first.log")
+	config := func(grace string) string {
+		return e.config(fmt.Sprintf("interval_seconds = 10\nmin_idle_seconds = 0\ngrace_seconds = %s\nuser = idlejob\n[process-a]\ngpus = 0\ncmd = %s\n",
+			grace, daemonizingJob(e.devs[0], e.path("worker"))))
+	}
+	first := e.startBinary(config("3600"), "first.log")
 	worker := readPIDFile(t, e.path("worker"))
 	waitStateAt(t, e.statePath(), "the worker listed", patience, func(f *idlestate.File) bool {
 		return slicesContains(jobInfo(f, "process-a").PIDs, worker)
@@ -326,15 +319,7 @@ cmd = %s
 		t.Fatal("the worker ignored SIGTERM, yet it is gone: nothing to test")
 	}
 	// the next one's grace is short: its SIGKILL ends the stop
-	cfg = e.config(fmt.Sprintf(`interval_seconds = 10
-min_idle_seconds = 0
-grace_seconds = 0.1
-user = idlejob
-[process-a]
-gpus = 0
-cmd = %s
-`, daemonizingJob(e.devs[0], e.path("worker"))))
-	e.startBinary(cfg, "second.log")
+	e.startBinary(config("0.1"), "second.log")
 	waitFileMatch(t, e.path("second.log"), `idlemon started`, 1)
 	b, _ := os.ReadFile(e.path("second.log"))
 	if !regexp.MustCompile(`gpu 0: job process-a: stopped \d+ processes \(pids [0-9,]*\b` + strconv.Itoa(worker) + `\b[0-9,]*\) left running by an earlier idlemon \(pid \d+\), SIGKILL after 100ms`).Match(b) {

@@ -2,7 +2,6 @@ package idlemon
 
 import (
 	"os"
-	"os/user"
 	"slices"
 	"sort"
 	"strconv"
@@ -187,12 +186,4 @@ func (d *Daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now
 // findProc finds pid in ps, sorted by pid: its index, or where it would go.
 func findProc(ps []idlestate.ProcStart, pid int) (int, bool) {
 	return slices.BinarySearchFunc(ps, pid, func(p idlestate.ProcStart, pid int) int { return p.PID - pid })
-}
-
-func userLookupID(uid string) (string, error) {
-	u, err := user.LookupId(uid)
-	if err != nil {
-		return "", err
-	}
-	return u.Username, nil
 }
