@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,13 +38,15 @@ type Daemon struct {
 	runs  []*jobRun  // what runs for each job (parallel to plan.Jobs)
 	ended chan ended // a job's first process exited, or a stop finished
 
-	strays   map[string]bool         // runs of ours found without a job (being stopped)
-	unsure   map[[2]uint64]time.Time // (pid, start) -> first seen without an environment
-	users    map[int]string          // uid -> name
-	wake     time.Time               // the schedule's next start, zero for none
-	rechecks []time.Time
-	lastW    time.Time // state file last written
-	dirty    bool
+	strays     map[string]bool         // runs of ours found without a job (being stopped)
+	unsure     map[[2]uint64]time.Time // (pid, start) -> first seen without an environment
+	known      map[[2]uint64]string    // (pid, start) -> the run (mark nonce) it was seen with
+	strayStops sync.WaitGroup
+	users      map[int]string // uid -> name
+	wake       time.Time      // the schedule's next start, zero for none
+	rechecks   []time.Time
+	lastW      time.Time // state file last written
+	dirty      bool
 }
 
 // jobRun is one job's processes while it runs.
@@ -84,6 +87,7 @@ func newDaemon(plan *Plan, opt Options) *Daemon {
 		ended:  make(chan ended, 2*len(plan.Jobs)+1),
 		strays: map[string]bool{},
 		unsure: map[[2]uint64]time.Time{},
+		known:  map[[2]uint64]string{},
 		users:  map[int]string{},
 	}
 	d.host, _ = os.Hostname()
@@ -254,7 +258,7 @@ func (d *Daemon) observe(snap *holders.Snapshot, now time.Time) Observation {
 	obs := Observation{Foreign: map[int][]idlestate.Holder{}}
 	for _, dev := range d.plan.Devices {
 		for _, pid := range snap.Holders[dev.Index] {
-			if pid == d.self || owner[pid] != notOurs {
+			if pid == d.self || (owner[pid] != notOurs && owner[pid] != stray) {
 				continue
 			}
 			p := snap.Proc(pid)
@@ -287,7 +291,7 @@ func (d *Daemon) start(i int, now time.Time) {
 	d.log.Printf("gpu %s: started job %s (pid %d) - idle for %s", joinInts(jp.GPUs), jp.Sec.Name, job.PID, fmtDur(idle.Truncate(time.Millisecond)))
 	r.procs, r.procsAt = []idlestate.ProcStart{{PID: job.PID, Start: job.Start}}, time.Time{} // all of them at the next scan
 	go func() {
-		<-job.Done()
+		<-job.Exited()
 		d.ended <- ended{job: i, run: job}
 	}()
 }
@@ -326,6 +330,7 @@ func (d *Daemon) handle(e ended, now time.Time) {
 		if len(e.left) > 0 {
 			d.log.Printf("gpu %s: job %s: %d processes survived SIGKILL (pids %s)", joinInts(jp.GPUs), jp.Sec.Name, len(e.left), joinInts(memberPIDs(e.left)))
 		}
+		d.forget(e.run)
 		r.job, r.procs, r.holders = nil, nil, nil
 		d.sched = Stopped(d.sched, e.job, now)
 		d.dirty = true
@@ -346,6 +351,8 @@ func (d *Daemon) handle(e ended, now time.Time) {
 	if len(left) > 0 {
 		d.stop(e.job, fmt.Sprintf("its first process ended, %d of its processes are left", len(left)))
 	} else {
+		d.sup.Release(e.run)
+		d.forget(e.run)
 		r.job, r.procs, r.holders = nil, nil, nil
 	}
 	d.dirty = true
@@ -370,9 +377,19 @@ func (d *Daemon) stopAll(ctx context.Context) error {
 	for d.stopping() {
 		d.handle(<-d.ended, time.Now())
 	}
+	d.strayStops.Wait()
 	d.writeState(time.Now(), true)
 	d.log.Printf("idlemon stopped")
 	return nil
+}
+
+// forget drops what was remembered of run's processes.
+func (d *Daemon) forget(run *supervisor.Job) {
+	for k, nonce := range d.known {
+		if nonce == run.Mark.Nonce {
+			delete(d.known, k)
+		}
+	}
 }
 
 // stopping says whether a job is still being stopped (or, with its first

@@ -2,7 +2,9 @@ package idlemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpumon/gpumon/internal/holders"
 	"github.com/gpumon/gpumon/internal/idlestate"
@@ -333,5 +336,96 @@ func TestKilledMidStop(t *testing.T) {
 	})
 	if running("process-a")(f) || !pidAlive(alice) {
 		t.Errorf("job started on alice's GPU, or alice touched: %+v", f)
+	}
+}
+
+// A job process that forks and exits in a loop, ignoring SIGTERM, is never
+// where a walk of /proc looks; it still goes with the job (SIGKILL to the
+// job's process group). Every process of the job holds the write end of a
+// fifo: the test's read end sees the end of file once they are all gone.
+func TestForkWalker(t *testing.T) {
+	e := newEnv(t, 1)
+	sshdtest.EnsureUser(t, "idlejob")
+	fifo := e.path("alive")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(fifo, 0o666)
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// each incarnation lives half a millisecond (perl-base is in every
+	// Debian)
+	e.start(fmt.Sprintf(`interval_seconds = 30
+min_idle_seconds = 0
+grace_seconds = 0.2
+user = idlejob
+[process-walk]
+gpus = 0
+cmd = exec 3<%s 4>%s; echo walking >&4; perl -e '$SIG{TERM} = "IGNORE"; while (1) { exit 0 if fork; select(undef, undef, undef, 0.0005) }'; exec sleep 600
+`, e.devs[0], fifo), Options{})
+	r.SetReadDeadline(time.Now().Add(patience))
+	buf := make([]byte, 64)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			break // the job holds the write end
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatalf("the job never wrote to the fifo: %v", err)
+		}
+		time.Sleep(time.Millisecond) // no writer yet: a read says end of file at once
+	}
+	e.waitState("the job running", patience, running("process-walk"))
+	foreign(t, "alice", e.devs[0])
+	e.waitLog(`gpu 0: stopped job process-walk .* preempted by alice`, 1, patience)
+	e.waitState("the job stopped", patience, func(f *idlestate.File) bool { return !running("process-walk")(f) })
+	for {
+		_, err := r.Read(buf)
+		if errors.Is(err, io.EOF) {
+			return // every process of the job is gone
+		}
+		if err != nil {
+			t.Fatalf("after the stop, a process of the job still holds the fifo: %v", err)
+		}
+	}
+}
+
+// A daemonized worker that rewrites its process title (setproctitle,
+// Perl's $0) overwrites its environment, the mark with it: seen with the
+// mark when it opened the GPU, it stays the job's.
+func TestWorkerRewritesTitle(t *testing.T) {
+	e := newEnv(t, 1)
+	sshdtest.EnsureUser(t, "idlejob")
+	ready, rename, renamed := e.path("ready"), e.path("rename"), e.path("renamed")
+	e.start(fmt.Sprintf(`interval_seconds = 30
+min_idle_seconds = 0
+grace_seconds = 1
+user = idlejob
+[process-title]
+gpus = 0
+cmd = (setsid perl -e 'open(F, "<", "%s") or die; open(W, ">", "%s.tmp"); print W "$$"; close W; rename("%s.tmp", "%s"); select(undef, undef, undef, 0.005) until -e "%s"; $0 = "worker " . "x" x 4000; open(W, ">", "%s"); print W "done"; close W; sleep 600' </dev/null >/dev/null 2>&1 &); exec sleep 600
+`, e.devs[0], ready, ready, ready, rename, renamed), Options{})
+	worker := readPIDFile(t, ready)
+	e.waitState("the worker listed as the job's", patience, func(f *idlestate.File) bool {
+		return slicesContains(jobInfo(f, "process-title").PIDs, worker)
+	})
+	if err := os.WriteFile(rename, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, renamed, patience)
+	if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", worker)); strings.Contains(string(env), supervisor.MarkVar) {
+		t.Fatalf("the worker's environment still shows the mark: nothing to test")
+	}
+	// a scan: an open by this process (idlemon's own) cannot preempt
+	opened := time.Now()
+	if fh, err := os.Open(e.devs[0]); err == nil {
+		fh.Close()
+	}
+	f := e.waitState("a scan after the rename", patience, func(f *idlestate.File) bool { return f.Updated.After(opened) })
+	if n := e.countLog("stopped job"); n != 0 || !slicesContains(jobInfo(f, "process-title").PIDs, worker) {
+		t.Errorf("the renamed worker is no longer the job's: %+v", jobInfo(f, "process-title"))
 	}
 }

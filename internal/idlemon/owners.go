@@ -16,7 +16,8 @@ import (
 
 // owners' answers besides a job's index: notOurs for a holder no job of
 // ours explains; stray for one that carries the mark of a run of ours that
-// is not running (it is being stopped); unsure for one of the jobs' user
+// is not running (it is being stopped, and its GPU counts as busy until it
+// is gone: it is not free for a new run); unsure for one of the jobs' user
 // that shows no environment yet, as a process does in the middle of an
 // execve: ours until a look a moment later (unsureFor) says otherwise;
 // gone for one that has exited since the scan saw it.
@@ -70,6 +71,15 @@ func (d *Daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 			return i
 		}
 	}
+	if p := snap.Proc(pid); p != nil {
+		if nonce, ok := d.known[[2]uint64{uint64(pid), p.Start}]; ok {
+			for i, r := range d.runs {
+				if r.job != nil && r.job.Mark.Nonce == nonce {
+					return i
+				}
+			}
+		}
+	}
 	// Up through the jobs' user's processes (status's real uid: the owner
 	// of /proc/PID is root while a process is not dumpable, as it is for
 	// a moment in every execve), the holder first.
@@ -85,6 +95,11 @@ func (d *Daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 		if m.Mark.Instance == d.sup.Instance {
 			for i, r := range d.runs {
 				if r.job != nil && r.job.Owns(m) {
+					// Remembered: a worker may overwrite its environment
+					// later (setproctitle, Perl's $0), and the mark with it.
+					if p := snap.Proc(pid); p != nil {
+						d.known[[2]uint64{uint64(pid), p.Start}] = m.Mark.Nonce
+					}
 					return i
 				}
 			}
@@ -120,7 +135,11 @@ func (d *Daemon) stopStray(m supervisor.Mark) {
 	}
 	d.strays[m.Nonce] = true
 	d.log.Printf("job %s: processes of an earlier run (%s) hold a GPU: stopping them", m.Job, m.Nonce)
-	go d.sup.StopLeftover(d.sup.Run(m), d.plan.Cfg.Grace)
+	d.strayStops.Add(1)
+	go func() {
+		defer d.strayStops.Done()
+		d.sup.StopLeftover(d.sup.Run(m), d.plan.Cfg.Grace)
+	}()
 }
 
 // ignored says whether p is a program that never makes gpu busy.

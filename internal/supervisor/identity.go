@@ -23,6 +23,7 @@ type Member struct {
 	PID   int
 	PPID  int
 	Start uint64 // clock ticks after boot: tells a reused pid apart
+	PGID  int
 	SID   int
 	UID   int // real uid
 	Mark  Mark
@@ -82,7 +83,7 @@ func (s *Supervisor) read(pid int, environ bool) (Member, error) {
 	if p.State == 'Z' || p.State == 'X' {
 		return Member{}, errGone
 	}
-	m := Member{PID: pid, PPID: p.PPID, Start: p.Start, SID: p.SID, Comm: p.Comm}
+	m := Member{PID: pid, PPID: p.PPID, Start: p.Start, PGID: p.PGID, SID: p.SID, Comm: p.Comm}
 	status, err := os.ReadFile(base + "/status")
 	if err != nil {
 		return Member{}, err

@@ -27,6 +27,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/gpumon/gpumon/internal/holders"
 	"golang.org/x/sys/unix"
@@ -59,10 +60,12 @@ type Job struct {
 	Start uint64
 	Began time.Time
 
-	done    chan struct{}
-	mu      sync.Mutex
-	waitErr error
-	ended   time.Time
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	reapOnce sync.Once
+	mu       sync.Mutex
+	waitErr  error
+	ended    time.Time
 }
 
 func (j *Job) target() target { return target{Mark: j.Mark, SID: j.PID, SIDStart: j.Start} }
@@ -90,28 +93,79 @@ func (s *Supervisor) Start(spec Spec) (*Job, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	j := &Job{Spec: spec, Mark: mark, PID: cmd.Process.Pid, Began: time.Now(), done: make(chan struct{})}
+	j := &Job{Spec: spec, Mark: mark, PID: cmd.Process.Pid, Began: time.Now(), cmd: cmd, exited: make(chan struct{})}
 	if p, err := holders.ReadProc(s.Proc, j.PID); err == nil {
 		j.Start = p.Start
 	}
-	go func() {
-		err := cmd.Wait()
-		j.mu.Lock()
-		j.waitErr, j.ended = err, time.Now()
-		j.mu.Unlock()
-		close(j.done)
-	}()
+	go j.wait()
 	return j, nil
 }
 
-// Done is closed when the job's leader process has exited.
-func (j *Job) Done() <-chan struct{} { return j.done }
+// wait waits for the first process to exit without reaping it: as a
+// zombie it keeps its pid, which is the job's process group and session
+// id, from being given to another process while the job is stopped.
+func (j *Job) wait() {
+	var info unix.Siginfo
+	var err error
+	for {
+		err = unix.Waitid(unix.P_PID, j.PID, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	// The SIGCHLD part of siginfo_t: si_pid, si_uid, si_status after the
+	// three ints and their padding.
+	type sigchld struct {
+		Signo, Errno, Code, _ int32
+		Pid                   int32
+		UID                   uint32
+		Status                int32
+	}
+	c := (*sigchld)(unsafe.Pointer(&info))
+	j.mu.Lock()
+	j.ended = time.Now()
+	switch {
+	case err != nil:
+		j.waitErr = err
+	case c.Code == 1: // CLD_EXITED
+		if c.Status != 0 {
+			j.waitErr = fmt.Errorf("exit status %d", c.Status)
+		}
+	default: // CLD_KILLED, CLD_DUMPED
+		j.waitErr = fmt.Errorf("signal: %v", syscall.Signal(c.Status))
+	}
+	j.mu.Unlock()
+	close(j.exited)
+}
 
-// Exit returns how the leader ended (after Done).
+// Exited is closed when the job's first process has exited. It stays a
+// zombie until Release or Stop.
+func (j *Job) Exited() <-chan struct{} { return j.exited }
+
+// Exit says how the first process ended, and after how long (after
+// Exited).
 func (j *Job) Exit() (error, time.Duration) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.waitErr, j.ended.Sub(j.Began)
+}
+
+// reap reaps the first process once it has exited.
+func (j *Job) reap() {
+	go func() {
+		<-j.exited
+		j.reapOnce.Do(func() { _ = j.cmd.Wait() })
+	}()
+}
+
+// Release ends a job whose first process has exited and which has no
+// process a walk of /proc can find (Members): SIGKILL to its process
+// group takes any it cannot, such as one that forks and exits in a loop.
+// Then the first process is reaped.
+func (s *Supervisor) Release(j *Job) {
+	<-j.exited
+	_ = syscall.Kill(-j.PID, syscall.SIGKILL)
+	j.reap()
 }
 
 // Members lists the job's live processes: the leader's session and every
@@ -129,40 +183,52 @@ func (s *Supervisor) Identify(pid int) (Member, error) { return s.read(pid, true
 // Stop stops the whole job: SIGTERM to each of its processes, SIGKILL after
 // the grace period to whatever is left, until nothing is left or 5 s more
 // have passed. It says whether SIGKILL was needed, and what survived it.
-// The first process and those in known get SIGTERM at once, before the
-// others are looked for (a walk of every process): the job's processes
-// the caller knows of, those holding a GPU among them, for a prompt
-// preemption that reaches the first process before it sees its workers
-// end.
+// The first process's process group gets each signal as a group, at once,
+// and SIGKILL at the end: that reaches members no walk of /proc finds (one
+// that forks and exits in a loop is never where the walk looks). The
+// group's id cannot be another's meanwhile: the first process is reaped
+// only at the end. The processes in known (those the caller knows of, its
+// GPU holders among them) get SIGTERM before the others are looked for,
+// for a prompt preemption.
 func (s *Supervisor) Stop(j *Job, known []int) (killed bool, left []Member) {
 	t := j.target()
 	termed := map[int]uint64{} // pid -> start time, sent SIGTERM
-	for _, pid := range append([]int{j.PID}, known...) {
+	_ = syscall.Kill(-j.PID, syscall.SIGTERM)
+	for _, pid := range known {
 		if _, done := termed[pid]; done {
 			continue
 		}
-		if m, ok := s.signalPID(pid, t, syscall.SIGTERM); ok {
+		if m, err := s.read(pid, false); err == nil && m.PGID == j.PID {
+			termed[pid] = m.Start // had it as a group member
+		} else if m, ok := s.signalPID(pid, t, syscall.SIGTERM); ok {
 			termed[pid] = m.Start
 		}
 	}
-	return s.stop(t, j.Spec.Grace, j.done, termed)
+	killed, left = s.stop(t, j.Spec.Grace, j.PID, termed)
+	if len(left) == 0 {
+		j.reap()
+	}
+	return killed, left
 }
 
-func (s *Supervisor) stop(t target, grace time.Duration, leaderDone <-chan struct{}, termed map[int]uint64) (killed bool, left []Member) {
+// stop stops t's processes; group, when not 0, is a process group of t's
+// that gets each signal too.
+func (s *Supervisor) stop(t target, grace time.Duration, group int, termed map[int]uint64) (killed bool, left []Member) {
 	sig := syscall.SIGTERM
 	deadline := time.Now().Add(grace)
+	first := true
 	for {
 		ms := s.find(t)
 		if len(ms) == 0 {
-			if leaderDone != nil {
-				select {
-				case <-leaderDone:
-				case <-time.After(5 * time.Second):
-				}
+			if group > 1 {
+				_ = syscall.Kill(-group, syscall.SIGKILL) // what the walk cannot see
 			}
 			return killed, nil
 		}
 		for _, m := range ms {
+			if first && group > 1 && m.PGID == group && sig == syscall.SIGTERM {
+				termed[m.PID] = m.Start // had it as a group member
+			}
 			if sig == syscall.SIGTERM && termed[m.PID] == m.Start {
 				continue // once: a second SIGTERM means "hurry" to some programs
 			}
@@ -170,11 +236,15 @@ func (s *Supervisor) stop(t target, grace time.Duration, leaderDone <-chan struc
 				termed[m.PID] = m.Start
 			}
 		}
+		first = false
 		if !s.waitExit(ms, deadline) {
 			if sig == syscall.SIGKILL {
 				return killed, s.find(t)
 			}
 			sig, killed, deadline = syscall.SIGKILL, true, time.Now().Add(5*time.Second)
+			if group > 1 {
+				_ = syscall.Kill(-group, syscall.SIGKILL)
+			}
 		}
 	}
 }
@@ -314,7 +384,7 @@ func (s *Supervisor) Run(m Mark) *Leftover {
 
 // StopLeftover stops l as Stop stops a job.
 func (s *Supervisor) StopLeftover(l *Leftover, grace time.Duration) (killed bool, left []Member) {
-	return s.stop(l.t, grace, nil, map[int]uint64{})
+	return s.stop(l.t, grace, 0, map[int]uint64{})
 }
 
 // Credential resolves a user name into what a job runs as, with its
