@@ -539,7 +539,7 @@ func Cmdline(root string, pid, max int) string {
 	}
 	b = bytes.TrimRight(b, "\x00")
 	b = bytes.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
+		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
 			return ' '
 		}
 		return r

@@ -163,7 +163,9 @@ func loadConfig(path string) (*config.Config, error) {
 }
 
 func readState(path string) (*idlestate.File, error) {
-	fh, err := os.Open(path)
+	// O_NONBLOCK: a fifo put in the file's place must not hang us (or
+	// fetch's SSH round trip); only a regular file is read.
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, cli.WithHint(err, "is idlemon running (systemctl status idlemon)? the state file is named by state_file, or -s")
@@ -171,6 +173,9 @@ func readState(path string) (*idlestate.File, error) {
 		return nil, err
 	}
 	defer fh.Close()
+	if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
 	f, err := idlestate.Decode(fh)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
@@ -188,7 +193,7 @@ func alive(f *idlestate.File) bool {
 }
 
 func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
-	host := f.Host
+	host := printable(f.Host)
 	if host == "" {
 		host = "this host"
 	}
@@ -204,7 +209,7 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 	}
 	fmt.Fprintf(w, "idlemon on %s: pid %d %s; updated %s\n", host, f.PID, running, ago(f.Updated))
 	if f.Paused != "" {
-		fmt.Fprintf(w, "jobs paused: %s\n", f.Paused)
+		fmt.Fprintf(w, "jobs paused: %s\n", printable(f.Paused))
 	}
 	jobOf := map[int]idlestate.JobInfo{}
 	for _, j := range f.Jobs {
@@ -218,20 +223,20 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 	for _, g := range f.GPUs {
 		var who []string
 		for _, h := range g.Holders {
-			who = append(who, fmt.Sprintf("%s pid %d %s", h.User, h.PID, truncate(h.Command, 60)))
+			who = append(who, fmt.Sprintf("%s pid %d %s", printable(h.User), h.PID, truncate(printable(h.Command), 60)))
 		}
 		if g.State == idlestate.Job {
 			if j, ok := jobOf[g.Index]; ok {
-				who = append(who, fmt.Sprintf("our job %s (pid %d, %d processes)", j.Name, j.PGID, len(j.PIDs)))
+				who = append(who, fmt.Sprintf("our job %s (pid %d, %d processes)", printable(j.Name), j.PGID, len(j.PIDs)))
 			}
 		}
 		fmt.Fprintf(w, "%-4d %-5s %-9s %s\n", g.Index, g.State, ago(g.Since), strings.Join(who, "; "))
 	}
 	for _, j := range f.Jobs {
 		if j.Running {
-			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", j.Name, joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
+			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
 		} else {
-			fmt.Fprintf(w, "job %s on gpu %s: not running\n", j.Name, joinInts(j.GPUs))
+			fmt.Fprintf(w, "job %s on gpu %s: not running\n", printable(j.Name), joinInts(j.GPUs))
 		}
 	}
 }
@@ -255,6 +260,17 @@ func printAvailable(w io.Writer, f *idlestate.File, limit int) error {
 	}
 	fmt.Fprintln(w, joinInts(free))
 	return nil
+}
+
+// printable keeps what the state file says off the terminal's control
+// sequences: C0 and C1 control characters and DEL become '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 }
 
 func truncate(s string, n int) string {

@@ -49,3 +49,15 @@ func TestDistrust(t *testing.T) {
 		})
 	}
 }
+
+// A fifo in the state file's place: status and available say so at once
+// instead of waiting for a writer that never comes.
+func TestReadStateNotAFile(t *testing.T) {
+	path := t.TempDir() + "/state.json"
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readState(path); err == nil || err.Error() != path+": not a regular file" {
+		t.Errorf("readState(fifo) = %v", err)
+	}
+}
