@@ -306,9 +306,14 @@ func (d *Daemon) stop(i int, reason string) {
 		return
 	}
 	d.log.Printf("gpu %s: stopped job %s (pid %d) - %s", joinInts(jp.GPUs), jp.Sec.Name, job.PID, reason)
-	known := append([]int(nil), r.holders...)
-	for _, p := range r.procs {
-		known = append(known, p.PID)
+	var known []supervisor.Known
+	for _, p := range r.procs { // the job's GPU holders among them
+		known = append(known, supervisor.Known{PID: p.PID, Start: p.Start})
+	}
+	for k, nonce := range d.known {
+		if nonce == job.Mark.Nonce {
+			known = append(known, supervisor.Known{PID: int(k[0]), Start: k[1]})
+		}
 	}
 	go func() {
 		killed, left := d.sup.Stop(job, known)

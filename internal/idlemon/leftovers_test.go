@@ -395,18 +395,19 @@ cmd = exec 3<%s 4>%s; echo walking >&4; perl -e '$SIG{TERM} = "IGNORE"; while (1
 
 // A daemonized worker that rewrites its process title (setproctitle,
 // Perl's $0) overwrites its environment, the mark with it: seen with the
-// mark when it opened the GPU, it stays the job's.
+// mark when it opened the GPU, it stays the job's, and goes with it
+// (SIGTERM ignored or not).
 func TestWorkerRewritesTitle(t *testing.T) {
 	e := newEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
 	ready, rename, renamed := e.path("ready"), e.path("rename"), e.path("renamed")
-	e.start(fmt.Sprintf(`interval_seconds = 30
+	stop := e.start(fmt.Sprintf(`interval_seconds = 30
 min_idle_seconds = 0
-grace_seconds = 1
+grace_seconds = 0.2
 user = idlejob
 [process-title]
 gpus = 0
-cmd = (setsid perl -e 'open(F, "<", "%s") or die; open(W, ">", "%s.tmp"); print W "$$"; close W; rename("%s.tmp", "%s"); select(undef, undef, undef, 0.005) until -e "%s"; $0 = "worker " . "x" x 4000; open(W, ">", "%s"); print W "done"; close W; sleep 600' </dev/null >/dev/null 2>&1 &); exec sleep 600
+cmd = (setsid perl -e '$SIG{TERM} = "IGNORE"; open(F, "<", "%s") or die; open(W, ">", "%s.tmp"); print W "$$"; close W; rename("%s.tmp", "%s"); select(undef, undef, undef, 0.005) until -e "%s"; $0 = "worker " . "x" x 4000; open(W, ">", "%s"); print W "done"; close W; sleep 600' </dev/null >/dev/null 2>&1 &); exec sleep 600
 `, e.devs[0], ready, ready, ready, rename, renamed), Options{})
 	worker := readPIDFile(t, ready)
 	e.waitState("the worker listed as the job's", patience, func(f *idlestate.File) bool {
@@ -427,5 +428,9 @@ cmd = (setsid perl -e 'open(F, "<", "%s") or die; open(W, ">", "%s.tmp"); print 
 	f := e.waitState("a scan after the rename", patience, func(f *idlestate.File) bool { return f.Updated.After(opened) })
 	if n := e.countLog("stopped job"); n != 0 || !slicesContains(jobInfo(f, "process-title").PIDs, worker) {
 		t.Errorf("the renamed worker is no longer the job's: %+v", jobInfo(f, "process-title"))
+	}
+	stop()
+	if pidAlive(worker) {
+		t.Errorf("the renamed worker %d outlived idlemon", worker)
 	}
 }

@@ -65,7 +65,11 @@ func (d *Daemon) stopLeftovers() {
 		prev = old.PID
 		for _, j := range old.Jobs {
 			if j.Running && j.PGID > 1 {
-				sessions = append(sessions, supervisor.Session{Job: j.Name, SID: j.PGID, Start: j.LeaderStart})
+				sess := supervisor.Session{Job: j.Name, SID: j.PGID, Start: j.LeaderStart}
+				for _, p := range j.Procs {
+					sess.Procs = append(sess.Procs, supervisor.Known{PID: p.PID, Start: p.Start})
+				}
+				sessions = append(sessions, sess)
 			}
 		}
 	}

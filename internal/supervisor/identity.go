@@ -46,6 +46,7 @@ type target struct {
 	Mark     Mark // Instance "": no mark; Nonce "": every run of Instance
 	SID      int  // 0: no session
 	SIDStart uint64
+	Procs    map[int]uint64 // pid -> start time: known to be the job's (seen with its mark)
 }
 
 // now is t as it stands: without its session once the leader is gone.
@@ -60,6 +61,9 @@ func (s *Supervisor) now(t target) target {
 
 func (t target) owns(m Member) bool {
 	if t.Mark.Instance != "" && m.Mark.Instance == t.Mark.Instance && (t.Mark.Nonce == "" || m.Mark.Nonce == t.Mark.Nonce) {
+		return true
+	}
+	if st, ok := t.Procs[m.PID]; ok && st == m.Start {
 		return true
 	}
 	return t.SID > 1 && m.SID == t.SID && m.Start >= t.SIDStart

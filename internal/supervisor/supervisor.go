@@ -180,6 +180,13 @@ func (j *Job) Owns(m Member) bool { return j.target().owns(m) }
 // the jobs' user's processes.
 func (s *Supervisor) Identify(pid int) (Member, error) { return s.read(pid, true) }
 
+// Known is a process the caller knows to be a job's: seen with its mark
+// (it may have overwritten its environment since), or holding its GPU.
+type Known struct {
+	PID   int
+	Start uint64
+}
+
 // Stop stops the whole job: SIGTERM to each of its processes, SIGKILL after
 // the grace period to whatever is left, until nothing is left or 5 s more
 // have passed. It says whether SIGKILL was needed, and what survived it.
@@ -188,20 +195,25 @@ func (s *Supervisor) Identify(pid int) (Member, error) { return s.read(pid, true
 // that forks and exits in a loop is never where the walk looks). The
 // group's id cannot be another's meanwhile: the first process is reaped
 // only at the end. The processes in known (those the caller knows of, its
-// GPU holders among them) get SIGTERM before the others are looked for,
-// for a prompt preemption.
-func (s *Supervisor) Stop(j *Job, known []int) (killed bool, left []Member) {
+// GPU holders among them) are the job's as long as they keep their start
+// time, and get SIGTERM before the others are looked for, for a prompt
+// preemption.
+func (s *Supervisor) Stop(j *Job, known []Known) (killed bool, left []Member) {
 	t := j.target()
+	t.Procs = map[int]uint64{}
+	for _, k := range known {
+		t.Procs[k.PID] = k.Start
+	}
 	termed := map[int]uint64{} // pid -> start time, sent SIGTERM
 	_ = syscall.Kill(-j.PID, syscall.SIGTERM)
-	for _, pid := range known {
-		if _, done := termed[pid]; done {
+	for _, k := range known {
+		if _, done := termed[k.PID]; done {
 			continue
 		}
-		if m, err := s.read(pid, false); err == nil && m.PGID == j.PID {
-			termed[pid] = m.Start // had it as a group member
-		} else if m, ok := s.signalPID(pid, t, syscall.SIGTERM); ok {
-			termed[pid] = m.Start
+		if m, err := s.read(k.PID, false); err == nil && m.PGID == j.PID {
+			termed[k.PID] = m.Start // had it as a group member
+		} else if m, ok := s.signalPID(k.PID, t, syscall.SIGTERM); ok {
+			termed[k.PID] = m.Start
 		}
 	}
 	killed, left = s.stop(t, j.Spec.Grace, j.PID, termed)
@@ -318,11 +330,13 @@ func (s *Supervisor) pollExit(ms []Member, deadline time.Time) bool {
 	}
 }
 
-// Session is a job's session as an earlier idlemon recorded it.
+// Session is a job's run as an earlier idlemon recorded it: its session
+// and the processes it knew to be the job's.
 type Session struct {
 	Job   string
 	SID   int
 	Start uint64 // its leader's start time
+	Procs []Known
 }
 
 // A Leftover is one run of a job that an earlier idlemon left running.
@@ -334,8 +348,9 @@ type Leftover struct {
 
 // Leftovers finds what earlier runs of this idlemon left running: every
 // live process of the jobs' user that carries this instance's mark, and
-// every one in one of sessions (from a state file the caller trusts),
-// grouped by run.
+// every one that sessions (from a state file the caller trusts) name: in
+// the session while its leader lives, or by pid and start time, grouped
+// by run.
 func (s *Supervisor) Leftovers(sessions []Session) []*Leftover {
 	any := target{Mark: Mark{Instance: s.Instance}}
 	var out []*Leftover
@@ -360,7 +375,10 @@ func (s *Supervisor) Leftovers(sessions []Session) []*Leftover {
 			if sess.SID <= 1 || bySID[sess.SID] != nil {
 				continue
 			}
-			t := target{SID: sess.SID, SIDStart: sess.Start}
+			t := target{SID: sess.SID, SIDStart: sess.Start, Procs: map[int]uint64{}}
+			for _, k := range sess.Procs {
+				t.Procs[k.PID] = k.Start
+			}
 			l := &Leftover{Job: sess.Job, t: t}
 			for _, m := range s.find(t) {
 				if !seen[m.PID] {
