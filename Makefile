@@ -39,12 +39,14 @@ fuzz:
 	$(MAKE) test FUZZTIME=100000x
 
 # Benchmarks: fetch over the simulated fleet (1, 100, 1000 hosts) and over
-# real sshd (30 hosts, against 30 OpenSSH clients); the parser.
+# real sshd (30 hosts, against 30 OpenSSH clients); the parser; render;
+# idlemon (as root, in a PID namespace of its own so that it scans only its
+# own processes; CPU over 60 s in each state).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
 	$(GO) test -run '^$$' -bench . ./internal/nvsmi
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/render
-	IDLEMON_CPU_WINDOW=60s $(GO) test -run '^$$' -bench . ./internal/idlemon
+	unshare --pid --fork --mount-proc env IDLEMON_CPU_WINDOW=60s $(GO) test -run '^$$' -bench . ./internal/idlemon
 
 # A simulated fleet on 127.0.1.x, fetch and render over it (again every
 # minute, as cron would), and the page on http://$(ADDR) until Ctrl-C.
