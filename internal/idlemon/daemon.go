@@ -121,9 +121,12 @@ func Run(ctx context.Context, plan *Plan, opt Options) error {
 		return err
 	}
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := lockWithin(lock, 5*time.Second); err != nil {
 		return cli.WithHint(fmt.Errorf("another idlemon is running with state file %s", cfg.StateFile),
 			"stop it first (systemctl stop idlemon), or give this one another state_file")
+	}
+	if warn := folderWarning(cfg.StateFile); warn != "" {
+		d.log.Printf("warning: %s", warn)
 	}
 	d.stopLeftovers()
 
@@ -179,6 +182,20 @@ func Run(ctx context.Context, plan *Plan, opt Options) error {
 			d.handle(e, time.Now())
 			d.step(time.Now())
 		}
+	}
+}
+
+// lockWithin takes the state file's lock, waiting up to d for it: an
+// idlemon killed a moment ago holds it until the kernel has finished
+// with it.
+func lockWithin(f *os.File, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -232,4 +232,7 @@ func (p *Plan) Describe(w io.Writer) {
 		fmt.Fprintf(w, "tty: not watched\n")
 	}
 	fmt.Fprintf(w, "state file: %s\n", c.StateFile)
+	if warn := folderWarning(c.StateFile); warn != "" {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
 }

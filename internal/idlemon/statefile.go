@@ -143,13 +143,37 @@ func distrust(file, dir fs.FileInfo, euid int) string {
 	if m := file.Mode().Perm(); m&0o022 != 0 {
 		why = append(why, fmt.Sprintf("others may write it (mode %04o)", m))
 	}
-	if u := owner(dir); u != euid && u != 0 {
-		why = append(why, fmt.Sprintf("its folder belongs to uid %d", u))
+	if w := distrustFolder(dir, euid); w != "" {
+		why = append(why, w)
+	}
+	return strings.Join(why, "; ")
+}
+
+// distrustFolder says why a state file's folder is not idlemon's alone,
+// or "". Anyone who can write there can also take the lock file first
+// and keep idlemon from starting.
+func distrustFolder(dir fs.FileInfo, euid int) string {
+	var why []string
+	if st, ok := dir.Sys().(*syscall.Stat_t); ok && int(st.Uid) != euid && st.Uid != 0 {
+		why = append(why, fmt.Sprintf("its folder belongs to uid %d", st.Uid))
 	}
 	if m := dir.Mode(); m.Perm()&0o022 != 0 {
 		why = append(why, fmt.Sprintf("others may write its folder (mode %04o)", m.Perm()|stickyBits(m)))
 	}
 	return strings.Join(why, "; ")
+}
+
+// folderWarning is what check and the daemon say about a state file in a
+// folder others can write, or "".
+func folderWarning(stateFile string) string {
+	dir, err := os.Stat(filepath.Dir(stateFile))
+	if err != nil {
+		return ""
+	}
+	if why := distrustFolder(dir, os.Geteuid()); why != "" {
+		return "state file " + stateFile + ": " + why + ": anyone who can write there can keep idlemon from starting (its lock) and is not believed about leftovers; use a folder of root's such as /run/idlemon"
+	}
+	return ""
 }
 
 func stickyBits(m fs.FileMode) fs.FileMode {
