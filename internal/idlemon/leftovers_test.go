@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +58,7 @@ cmd = %s
 	worker := readPIDFile(t, e.path("worker"))
 	f := e.waitState("the daemonized worker listed as the job's", patience, func(f *idlestate.File) bool {
 		j := jobInfo(f, "process-tmux")
-		return j.Running && slicesContains(j.PIDs, worker)
+		return j.Running && slices.Contains(j.PIDs, worker)
 	})
 	job := jobInfo(f, "process-tmux")
 	w, err := holders.ReadProc("", worker)
@@ -89,7 +90,7 @@ cmd = %s
 	syscall.Kill(-alice, syscall.SIGKILL)
 	worker = readPIDFile(t, e.path("worker"))
 	e.waitState("the new worker listed", patience, func(f *idlestate.File) bool {
-		return slicesContains(jobInfo(f, "process-tmux").PIDs, worker)
+		return slices.Contains(jobInfo(f, "process-tmux").PIDs, worker)
 	})
 	stop()
 	if pidAlive(worker) {
@@ -111,86 +112,6 @@ func marked(t testing.TB, e *env) []*supervisor.Leftover {
 		out = append(out, s.Leftovers(nil)...)
 	}
 	return out
-}
-
-func slicesContains(xs []int, x int) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
-}
-
-// idlemon SIGKILLed the moment it has started two jobs, before a scan or
-// a state file could list their processes, then restarted: before it
-// starts anything, it stops every process the killed one's jobs left
-// (daemonized, SIGTERM-proof ones included), whatever the state file
-// says; afterwards each GPU runs one copy of its job. The state file is
-// left as it was, then truncated, then from another version.
-func TestKilledRightAfterStarts(t *testing.T) {
-	e := newEnv(t, 2)
-	sshdtest.EnsureUser(t, "idlejob")
-	cfg := e.config(fmt.Sprintf(`interval_seconds = 10
-min_idle_seconds = 0
-grace_seconds = 0.2
-user = idlejob
-[process-a]
-gpus = 0
-cmd = %s
-[process-b]
-gpus = 1
-cmd = %s
-`, daemonizingJob(e.devs[0], e.path("worker-a")), daemonizingJob(e.devs[1], e.path("worker-b"))))
-	spoil := []func(){
-		func() {},
-		func() { os.WriteFile(e.statePath(), []byte(`{"version": 1, "updated": "2026-`), 0o644) },
-		func() {
-			os.WriteFile(e.statePath(), []byte(`{"version": 99, "pid": 1, "jobs": [{"name": "process-a", "pgid": 1, "running": true}]}`), 0o644)
-		},
-	}
-	for trial, spoilState := range spoil {
-		name := fmt.Sprintf("idlemon-%d.log", trial)
-		cmd := e.startBinary(cfg, name)
-		started := waitFileMatch(t, e.path(name), `gpu [01]: started job process-[ab] `, 2)
-		cmd.Process.Kill()
-		cmd.Wait()
-		b, _ := os.ReadFile(e.path(name))
-		if trial > 0 {
-			// what the previous one left was stopped before anything started
-			re := regexp.MustCompile(`(?s)gpu 0: job process-a: stopped \d+ processes .* left running by an earlier idlemon.*gpu 1: job process-b: stopped \d+ processes .* left running by an earlier idlemon.*started job`)
-			if !re.Match(b) {
-				t.Errorf("trial %d: idlemon's log:\n%s", trial, b)
-			}
-		}
-		t.Logf("trial %d: killed idlemon pid %d right after %q", trial, cmd.Process.Pid, started)
-		spoilState()
-	}
-
-	last := e.startBinary(cfg, "last.log")
-	waitFileMatch(t, e.path("last.log"), `started job process-[ab] `, 2)
-	b, _ := os.ReadFile(e.path("last.log"))
-	if n := strings.Count(string(b), "left running by an earlier idlemon"); n != 2 {
-		t.Errorf("last idlemon stopped %d leftovers, want 2 (one per job):\n%s", n, b)
-	}
-	if strings.Contains(string(b), "survived SIGKILL") {
-		t.Errorf("a leftover survived:\n%s", b)
-	}
-	// From here on each job has one run: one mark, the last idlemon's.
-	readPIDFile(t, e.path("worker-a"))
-	readPIDFile(t, e.path("worker-b"))
-	runs := map[string]int{}
-	for _, l := range marked(t, e) {
-		runs[l.Job]++
-	}
-	if runs["process-a"] != 1 || runs["process-b"] != 1 {
-		t.Errorf("runs alive per job: %v, want one each", runs)
-	}
-	last.Process.Signal(syscall.SIGTERM)
-	last.Wait()
-	if left := marked(t, e); len(left) != 0 {
-		t.Errorf("after SIGTERM to idlemon, runs still alive: %d", len(left))
-	}
 }
 
 // A state file that another user could have written is not believed: it
@@ -312,7 +233,7 @@ func TestKilledMidStop(t *testing.T) {
 	first := e.startBinary(config("3600"), "first.log")
 	worker := readPIDFile(t, e.path("worker"))
 	waitStateAt(t, e.statePath(), "the worker listed", patience, func(f *idlestate.File) bool {
-		return slicesContains(jobInfo(f, "process-a").PIDs, worker)
+		return slices.Contains(jobInfo(f, "process-a").PIDs, worker)
 	})
 	alice := foreign(t, "alice", e.devs[0])
 	waitFileMatch(t, e.path("first.log"), `gpu 0: stopped job process-a .* preempted by alice`, 1)
@@ -411,7 +332,7 @@ cmd = (setsid perl -e '$SIG{TERM} = "IGNORE"; open(F, "<", "%s") or die; open(W,
 `, e.devs[0], ready, ready, ready, rename, renamed), Options{})
 	worker := readPIDFile(t, ready)
 	e.waitState("the worker listed as the job's", patience, func(f *idlestate.File) bool {
-		return slicesContains(jobInfo(f, "process-title").PIDs, worker)
+		return slices.Contains(jobInfo(f, "process-title").PIDs, worker)
 	})
 	if err := os.WriteFile(rename, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -426,7 +347,7 @@ cmd = (setsid perl -e '$SIG{TERM} = "IGNORE"; open(F, "<", "%s") or die; open(W,
 		fh.Close()
 	}
 	f := e.waitState("a scan after the rename", patience, func(f *idlestate.File) bool { return f.Updated.After(opened) })
-	if n := e.countLog("stopped job"); n != 0 || !slicesContains(jobInfo(f, "process-title").PIDs, worker) {
+	if n := e.countLog("stopped job"); n != 0 || !slices.Contains(jobInfo(f, "process-title").PIDs, worker) {
 		t.Errorf("the renamed worker is no longer the job's: %+v", jobInfo(f, "process-title"))
 	}
 	stop()
