@@ -119,7 +119,7 @@ while read -r k v u; do
   case $k in MemTotal:) mt=$v ;; MemAvailable:) ma=$v ;; esac
 done </proc/meminfo 2>/dev/null
 printf '%s begin host\ncpus %s\nload %s\nmem_total_kib %s\nmem_available_kib %s\n%s end host 0\n' "$N" "$cpus" "$load" "$mt" "$ma" "$N"
-if [ -n "$SF" ] && [ -r "$SF" ]; then
+if [ -n "$SF" ] && [ -f "$SF" ] && [ -r "$SF" ]; then
   out=$(cat "$SF" 2>&1); rc=$?
   printf '%s begin idlemon\n%s\n%s end idlemon %d\n' "$N" "$out" "$N" "$rc"
 fi

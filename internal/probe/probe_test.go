@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -74,6 +75,25 @@ func TestScriptWithoutNvidiaSMI(t *testing.T) {
 	o := ParseOutput(req.Nonce, out)
 	if g, ok := o.Sections[SectionGPUs]; !ok || g.ExitCode != 127 {
 		t.Errorf("gpus exit code = %d, want 127\n%s", g.ExitCode, out)
+	}
+}
+
+// A fifo where idlemon's state file should be is not read: the script
+// finishes, without an idlemon section, instead of waiting for a writer.
+func TestScriptStateFileIsAFifo(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state.json")
+	if err := syscall.Mkfifo(state, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req := NewRequest(2)
+	req.StateFile = state
+	cmd := exec.Command("/bin/sh", "-s")
+	cmd.Stdin = strings.NewReader(req.Script())
+	cmd.Env = []string{"PATH=/nonexistent"}
+	out, _ := cmd.Output()
+	o := ParseOutput(req.Nonce, out)
+	if !o.Complete || o.Has(SectionIdlemon) {
+		t.Errorf("complete %v, idlemon section %v:\n%s", o.Complete, o.Has(SectionIdlemon), out)
 	}
 }
 
