@@ -279,10 +279,14 @@ func (d *Daemon) observe(snap *holders.Snapshot, now time.Time) Observation {
 				continue
 			}
 			p := snap.Proc(pid)
-			if p == nil || d.ignored(p, dev.Index) {
+			if p == nil {
 				continue
 			}
-			obs.Foreign[dev.Index] = append(obs.Foreign[dev.Index], idlestate.Holder{PID: pid, User: d.userName(p.UID), Command: d.command(p)})
+			cmd := d.command(p)
+			if d.ignored(p, cmd, dev.Index) {
+				continue
+			}
+			obs.Foreign[dev.Index] = append(obs.Foreign[dev.Index], idlestate.Holder{PID: pid, User: d.userName(p.UID), Command: cmd})
 		}
 	}
 	if d.tty != nil {

@@ -27,7 +27,7 @@ const usage = `usage: idlemon [-c FILE] [run]        run the daemon (what the sy
        idlemon [-c FILE | -s STATE] available [-l N]
 
 idlemon runs the jobs of its config's [process-*] sections on idle GPUs and
-stops them (SIGTERM to the whole process group, SIGKILL after grace_seconds)
+stops them (SIGTERM to every process of the job, SIGKILL after grace_seconds)
 as soon as anybody else opens one of their GPUs.
 
   -c FILE   config file (default /etc/idlemon.ini)

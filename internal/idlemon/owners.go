@@ -142,9 +142,10 @@ func (d *Daemon) stopStray(m supervisor.Mark) {
 	}()
 }
 
-// ignored says whether p is a program that never makes gpu busy.
-func (d *Daemon) ignored(p *holders.Proc, gpu int) bool {
-	ip := ignore.Process{Comm: p.Comm, Args: d.command(p)}
+// ignored says whether p, running command, is a program that never makes
+// gpu busy.
+func (d *Daemon) ignored(p *holders.Proc, command string, gpu int) bool {
+	ip := ignore.Process{Comm: p.Comm, Args: command}
 	if exe, err := os.Readlink(d.scanner.Root + "/" + strconv.Itoa(p.PID) + "/exe"); err == nil {
 		ip.Exe = strings.TrimSuffix(exe, " (deleted)")
 	}
