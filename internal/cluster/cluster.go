@@ -13,6 +13,7 @@
 package cluster
 
 import (
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,7 +69,7 @@ type Cluster struct {
 type Host struct {
 	Name      string // as in the CSV
 	Display   string // from [host_names], else Name
-	Status    string
+	Status    hoststatus.Status
 	Error     string // why it failed; warnings for an ok host
 	Time      time.Time
 	CPUs      loaddata.Int
@@ -82,7 +83,7 @@ type Host struct {
 }
 
 // Up reports whether the host answered.
-func (h *Host) Up() bool { return h.Status == loaddata.StatusOK }
+func (h *Host) Up() bool { return h.Status == hoststatus.OK }
 
 // GPU is one GPU and what runs on it.
 type GPU struct {
@@ -208,7 +209,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 			c.DataTime = t
 		}
 	}
-	if r.HostStatus != loaddata.StatusOK {
+	if r.HostStatus != hoststatus.OK {
 		// a failed host's row has no GPU cells; one failed row makes the host failed
 		h.Status, h.Error = r.HostStatus, r.HostError
 		return

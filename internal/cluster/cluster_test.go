@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ var now = time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
 // gpuRow is a row of an ok host's GPU with 80 GiB and mem MiB used.
 func gpuRow(t testing.TB, host string, idx int64, mem float64) loaddata.Row {
 	t.Helper()
-	return loaddata.Row{Timestamp: "2026-11-23T13:58:00Z", Host: host, HostStatus: loaddata.StatusOK,
+	return loaddata.Row{Timestamp: "2026-11-23T13:58:00Z", Host: host, HostStatus: hoststatus.OK,
 		GPUIndex: loaddata.IntOf(idx), GPUUUID: "GPU-x", GPUName: "NVIDIA H100 80GB HBM3",
 		MemUsedMiB: loaddata.Num(mem), MemTotalMiB: loaddata.Num(81559), GPUUtilPct: loaddata.Num(0)}
 }
@@ -93,7 +94,7 @@ func TestClassify(t *testing.T) {
 			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 30000), "alice", "python", 29000, false)}
 		}, []reservations.Reservation{{Host: "h", Name: "carol"}}, Busy, nil},
 		{"lost GPU", func(t testing.TB) []loaddata.Row {
-			return []loaddata.Row{{Timestamp: "2026-11-23T13:58:00Z", Host: "h", HostStatus: loaddata.StatusOK,
+			return []loaddata.Row{{Timestamp: "2026-11-23T13:58:00Z", Host: "h", HostStatus: hoststatus.OK,
 				GPUBusID: "0000:9a:00.0", GPUError: "GPU is lost; reboot the system to recover this GPU"}}
 		}, nil, Failed, nil},
 		{"MIG: whole-GPU row, no utilization, processes of several instances", func(t testing.TB) []loaddata.Row {
@@ -140,7 +141,7 @@ func TestClassify(t *testing.T) {
 func TestFailedHost(t *testing.T) {
 	rows := []loaddata.Row{
 		gpuRow(t, "a", 0, 0),
-		{Timestamp: "2026-11-23T13:59:00Z", Host: "b", HostStatus: loaddata.StatusTimeout, HostError: "no answer in 20s"},
+		{Timestamp: "2026-11-23T13:59:00Z", Host: "b", HostStatus: hoststatus.Timeout, HostError: "no answer in 20s"},
 	}
 	c := Build(rows, Options{FreeMemMiB: 1024, Now: now,
 		Reservations: []reservations.Reservation{{Host: "b", Name: "dan"}}})
@@ -239,7 +240,7 @@ func TestUserProcessesAreDistinctPIDsPerHost(t *testing.T) {
 // models.
 func TestModelsAddUp(t *testing.T) {
 	lost := func(host string) loaddata.Row {
-		return loaddata.Row{Timestamp: "2026-11-23T13:58:00Z", Host: host, HostStatus: loaddata.StatusOK,
+		return loaddata.Row{Timestamp: "2026-11-23T13:58:00Z", Host: host, HostStatus: hoststatus.OK,
 			GPUBusID: "0000:9a:00.0", GPUError: "GPU is lost; reboot the system to recover this GPU"}
 	}
 	mixed := gpuRow(t, "m", 1, 0)
@@ -247,7 +248,7 @@ func TestModelsAddUp(t *testing.T) {
 	rows := []loaddata.Row{
 		gpuRow(t, "a", 0, 0), gpuRow(t, "a", 1, 0), lost("a"),
 		gpuRow(t, "m", 0, 0), mixed, lost("m"),
-		{Timestamp: "2026-11-23T13:58:00Z", Host: "down", HostStatus: loaddata.StatusDriver, HostError: "no driver"},
+		{Timestamp: "2026-11-23T13:58:00Z", Host: "down", HostStatus: hoststatus.Driver, HostError: "no driver"},
 	}
 	c := Build(rows, Options{FreeMemMiB: 1024, Now: now, GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
 	want := []*Model{

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"bytes"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,7 +77,7 @@ func TestBuild(t *testing.T) {
 				ps: " 4242 alice      7260 python train.py --lr 0.1   --epochs 3\n",
 			},
 			check: func(t *testing.T, r Result) {
-				if r.Status != loaddata.StatusOK || r.Error != "" {
+				if r.Status != hoststatus.OK || r.Error != "" {
 					t.Fatalf("status %q %q", r.Status, r.Error)
 				}
 				type proc struct {
@@ -115,7 +116,7 @@ func TestBuild(t *testing.T) {
 				idlemon: `{"version": 1, "pid": 900, "gpus": [], "jobs": [{"name": "process-miner", "gpus": [1], "pgid": 7000, "pids": [7000, 7001], "running": true}]}`,
 			},
 			check: func(t *testing.T, r Result) {
-				if r.Status != loaddata.StatusOK || r.Error != "" {
+				if r.Status != hoststatus.OK || r.Error != "" {
 					t.Fatalf("status %q %q", r.Status, r.Error)
 				}
 				got := map[int64]loaddata.Flag{}
@@ -132,7 +133,7 @@ func TestBuild(t *testing.T) {
 			out: hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true,
 				idlemon: "{not json"},
 			check: func(t *testing.T, r Result) {
-				if r.Status != loaddata.StatusOK || len(r.Rows) != 2 || !strings.Contains(r.Error, "idlemon state file unreadable") {
+				if r.Status != hoststatus.OK || len(r.Rows) != 2 || !strings.Contains(r.Error, "idlemon state file unreadable") {
 					t.Errorf("status %q, error %q, %d rows", r.Status, r.Error, len(r.Rows))
 				}
 			},
@@ -150,35 +151,35 @@ func TestBuild(t *testing.T) {
 			name: "driver not loaded",
 			out: hostOutput{gpus: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n", gpusRC: 9,
 				apps: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", appsRC: 9, noPS: true},
-			check: wantFailure(loaddata.StatusDriver, "driver not loaded"),
+			check: wantFailure(hoststatus.Driver, "driver not loaded"),
 		},
 		{
 			name:  "no devices",
 			out:   hostOutput{gpus: "No devices were found\n", gpusRC: 6, apps: "No devices were found", appsRC: 6, noPS: true},
-			check: wantFailure(loaddata.StatusDriver, "no NVIDIA GPU"),
+			check: wantFailure(hoststatus.Driver, "no NVIDIA GPU"),
 		},
 		{
 			name:   "nvidia-smi hung and was killed by timeout on the host",
 			out:    hostOutput{gpus: "", gpusRC: 124, noApps: true, noPS: true},
-			check:  wantFailure(loaddata.StatusTimeout, "did not answer"),
+			check:  wantFailure(hoststatus.Timeout, "did not answer"),
 			runErr: nil,
 		},
 		{
 			name:   "connection timeout with nothing received",
-			runErr: &remote.Error{Kind: remote.KindTimeout, Msg: "no answer within 20s (while SSH handshake with 10.0.0.7:22)"},
-			check:  wantFailure(loaddata.StatusTimeout, "while SSH handshake"),
+			runErr: &remote.Error{Status: hoststatus.Timeout, Msg: "no answer within 20s (while SSH handshake with 10.0.0.7:22)"},
+			check:  wantFailure(hoststatus.Timeout, "while SSH handshake"),
 		},
 		{
 			name:  "dropped mid-output",
 			out:   hostOutput{gpus: twoGPUs, incomplete: true},
-			check: wantFailure(loaddata.StatusError, "ended early"),
+			check: wantFailure(hoststatus.Error, "ended early"),
 		},
 		{
 			name: "one GPU lost between rows",
 			out: hostOutput{gpus: strings.Replace(twoGPUs, "\n1, ", "\nUnable to determine the device handle for GPU 0000:05:00.0: GPU is lost.  Reboot the system to recover this GPU\n1, ", 1), gpusRC: 15,
 				apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true},
 			check: func(t *testing.T, r Result) {
-				if r.Status != loaddata.StatusOK || len(r.Rows) != 3 {
+				if r.Status != hoststatus.OK || len(r.Rows) != 3 {
 					t.Fatalf("status %q, %d rows: %+v", r.Status, len(r.Rows), r.Rows)
 				}
 				lost := r.Rows[2]
@@ -190,8 +191,8 @@ func TestBuild(t *testing.T) {
 		{
 			name:   "an account whose shell refuses to run anything",
 			out:    hostOutput{},
-			runErr: &remote.Error{Kind: remote.KindError, Msg: "remote command exited with status 1: This account is currently not available."},
-			check:  wantFailure(loaddata.StatusError, "not available"),
+			runErr: &remote.Error{Status: hoststatus.Error, Msg: "remote command exited with status 1: This account is currently not available."},
+			check:  wantFailure(hoststatus.Error, "not available"),
 		},
 	}
 	for _, tt := range tests {
@@ -211,7 +212,7 @@ func TestBuild(t *testing.T) {
 	}
 }
 
-func wantFailure(status, msg string) func(t *testing.T, r Result) {
+func wantFailure(status hoststatus.Status, msg string) func(t *testing.T, r Result) {
 	return func(t *testing.T, r Result) {
 		t.Helper()
 		if r.Status != status || !strings.Contains(r.Error, msg) {
@@ -240,7 +241,7 @@ func TestBuildCaptures(t *testing.T) {
 					out.noApps = true
 				}
 				r := Build("gpu01", "n", out.bytes("n"), nil, at)
-				if r.Status != loaddata.StatusOK {
+				if r.Status != hoststatus.OK {
 					t.Fatalf("status %q: %s", r.Status, r.Error)
 				}
 				var buf bytes.Buffer
@@ -264,7 +265,7 @@ func FuzzBuild(f *testing.F) {
 		if len(r.Rows) == 0 {
 			t.Fatal("no rows")
 		}
-		if r.Status == loaddata.StatusOK {
+		if r.Status == hoststatus.OK {
 			return
 		}
 		if r.Error == "" {

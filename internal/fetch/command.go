@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"io"
 	"os"
 	"path/filepath"
@@ -106,7 +107,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *verbose {
 		for _, r := range results {
-			if r.Status != loaddata.StatusOK {
+			if r.Status != hoststatus.OK {
 				fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", r.Host, r.Status, r.Error)
 			}
 		}

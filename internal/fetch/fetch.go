@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,7 +41,7 @@ type Poller struct {
 // Result is one host's outcome.
 type Result struct {
 	Host   string
-	Status string // loaddata.Status*
+	Status hoststatus.Status
 	Error  string // why it failed; for an ok host, warnings
 	Rows   []loaddata.Row
 	Took   time.Duration
@@ -115,22 +116,22 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 // tests and the fuzz target: it must never panic, whatever the host sent.
 func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	ts := at.UTC().Format(loaddata.TimeFormat)
-	fail := func(status, msg string) Result {
+	fail := func(status hoststatus.Status, msg string) Result {
 		return Result{Host: host, Status: status, Error: msg, Rows: []loaddata.Row{{
 			Timestamp: ts, Host: host, HostStatus: status, HostError: msg,
 		}}}
 	}
 	po := probe.ParseOutput(nonce, out)
 	if runErr != nil {
-		kind, msg := loaddata.StatusError, runErr.Error()
+		kind, msg := hoststatus.Error, runErr.Error()
 		if re, ok := runErr.(*remote.Error); ok {
-			kind = string(re.Kind)
+			kind = re.Status
 		}
 		// A host whose nvidia-smi hung answers with exit 124 from `timeout`;
 		// say that rather than a bare connection timeout when we have it.
 		if g, ok := po.Sections[probe.SectionGPUs]; ok {
-			if he := nvsmi.Diagnose(g.Body, g.ExitCode); he != nil && he.Kind == "timeout" {
-				return fail(loaddata.StatusTimeout, he.Message)
+			if he := nvsmi.Diagnose(g.Body, g.ExitCode); he != nil && he.Status == hoststatus.Timeout {
+				return fail(hoststatus.Timeout, he.Message)
 			}
 		}
 		return fail(kind, msg)
@@ -141,14 +142,14 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 		if !ok && len(po.Stray) > 0 {
 			msg = "unexpected output instead of the probe's: " + firstLine(string(po.Stray))
 		}
-		return fail(loaddata.StatusError, msg)
+		return fail(hoststatus.Error, msg)
 	}
 	if he := nvsmi.Diagnose(g.Body, g.ExitCode); he != nil {
-		return fail(he.Kind, he.Message)
+		return fail(he.Status, he.Message)
 	}
 	gpus, err := nvsmi.ParseGPUs(g.Body)
 	if err != nil {
-		return fail(loaddata.StatusError, err.Error())
+		return fail(hoststatus.Error, err.Error())
 	}
 	var warnings []string
 	for _, s := range gpus.Skipped {
@@ -182,7 +183,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	}
 
 	base := loaddata.Row{
-		Timestamp: ts, Host: host, HostStatus: loaddata.StatusOK,
+		Timestamp: ts, Host: host, HostStatus: hoststatus.OK,
 		CPUs: hi.cpus, Load1: hi.load1, HostMemUsedMiB: hi.memUsed, HostMemTotalMiB: hi.memTotal,
 	}
 	byUUID := map[string][]nvsmi.Process{}
@@ -227,7 +228,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 		}
 	}
 	if len(rows) == 0 {
-		return fail(loaddata.StatusDriver, "nvidia-smi listed no GPU")
+		return fail(hoststatus.Driver, "nvidia-smi listed no GPU")
 	}
 	if len(warnings) > 0 {
 		w := strings.Join(warnings, "; ")
@@ -235,7 +236,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 			rows[i].HostError = w
 		}
 	}
-	return Result{Host: host, Status: loaddata.StatusOK, Error: strings.Join(warnings, "; "), Rows: rows}
+	return Result{Host: host, Status: hoststatus.OK, Error: strings.Join(warnings, "; "), Rows: rows}
 }
 
 func withProcess(r loaddata.Row, pr nvsmi.Process, ps map[int]psEntry, jobPIDs map[int]bool) loaddata.Row {
@@ -351,8 +352,8 @@ func Rows(results []Result) []loaddata.Row {
 func Summary(results []Result) string {
 	var failed []string
 	for _, r := range results {
-		if r.Status != loaddata.StatusOK {
-			failed = append(failed, r.Host+" "+r.Status)
+		if r.Status != hoststatus.OK {
+			failed = append(failed, r.Host+" "+string(r.Status))
 		}
 	}
 	s := fmt.Sprintf("%d hosts: %d ok", len(results), len(results)-len(failed))

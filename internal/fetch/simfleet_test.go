@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"os"
 	"strings"
 	"testing"
@@ -61,8 +62,10 @@ func TestFleetFailures(t *testing.T) {
 	}
 
 	tests := []struct {
-		host, status, errorHas string
-		gpuRows                int // rows with a GPU uuid
+		host     string
+		status   hoststatus.Status
+		errorHas string
+		gpuRows  int // rows with a GPU uuid
 	}{
 		{"healthy", "ok", "", 8},
 		{"refuse", "unreachable", "refused", 0},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,7 +110,7 @@ const realGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilizatio
 1, GPU-real-1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0, 0, 4, 81559, 30, 70.00, 700.00, [N/A]
 `
 
-func wantStatus(t *testing.T, rows []loaddata.Row, status, msg string) {
+func wantStatus(t *testing.T, rows []loaddata.Row, status hoststatus.Status, msg string) {
 	t.Helper()
 	if len(rows) == 0 {
 		t.Fatalf("no rows; want %s", status)

@@ -6,6 +6,7 @@ package loaddata
 
 import (
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"io"
 	"math"
 	"strconv"
@@ -16,28 +17,16 @@ import (
 	"github.com/google/renameio/v2"
 )
 
-// Host statuses. Anything but StatusOK means the host's GPU cells are empty
-// and HostError says why in plain words.
-const (
-	StatusOK          = "ok"
-	StatusUnreachable = "unreachable" // refused, no route, name not found
-	StatusTimeout     = "timeout"     // no complete answer within the host's timeout
-	StatusAuth        = "auth"        // no key was accepted
-	StatusHostKey     = "hostkey"     // unknown host or changed host key
-	StatusDriver      = "driver"      // nvidia-smi could not talk to the driver, or no GPU
-	StatusError       = "error"       // anything else (broken output, bad config for the host)
-)
-
 // TimeFormat is how timestamps are written: RFC 3339 in UTC.
 const TimeFormat = time.RFC3339
 
 // Row is one line of load_data.csv. The csv tags are the column names and
 // their order is the file's column order.
 type Row struct {
-	Timestamp  string `csv:"timestamp"`
-	Host       string `csv:"host"`
-	HostStatus string `csv:"host_status"`
-	HostError  string `csv:"host_error"`
+	Timestamp  string            `csv:"timestamp"`
+	Host       string            `csv:"host"`
+	HostStatus hoststatus.Status `csv:"host_status"`
+	HostError  string            `csv:"host_error"`
 
 	GPUIndex    Int    `csv:"gpu_index"`
 	GPUUUID     string `csv:"gpu_uuid"`

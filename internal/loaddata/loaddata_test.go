@@ -2,6 +2,7 @@ package loaddata
 
 import (
 	"bytes"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,13 +14,13 @@ import (
 
 func sampleRows() []Row {
 	return []Row{
-		{Timestamp: "2026-11-22T14:00:00Z", Host: "gpu01", HostStatus: StatusOK,
+		{Timestamp: "2026-11-22T14:00:00Z", Host: "gpu01", HostStatus: hoststatus.OK,
 			GPUIndex: IntOf(0), GPUUUID: "GPU-1", GPUName: "NVIDIA H100 80GB HBM3", GPUBusID: "00000000:09:00.0",
 			GPUUtilPct: Number{}, MemUtilPct: Num(0), MemUsedMiB: Num(11052), MemTotalMiB: Num(81559),
 			TempC: Num(35), PowerW: Num(71.15), PowerLimitW: Num(700), FanPct: Number{},
 			PID: IntOf(21198), User: "alice", Command: `python train.py --name "a, b"`, ProcessMemMiB: Num(7484),
 			ProcessElapsedS: IntOf(3600), CPUs: IntOf(64), Load1: Num(3.5), HostMemUsedMiB: Num(1000), HostMemTotalMiB: Num(2000)},
-		{Timestamp: "2026-11-22T14:00:00Z", Host: "gpu02", HostStatus: StatusTimeout, HostError: "no answer within 20s"},
+		{Timestamp: "2026-11-22T14:00:00Z", Host: "gpu02", HostStatus: hoststatus.Timeout, HostError: "no answer within 20s"},
 	}
 }
 

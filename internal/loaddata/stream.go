@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"io"
 	"os"
 	"slices"
@@ -70,7 +71,7 @@ var columns = []struct {
 }{
 	{"timestamp", str(func(r *Row) *string { return &r.Timestamp })},
 	{"host", str(func(r *Row) *string { return &r.Host })},
-	{"host_status", str(func(r *Row) *string { return &r.HostStatus })},
+	{"host_status", func(r *Row, s string, in *interner) error { r.HostStatus = hoststatus.Status(in.get(s)); return nil }},
 	{"host_error", str(func(r *Row) *string { return &r.HostError })},
 	{"gpu_index", integer(func(r *Row) *Int { return &r.GPUIndex })},
 	{"gpu_uuid", str(func(r *Row) *string { return &r.GPUUUID })},

@@ -2,6 +2,7 @@ package nvsmi
 
 import (
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"strings"
 )
 
@@ -15,7 +16,7 @@ import (
 // others, so a non-zero exit with CSV after the header is still usable.
 func Diagnose(out []byte, exitCode int) *HostError {
 	if exitCode == 124 || exitCode == 137 {
-		return &HostError{Kind: KindTimeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}
+		return &HostError{Status: hoststatus.Timeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}
 	}
 	header, after := csvHeader(out)
 	if header && exitCode == 0 {
@@ -27,20 +28,20 @@ func Diagnose(out []byte, exitCode int) *HostError {
 	lower := strings.ToLower(string(out))
 	switch {
 	case strings.Contains(lower, "communicate with the nvidia driver"):
-		return &HostError{Kind: KindDriver, Message: "NVIDIA driver not loaded (nvidia-smi could not communicate with the driver)"}
+		return &HostError{Status: hoststatus.Driver, Message: "NVIDIA driver not loaded (nvidia-smi could not communicate with the driver)"}
 	case strings.Contains(lower, "driver/library version mismatch"):
-		return &HostError{Kind: KindDriver, Message: "NVIDIA driver/library version mismatch (reboot or reload the driver)"}
+		return &HostError{Status: hoststatus.Driver, Message: "NVIDIA driver/library version mismatch (reboot or reload the driver)"}
 	case strings.Contains(lower, "no devices were found"):
-		return &HostError{Kind: KindDriver, Message: "no NVIDIA GPU found"}
+		return &HostError{Status: hoststatus.Driver, Message: "no NVIDIA GPU found"}
 	case strings.Contains(lower, "is not a valid field to query"):
-		return &HostError{Kind: KindError, Message: fmt.Sprintf(
+		return &HostError{Status: hoststatus.Error, Message: fmt.Sprintf(
 			"nvidia-smi does not know the field %q (the driver is probably older than the query needs)", invalidField(out))}
 	}
 	if header {
 		if after {
 			return nil
 		}
-		return &HostError{Kind: KindError, Message: fmt.Sprintf("nvidia-smi failed (exit %d) after printing only the CSV header", exitCode)}
+		return &HostError{Status: hoststatus.Error, Message: fmt.Sprintf("nvidia-smi failed (exit %d) after printing only the CSV header", exitCode)}
 	}
 	// Only without a header: with one, "not found" could be part of a
 	// process name.
@@ -50,17 +51,17 @@ func Diagnose(out []byte, exitCode int) *HostError {
 	first := strings.TrimSuffix(firstLine(out), ".")
 	switch {
 	case exitCode == 0 && first == "":
-		return &HostError{Kind: KindError, Message: "nvidia-smi printed nothing"}
+		return &HostError{Status: hoststatus.Error, Message: "nvidia-smi printed nothing"}
 	case exitCode == 0:
-		return &HostError{Kind: KindError, Message: "nvidia-smi printed no CSV header: " + first}
+		return &HostError{Status: hoststatus.Error, Message: "nvidia-smi printed no CSV header: " + first}
 	case first == "":
-		return &HostError{Kind: KindError, Message: fmt.Sprintf("nvidia-smi failed (exit %d) with no output", exitCode)}
+		return &HostError{Status: hoststatus.Error, Message: fmt.Sprintf("nvidia-smi failed (exit %d) with no output", exitCode)}
 	}
-	return &HostError{Kind: KindError, Message: fmt.Sprintf("nvidia-smi failed (exit %d): %s", exitCode, first)}
+	return &HostError{Status: hoststatus.Error, Message: fmt.Sprintf("nvidia-smi failed (exit %d): %s", exitCode, first)}
 }
 
 func notFound() *HostError {
-	return &HostError{Kind: KindDriver, Message: "nvidia-smi not found on the host"}
+	return &HostError{Status: hoststatus.Driver, Message: "nvidia-smi not found on the host"}
 }
 
 // csvHeader reports whether out has a CSV header line and whether any

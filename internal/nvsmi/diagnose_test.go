@@ -1,6 +1,7 @@
 package nvsmi
 
 import (
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -23,17 +24,17 @@ func TestDiagnose(t *testing.T) {
 		{
 			// The message goes to stdout and stderr, and 2>&1 joins them.
 			"driver not loaded", lines(notLoaded, notLoaded), 9,
-			&HostError{Kind: KindDriver, Message: "NVIDIA driver not loaded (nvidia-smi could not communicate with the driver)"},
+			&HostError{Status: hoststatus.Driver, Message: "NVIDIA driver not loaded (nvidia-smi could not communicate with the driver)"},
 		},
 		{
 			"version mismatch", lines("Failed to initialize NVML: Driver/library version mismatch"), 18,
-			&HostError{Kind: KindDriver, Message: "NVIDIA driver/library version mismatch (reboot or reload the driver)"},
+			&HostError{Status: hoststatus.Driver, Message: "NVIDIA driver/library version mismatch (reboot or reload the driver)"},
 		},
 		{
 			"version mismatch, newer wording", lines("Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 590.48"), 18,
-			&HostError{Kind: KindDriver, Message: "NVIDIA driver/library version mismatch (reboot or reload the driver)"},
+			&HostError{Status: hoststatus.Driver, Message: "NVIDIA driver/library version mismatch (reboot or reload the driver)"},
 		},
-		{"no devices", lines("No devices were found"), 6, &HostError{Kind: KindDriver, Message: "no NVIDIA GPU found"}},
+		{"no devices", lines("No devices were found"), 6, &HostError{Status: hoststatus.Driver, Message: "no NVIDIA GPU found"}},
 		{
 			"lost GPU between rows is usable",
 			lines(fetchHeader,
@@ -52,24 +53,24 @@ func TestDiagnose(t *testing.T) {
 			lines(fetchHeader, "0, GPU-a, ERR!, 00000000:04:00.0, ERR!, ERR!, 1234, 81559, ERR!, ERR!, 700.00, ERR!"),
 			0, nil,
 		},
-		{"hanging, timeout", nil, 124, &HostError{Kind: KindTimeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}},
-		{"hanging, timeout -k", nil, 137, &HostError{Kind: KindTimeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}},
-		{"timeout after a partial answer", lines(fetchHeader), 124, &HostError{Kind: KindTimeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}},
-		{"not found, bash", lines("bash: line 1: nvidia-smi: command not found"), 127, &HostError{Kind: KindDriver, Message: "nvidia-smi not found on the host"}},
-		{"not found, dash", lines("sh: 1: nvidia-smi: not found"), 127, &HostError{Kind: KindDriver, Message: "nvidia-smi not found on the host"}},
-		{"not found, odd exit", lines("env: 'nvidia-smi': No such file or directory", "nvidia-smi: not found"), 1, &HostError{Kind: KindDriver, Message: "nvidia-smi not found on the host"}},
-		{"127 and no output", nil, 127, &HostError{Kind: KindDriver, Message: "nvidia-smi not found on the host"}},
+		{"hanging, timeout", nil, 124, &HostError{Status: hoststatus.Timeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}},
+		{"hanging, timeout -k", nil, 137, &HostError{Status: hoststatus.Timeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}},
+		{"timeout after a partial answer", lines(fetchHeader), 124, &HostError{Status: hoststatus.Timeout, Message: "nvidia-smi did not answer in time (killed by timeout)"}},
+		{"not found, bash", lines("bash: line 1: nvidia-smi: command not found"), 127, &HostError{Status: hoststatus.Driver, Message: "nvidia-smi not found on the host"}},
+		{"not found, dash", lines("sh: 1: nvidia-smi: not found"), 127, &HostError{Status: hoststatus.Driver, Message: "nvidia-smi not found on the host"}},
+		{"not found, odd exit", lines("env: 'nvidia-smi': No such file or directory", "nvidia-smi: not found"), 1, &HostError{Status: hoststatus.Driver, Message: "nvidia-smi not found on the host"}},
+		{"127 and no output", nil, 127, &HostError{Status: hoststatus.Driver, Message: "nvidia-smi not found on the host"}},
 		{
 			"invalid field",
 			lines(`Field "power.draw.instant" is not a valid field to query.`, "", "Please run 'nvidia-smi --help-query-gpu' for a list of valid fields."),
 			2,
-			&HostError{Kind: KindError, Message: `nvidia-smi does not know the field "power.draw.instant" (the driver is probably older than the query needs)`},
+			&HostError{Status: hoststatus.Error, Message: `nvidia-smi does not know the field "power.draw.instant" (the driver is probably older than the query needs)`},
 		},
-		{"other failure", lines("Unable to open NVML: Insufficient Permissions.", "more"), 3, &HostError{Kind: KindError, Message: "nvidia-smi failed (exit 3): Unable to open NVML: Insufficient Permissions"}},
-		{"failure, no output", nil, 255, &HostError{Kind: KindError, Message: "nvidia-smi failed (exit 255) with no output"}},
-		{"failure after the header only", lines(fetchHeader), 255, &HostError{Kind: KindError, Message: "nvidia-smi failed (exit 255) after printing only the CSV header"}},
-		{"exit 0, nothing", nil, 0, &HostError{Kind: KindError, Message: "nvidia-smi printed nothing"}},
-		{"exit 0, no header", lines("Killed"), 0, &HostError{Kind: KindError, Message: "nvidia-smi printed no CSV header: Killed"}},
+		{"other failure", lines("Unable to open NVML: Insufficient Permissions.", "more"), 3, &HostError{Status: hoststatus.Error, Message: "nvidia-smi failed (exit 3): Unable to open NVML: Insufficient Permissions"}},
+		{"failure, no output", nil, 255, &HostError{Status: hoststatus.Error, Message: "nvidia-smi failed (exit 255) with no output"}},
+		{"failure after the header only", lines(fetchHeader), 255, &HostError{Status: hoststatus.Error, Message: "nvidia-smi failed (exit 255) after printing only the CSV header"}},
+		{"exit 0, nothing", nil, 0, &HostError{Status: hoststatus.Error, Message: "nvidia-smi printed nothing"}},
+		{"exit 0, no header", lines("Killed"), 0, &HostError{Status: hoststatus.Error, Message: "nvidia-smi printed no CSV header: Killed"}},
 		{"a process called not found is not a missing nvidia-smi", lines(appsHeader, "1, GPU-a, /opt/not found/x, 1"), 0, nil},
 	}
 	for _, tt := range tests {
@@ -85,7 +86,7 @@ func TestDiagnose(t *testing.T) {
 func TestDiagnoseFirstLineClipped(t *testing.T) {
 	out := []byte("\n  " + strings.Repeat("x\x1b[31m", 100) + "  \nsecond line\n")
 	he := Diagnose(out, 3)
-	if he == nil || he.Kind != KindError {
+	if he == nil || he.Status != hoststatus.Error {
 		t.Fatalf("Diagnose = %v, want a Kind error", he)
 	}
 	msg := strings.TrimPrefix(he.Message, "nvidia-smi failed (exit 3): ")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"math"
 	"strings"
 	"testing"
@@ -135,7 +136,7 @@ func checkParseErr(t *testing.T, err error) {
 		return
 	}
 	var he *HostError
-	if !errors.As(err, &he) || he.Kind != KindError || he.Message == "" {
+	if !errors.As(err, &he) || he.Status != hoststatus.Error || he.Message == "" {
 		t.Fatalf("error %v (%T): want a *HostError of kind error", err, err)
 	}
 }
@@ -147,7 +148,7 @@ func checkDiagnose(t *testing.T, data []byte) {
 		if he == nil {
 			continue
 		}
-		if he.Kind != KindDriver && he.Kind != KindTimeout && he.Kind != KindError || he.Message == "" {
+		if he.Status != hoststatus.Driver && he.Status != hoststatus.Timeout && he.Status != hoststatus.Error || he.Message == "" {
 			t.Fatalf("Diagnose(_, %d) = %+v", exit, he)
 		}
 	}

@@ -12,6 +12,7 @@ package nvsmi
 
 import (
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"math"
 	"strconv"
 	"strings"
@@ -79,16 +80,9 @@ type ProcessReport struct {
 
 // HostError is a failure that makes the whole host's GPU data unusable.
 type HostError struct {
-	Kind    string // KindDriver, KindTimeout or KindError
+	Status  hoststatus.Status // Driver, Timeout or Error
 	Message string
 }
-
-// Kinds of HostError.
-const (
-	KindDriver  = "driver"  // no driver, no GPU, no nvidia-smi: the host needs an admin
-	KindTimeout = "timeout" // nvidia-smi hung (typically a wedged driver)
-	KindError   = "error"   // anything else
-)
 
 func (e *HostError) Error() string { return e.Message }
 
@@ -298,7 +292,7 @@ func parseTable(out []byte, required string, freeText []string, fault func(GPUFa
 		if first := firstLine(out); first != "" {
 			msg += ": " + first
 		}
-		return nil, &HostError{Kind: KindError, Message: msg}
+		return nil, &HostError{Status: hoststatus.Error, Message: msg}
 	}
 	t.skipped = append(before, t.skipped...)
 	return t, nil

@@ -2,6 +2,7 @@ package nvsmi
 
 import (
 	"errors"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"strings"
 	"testing"
 
@@ -267,7 +268,7 @@ func TestParseNoHeader(t *testing.T) {
 			if !errors.As(err, &he) {
 				t.Fatalf("err = %v, want a *HostError", err)
 			}
-			if diff := cmp.Diff(&HostError{Kind: KindError, Message: tt.want}, he); diff != "" {
+			if diff := cmp.Diff(&HostError{Status: hoststatus.Error, Message: tt.want}, he); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

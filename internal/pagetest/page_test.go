@@ -2,6 +2,7 @@ package pagetest
 
 import (
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ const (
 
 func gpuRow(ts, host string, idx int64) loaddata.Row {
 	return loaddata.Row{
-		Timestamp: ts, Host: host, HostStatus: loaddata.StatusOK,
+		Timestamp: ts, Host: host, HostStatus: hoststatus.OK,
 		GPUIndex: loaddata.IntOf(idx), GPUUUID: fmt.Sprintf("GPU-%s-%d", host, idx),
 		GPUName: "NVIDIA H100 80GB HBM3", GPUBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+idx),
 		GPUUtilPct: loaddata.Num(0), MemUtilPct: loaddata.Num(0),
@@ -47,7 +48,7 @@ func withProcess(r loaddata.Row, pid int64, user, cmd string, memMiB float64, el
 
 func fleet(at time.Time) []loaddata.Row {
 	ts := at.UTC().Format(loaddata.TimeFormat)
-	lost := loaddata.Row{Timestamp: ts, Host: "gpu02", HostStatus: loaddata.StatusOK,
+	lost := loaddata.Row{Timestamp: ts, Host: "gpu02", HostStatus: hoststatus.OK,
 		GPUIndex: loaddata.IntOf(1), GPUError: lostError,
 		CPUs: loaddata.IntOf(32), Load1: loaddata.Num(8), HostMemUsedMiB: loaddata.Num(9000), HostMemTotalMiB: loaddata.Num(256000)}
 	return []loaddata.Row{
@@ -55,7 +56,7 @@ func fleet(at time.Time) []loaddata.Row {
 		withProcess(gpuRow(ts, "gpu01", 1), 4242, "alice", aliceCmd, 30720, 5400),
 		withProcess(gpuRow(ts, "gpu02", 0), 777, "bob", bobCmd, 70000, 86400*2+60),
 		lost,
-		{Timestamp: ts, Host: "gpu03", HostStatus: loaddata.StatusUnreachable,
+		{Timestamp: ts, Host: "gpu03", HostStatus: hoststatus.Unreachable,
 			HostError: "dial tcp 10.0.0.3:22: connect: connection refused"},
 	}
 }
@@ -224,8 +225,8 @@ func xssFleet(at time.Time) []loaddata.Row {
 	// markup in a host name, in a failed host's error, and in a lost GPU's error
 	rows = append(rows,
 		withProcess(gpuRow(ts, "<b>h</b>", 0), 99, "alice", aliceCmd, 512, 30),
-		loaddata.Row{Timestamp: ts, Host: "down", HostStatus: loaddata.StatusError, HostError: `</style><h1>x <img src=x onerror=alert(6)>`},
-		loaddata.Row{Timestamp: ts, Host: "lost", HostStatus: loaddata.StatusOK, GPUIndex: loaddata.IntOf(0),
+		loaddata.Row{Timestamp: ts, Host: "down", HostStatus: hoststatus.Error, HostError: `</style><h1>x <img src=x onerror=alert(6)>`},
+		loaddata.Row{Timestamp: ts, Host: "lost", HostStatus: hoststatus.OK, GPUIndex: loaddata.IntOf(0),
 			GPUError: `<script>alert(7)</script>`},
 	)
 	return rows

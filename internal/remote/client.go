@@ -20,23 +20,14 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
-)
 
-// Kind says why a host failed; the values are load_data.csv's host_status.
-type Kind string
-
-const (
-	KindUnreachable Kind = "unreachable"
-	KindTimeout     Kind = "timeout"
-	KindAuth        Kind = "auth"
-	KindHostKey     Kind = "hostkey"
-	KindError       Kind = "error"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
 // Error is a host's failure in plain words.
 type Error struct {
-	Kind Kind
-	Msg  string
+	Status hoststatus.Status
+	Msg    string
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -89,11 +80,11 @@ func (c *Client) Close() {
 
 // Run resolves alias, connects, runs command with stdin and returns its
 // standard output. ctx's deadline covers everything; when it passes, the
-// connection is closed and the error is KindTimeout, naming the phase.
+// connection is closed and the error is hoststatus.Timeout, naming the phase.
 func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) ([]byte, error) {
 	t, err := c.SSHConfig.Resolve(alias)
 	if err != nil {
-		return nil, &Error{Kind: KindError, Msg: err.Error()}
+		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}
 	}
 	if c.User != "" && !strings.Contains(alias, "@") {
 		t.User = c.User
@@ -148,7 +139,7 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 		return stdout.Bytes(), c.classify(ctx, phase, ctx.Err(), t)
 	}
 	if stdout.overflow {
-		return nil, &Error{Kind: KindError, Msg: fmt.Sprintf("the host sent more than %d MiB", MaxOutput>>20)}
+		return nil, &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("the host sent more than %d MiB", MaxOutput>>20)}
 	}
 	var exitErr *ssh.ExitError
 	var missing *ssh.ExitMissingError
@@ -159,9 +150,9 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 		if msg == "" {
 			msg = firstLine(strings.TrimSpace(stdout.String()))
 		}
-		return stdout.Bytes(), &Error{Kind: KindError, Msg: fmt.Sprintf("remote command exited with status %d: %s", exitErr.ExitStatus(), msg)}
+		return stdout.Bytes(), &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("remote command exited with status %d: %s", exitErr.ExitStatus(), msg)}
 	case errors.As(err, &missing), errors.Is(err, io.EOF):
-		return stdout.Bytes(), &Error{Kind: KindError, Msg: "the connection closed before the output was complete"}
+		return stdout.Bytes(), &Error{Status: hoststatus.Error, Msg: "the connection closed before the output was complete"}
 	default:
 		return stdout.Bytes(), c.classify(ctx, phase, err, t)
 	}
@@ -186,7 +177,7 @@ func (c *Client) handshake(conn net.Conn, t Target) (*ssh.Client, error) {
 		if len(notes) > 0 {
 			msg += " (" + strings.Join(notes, "; ") + ")"
 		}
-		return nil, &Error{Kind: KindAuth, Msg: msg}
+		return nil, &Error{Status: hoststatus.Auth, Msg: msg}
 	}
 	cfg := &ssh.ClientConfig{
 		User:              t.User,
@@ -202,7 +193,7 @@ func (c *Client) handshake(conn net.Conn, t Target) (*ssh.Client, error) {
 			if len(notes) > 0 {
 				msg += "; " + strings.Join(notes, "; ")
 			}
-			return nil, &Error{Kind: KindAuth, Msg: msg}
+			return nil, &Error{Status: hoststatus.Auth, Msg: msg}
 		}
 		return nil, err
 	}
@@ -230,10 +221,10 @@ func (c *Client) jumpClient(ctx context.Context, hops []string) (*ssh.Client, er
 	select {
 	case <-j.ready:
 	case <-ctx.Done():
-		return nil, &Error{Kind: KindTimeout, Msg: fmt.Sprintf("no answer from jump host %s in time", hops[len(hops)-1])}
+		return nil, &Error{Status: hoststatus.Timeout, Msg: fmt.Sprintf("no answer from jump host %s in time", hops[len(hops)-1])}
 	}
 	if j.err != nil {
-		return nil, &Error{Kind: kindOf(j.err), Msg: fmt.Sprintf("jump host %s: %v", hops[len(hops)-1], j.err)}
+		return nil, &Error{Status: statusOf(j.err), Msg: fmt.Sprintf("jump host %s: %v", hops[len(hops)-1], j.err)}
 	}
 	return j.client, nil
 }
@@ -281,12 +272,12 @@ func (c *Client) timeoutText() string {
 	return c.Timeout.String()
 }
 
-func kindOf(err error) Kind {
+func statusOf(err error) hoststatus.Status {
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Kind
+		return e.Status
 	}
-	return KindError
+	return hoststatus.Error
 }
 
 // classify turns an error into a host status and a sentence.
@@ -297,27 +288,27 @@ func (c *Client) classify(ctx context.Context, phase string, err error, t Target
 	}
 	var hk *HostKeyError
 	if errors.As(err, &hk) {
-		return &Error{Kind: KindHostKey, Msg: hk.Error()}
+		return &Error{Status: hoststatus.HostKey, Msg: hk.Error()}
 	}
 	if ctx.Err() != nil {
-		return &Error{Kind: KindTimeout, Msg: fmt.Sprintf("no answer within %s (while %s)", c.timeoutText(), phase)}
+		return &Error{Status: hoststatus.Timeout, Msg: fmt.Sprintf("no answer within %s (while %s)", c.timeoutText(), phase)}
 	}
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &dnsErr):
-		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("host name %s not found", t.HostName)}
+		return &Error{Status: hoststatus.Unreachable, Msg: fmt.Sprintf("host name %s not found", t.HostName)}
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("connection refused by %s (is sshd running?)", t.Addr())}
+		return &Error{Status: hoststatus.Unreachable, Msg: fmt.Sprintf("connection refused by %s (is sshd running?)", t.Addr())}
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("no route to %s", t.Addr())}
+		return &Error{Status: hoststatus.Unreachable, Msg: fmt.Sprintf("no route to %s", t.Addr())}
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
-		return &Error{Kind: KindError, Msg: fmt.Sprintf("connection closed by %s during %s", t.Addr(), strings.TrimPrefix(phase, "the "))}
+		return &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("connection closed by %s during %s", t.Addr(), strings.TrimPrefix(phase, "the "))}
 	}
 	msg := strings.TrimPrefix(err.Error(), "ssh: ")
 	if strings.Contains(msg, "jump") || strings.HasPrefix(phase, "connecting") {
-		return &Error{Kind: KindUnreachable, Msg: fmt.Sprintf("%s: %s", phase, msg)}
+		return &Error{Status: hoststatus.Unreachable, Msg: fmt.Sprintf("%s: %s", phase, msg)}
 	}
-	return &Error{Kind: KindError, Msg: fmt.Sprintf("%s: %s", phase, msg)}
+	return &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("%s: %s", phase, msg)}
 }
 
 // RunLocal runs command with stdin on this machine, for the host named
@@ -331,17 +322,17 @@ func RunLocal(ctx context.Context, command string, stdin []byte) ([]byte, error)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, &Error{Kind: KindError, Msg: err.Error()}
+		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}
 	}
 	stop := context.AfterFunc(ctx, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	defer stop()
 	err := cmd.Wait()
 	if ctx.Err() != nil {
-		return stdout.Bytes(), &Error{Kind: KindTimeout, Msg: "no answer within the timeout (while running the probe locally)"}
+		return stdout.Bytes(), &Error{Status: hoststatus.Timeout, Msg: "no answer within the timeout (while running the probe locally)"}
 	}
 	if err != nil {
 		msg := firstLine(strings.TrimSpace(stderr.String()))
-		return stdout.Bytes(), &Error{Kind: KindError, Msg: fmt.Sprintf("local probe failed: %v: %s", err, msg)}
+		return stdout.Bytes(), &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("local probe failed: %v: %s", err, msg)}
 	}
 	return stdout.Bytes(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"io"
 	"os"
 	"os/exec"
@@ -54,7 +55,7 @@ func fleetRows(hosts, gpus int) []loaddata.Row {
 	for h := 0; h < hosts; h++ {
 		host := fmt.Sprintf("gpu%04d", h)
 		for g := 0; g < gpus; g++ {
-			base := loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: loaddata.StatusOK,
+			base := loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: hoststatus.OK,
 				GPUIndex: loaddata.IntOf(int64(g)), GPUUUID: fmt.Sprintf("GPU-%08x-1111-2222-3333-%012x", h, g),
 				GPUName: "NVIDIA H100 80GB HBM3", GPUBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+g),
 				GPUUtilPct: loaddata.Num(0), MemUtilPct: loaddata.Num(0), MemUsedMiB: loaddata.Num(4), MemTotalMiB: loaddata.Num(81559),

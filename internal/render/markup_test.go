@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,16 +17,16 @@ import (
 func markupRows(s string) []loaddata.Row {
 	ts := "2026-11-23T14:05:00Z"
 	return []loaddata.Row{
-		{Timestamp: ts, Host: "h" + s, HostStatus: loaddata.StatusOK, HostError: s,
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK, HostError: s,
 			GPUIndex: loaddata.IntOf(0), GPUName: "n" + s, GPUUUID: s, GPUBusID: s,
 			MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000), GPUUtilPct: loaddata.Num(50),
 			PID: loaddata.IntOf(1), User: s, Command: s},
-		{Timestamp: ts, Host: "h" + s, HostStatus: loaddata.StatusOK,
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
 			GPUIndex: loaddata.IntOf(1), GPUName: "m" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
 			PID: loaddata.IntOf(2), User: s, Command: "/usr/bin/" + s, Preemptible: true},
-		{Timestamp: ts, Host: "d" + s, HostStatus: loaddata.StatusError, HostError: s},
-		{Timestamp: ts, Host: "l" + s, HostStatus: loaddata.StatusOK, GPUBusID: s, GPUError: "e" + s},
-		{Timestamp: ts, Host: "b" + s, HostStatus: loaddata.StatusOK, GPUBusID: "b" + s, GPUName: "x"},
+		{Timestamp: ts, Host: "d" + s, HostStatus: hoststatus.Error, HostError: s},
+		{Timestamp: ts, Host: "l" + s, HostStatus: hoststatus.OK, GPUBusID: s, GPUError: "e" + s},
+		{Timestamp: ts, Host: "b" + s, HostStatus: hoststatus.OK, GPUBusID: "b" + s, GPUName: "x"},
 	}
 }
 

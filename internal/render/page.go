@@ -163,7 +163,7 @@ func writeHosts(w *bufio.Writer, r *Report) {
 		w.WriteString("\n<ul>")
 		if !h.Up() {
 			w.WriteString("\n<li class=\"gpu w\" data-state=failed data-gpu=\"\" tabindex=0><i>down</i> <b>")
-			esc(w, h.Status)
+			esc(w, string(h.Status))
 			w.WriteString("</b><p class=why>")
 			short := shorten(h.Error, hostErrorMax)
 			esc(w, short)

@@ -66,7 +66,7 @@ func Prom(w io.Writer, r *Report) error {
 		if h.Up() {
 			up = 1
 		}
-		sample("gpumon_host_up", []string{"host", h.Name, "status", h.Status}, up)
+		sample("gpumon_host_up", []string{"host", h.Name, "status", string(h.Status)}, up)
 	}
 	family("gpumon_gpus", "gauge", "GPUs in each state (GPUs of hosts that are down are not counted).")
 	for _, s := range cluster.States {

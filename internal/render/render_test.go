@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,11 +156,11 @@ func TestXSS(t *testing.T) {
 	evil := []string{`<script>alert(1)</script>`, `"><img src=x onerror=alert(1)>`, `</style><h1>x`, `'--></script><svg onload=alert(1)>`}
 	var rows []loaddata.Row
 	for i, e := range evil {
-		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "h" + e, HostStatus: loaddata.StatusOK,
+		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "h" + e, HostStatus: hoststatus.OK,
 			HostError: e, GPUIndex: loaddata.IntOf(int64(i)), GPUName: e, GPUUUID: e, GPUBusID: e,
 			MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000), PID: loaddata.IntOf(1), User: e, Command: e})
-		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "down" + e, HostStatus: loaddata.StatusError, HostError: e})
-		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "lost" + e, HostStatus: loaddata.StatusOK,
+		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "down" + e, HostStatus: hoststatus.Error, HostError: e})
+		rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "lost" + e, HostStatus: hoststatus.OK,
 			GPUBusID: "0:1", GPUError: e})
 	}
 	dir := t.TempDir()
@@ -218,7 +219,7 @@ func TestPromtool(t *testing.T) {
 	}
 	rows := readRows(t, "testdata/load_data.csv")
 	// label values that need escaping
-	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: `we"ird\host` + "\n", HostStatus: loaddata.StatusOK,
+	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: `we"ird\host` + "\n", HostStatus: hoststatus.OK,
 		GPUIndex: loaddata.IntOf(0), GPUName: `A "quoted" \ name`, MemUsedMiB: loaddata.Num(10), MemTotalMiB: loaddata.Num(100),
 		PID: loaddata.IntOf(9), User: `us"er\`, Command: "x"})
 	var b bytes.Buffer
@@ -383,7 +384,7 @@ func TestTextMode(t *testing.T) {
 func TestUserProcessesCountOnce(t *testing.T) {
 	var rows []loaddata.Row
 	gpu := func(host string, i int64, pid int64) loaddata.Row {
-		return loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: loaddata.StatusOK,
+		return loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: hoststatus.OK,
 			GPUIndex: loaddata.IntOf(i), GPUName: "NVIDIA H100 80GB HBM3", MemUsedMiB: loaddata.Num(70000), MemTotalMiB: loaddata.Num(81559),
 			PID: loaddata.IntOf(pid), User: "alice", Command: "torchrun train.py", ProcessMemMiB: loaddata.Num(69000)}
 	}
@@ -425,11 +426,11 @@ func TestSummaryModelsCapped(t *testing.T) {
 	var rows []loaddata.Row
 	for m := 0; m < 8; m++ {
 		for i := 0; i <= m; i++ {
-			rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: fmt.Sprintf("h%d", m), HostStatus: loaddata.StatusOK,
+			rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: fmt.Sprintf("h%d", m), HostStatus: hoststatus.OK,
 				GPUIndex: loaddata.IntOf(int64(i)), GPUName: fmt.Sprintf("Model %c", 'A'+m), MemUsedMiB: loaddata.Num(0), MemTotalMiB: loaddata.Num(1000)})
 		}
 	}
-	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "h7", HostStatus: loaddata.StatusOK,
+	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "h7", HostStatus: hoststatus.OK,
 		GPUBusID: "0000:9a:00.0", GPUError: "GPU is lost; reboot the system to recover this GPU"})
 	rep := testReport(t, rows, "")
 	var b bytes.Buffer

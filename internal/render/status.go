@@ -179,7 +179,7 @@ func statusUsers(c *cluster.Cluster) []StatusUser {
 }
 
 func statusHostOf(h *cluster.Host) StatusHost {
-	sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: h.Status, Error: h.Error,
+	sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
 		CPUs: intp(h.CPUs), Load1: nump(h.Load1), MemUsedMiB: nump(h.MemUsed), MemTotalMiB: nump(h.MemTotal),
 		Reservation: resvOf(h.Reserved), GPUs: make([]StatusGPU, 0, len(h.GPUs))}
 	if !h.Time.IsZero() {

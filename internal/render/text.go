@@ -51,7 +51,7 @@ func Text(w io.Writer, r *Report, color bool) error {
 	states := []string{""}
 	for _, h := range c.Hosts {
 		if !h.Up() {
-			rows = append(rows, []string{h.Display, "-", "", "down", "", "", h.Status + ": " + oneLine(h.Error)})
+			rows = append(rows, []string{h.Display, "-", "", "down", "", "", string(h.Status) + ": " + oneLine(h.Error)})
 			states = append(states, cluster.Failed)
 			continue
 		}
