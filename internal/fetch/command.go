@@ -93,6 +93,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KnownHosts: cfg.KnownHosts,
 		Home:       home,
 		Timeout:    cfg.Timeout,
+		Budget:     remote.NewBudget(remote.DefaultBudget),
 	}
 	defer client.Close()
 	// idlemon's state file, where a host has one, says which processes are

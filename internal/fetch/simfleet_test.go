@@ -78,6 +78,8 @@ func TestFleetFailures(t *testing.T) {
 		{"nodevices", "driver", "no NVIDIA GPU found", 0},
 		{"gpulost", "ok", "", 7},
 		{"wronghostkey", "hostkey", "SHA256:", 0},
+		{"flood", "error", "the host sent more than 16 MiB of output", 0},
+		{"floodstderr", "error", "the host sent more than 64 KiB of error output", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.host, func(t *testing.T) {
@@ -137,7 +139,7 @@ func TestFleetFailures(t *testing.T) {
 			t.Errorf("%s: %d sessions, want %d", h.Name, s.Sessions, wantSessions)
 		}
 	}
-	if !strings.Contains(stderr.String(), "11 hosts: 2 ok, 9 failed:") {
+	if !strings.Contains(stderr.String(), "13 hosts: 2 ok, 11 failed:") {
 		t.Errorf("summary line missing or wrong:\n%s", stderr.String())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,10 +33,6 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
-// MaxOutput bounds what one host may send: a broken or hostile host must not
-// fill the monitor's memory.
-const MaxOutput = 16 << 20
-
 // Client connects to hosts. One Client serves a whole run, concurrently.
 type Client struct {
 	SSHConfig *SSHConfig
@@ -49,6 +46,9 @@ type Client struct {
 	Home       string
 	// Timeout is the per-host deadline, for messages only.
 	Timeout time.Duration
+	// Budget bounds the answers held at once across all hosts (nil: no
+	// bound beyond each host's MaxOutput).
+	Budget *Budget
 
 	mu    sync.Mutex
 	jumps map[string]*jump
@@ -128,35 +128,56 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 		return nil, c.classify(ctx, phase, err, t)
 	}
 	defer sess.Close()
-	var stdout, stderr limitedBuffer
-	stdout.max, stderr.max = MaxOutput, 64<<10
+	return c.runCommand(ctx, sess, conn, command, stdin, t)
+}
+
+// runCommand runs command in sess and returns its standard output, cut off
+// the moment the host sends more than it may.
+func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Conn, command string, stdin []byte, t Target) ([]byte, error) {
+	cutOff := func() { conn.Close() }
+	stdout := newCapture(MaxOutput, "output", c.Budget, cutOff)
+	stderr := newCapture(MaxStderr, "error output", c.Budget, cutOff)
+	defer stdout.release()
+	defer stderr.release()
 	sess.Stdin = bytes.NewReader(stdin)
-	sess.Stdout = &stdout
-	sess.Stderr = &stderr
-	phase = "running the probe"
-	err = sess.Run(command)
-	if ctx.Err() != nil {
-		return stdout.Bytes(), c.classify(ctx, phase, ctx.Err(), t)
+	sess.Stdout, sess.Stderr = stdout, stderr
+	err := sess.Run(command)
+	for _, stream := range []*capture{stdout, stderr} {
+		if e := stream.failed(); e != nil {
+			return nil, e
+		}
 	}
-	if stdout.overflow {
-		return nil, &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("the host sent more than %d MiB", MaxOutput>>20)}
+	if ctx.Err() != nil {
+		return stdout.bytes(), c.classify(ctx, "running the probe", ctx.Err(), t)
 	}
 	var exitErr *ssh.ExitError
 	var missing *ssh.ExitMissingError
 	switch {
 	case err == nil:
+		return stdout.bytes(), nil
 	case errors.As(err, &exitErr):
-		msg := firstLine(strings.TrimSpace(stderr.String()))
-		if msg == "" {
-			msg = firstLine(strings.TrimSpace(stdout.String()))
-		}
-		return stdout.Bytes(), &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("remote command exited with status %d: %s", exitErr.ExitStatus(), msg)}
+		return stdout.bytes(), exitError(exitErr.ExitStatus(), stdout.bytes(), stderr.bytes())
 	case errors.As(err, &missing), errors.Is(err, io.EOF):
-		return stdout.Bytes(), &Error{Status: hoststatus.Error, Msg: "the connection closed before the output was complete"}
-	default:
-		return stdout.Bytes(), c.classify(ctx, phase, err, t)
+		return stdout.bytes(), &Error{Status: hoststatus.Error, Msg: "the connection closed before the output was complete"}
 	}
-	return stdout.Bytes(), nil
+	return stdout.bytes(), c.classify(ctx, "running the probe", err, t)
+}
+
+// exitError explains a remote command that failed: the first line it
+// printed, or, when it printed nothing, the usual cause.
+func exitError(status int, stdout, stderr []byte) *Error {
+	msg := firstLine(strings.TrimSpace(string(stderr)))
+	if msg == "" {
+		msg = firstLine(strings.TrimSpace(string(stdout)))
+	}
+	if msg == "" {
+		// sshd runs the command through the account's login shell; /bin/false
+		// exits 1 without a word (nologin at least says so).
+		return &Error{Status: hoststatus.Error, Msg: fmt.Sprintf(
+			"remote command exited with status %d and printed nothing: is the account's login shell /bin/false? "+
+				"the monitor account needs a shell such as /bin/sh", status)}
+	}
+	return &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("remote command exited with status %d: %s", status, msg)}
 }
 
 func (c *Client) handshake(conn net.Conn, t Target) (*ssh.Client, error) {
@@ -317,42 +338,37 @@ func (c *Client) classify(ctx context.Context, phase string, err error, t Target
 func RunLocal(ctx context.Context, command string, stdin []byte) ([]byte, error) {
 	cmd := exec.Command("/bin/sh", "-c", command)
 	cmd.Stdin = bytes.NewReader(stdin)
-	var stdout, stderr limitedBuffer
-	stdout.max, stderr.max = MaxOutput, 64<<10
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var pgid atomic.Int64
+	cutOff := func() {
+		if p := pgid.Load(); p > 0 {
+			syscall.Kill(-int(p), syscall.SIGKILL)
+		}
+	}
+	stdout := newCapture(MaxOutput, "output", nil, cutOff)
+	stderr := newCapture(MaxStderr, "error output", nil, cutOff)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}
 	}
-	stop := context.AfterFunc(ctx, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	pgid.Store(int64(cmd.Process.Pid))
+	stop := context.AfterFunc(ctx, cutOff)
 	defer stop()
 	err := cmd.Wait()
+	pgid.Store(0) // reaped: the group id may be anyone's now
+	for _, stream := range []*capture{stdout, stderr} {
+		if e := stream.failed(); e != nil {
+			return nil, e
+		}
+	}
 	if ctx.Err() != nil {
-		return stdout.Bytes(), &Error{Status: hoststatus.Timeout, Msg: "no answer within the timeout (while running the probe locally)"}
+		return stdout.bytes(), &Error{Status: hoststatus.Timeout, Msg: "no answer within the timeout (while running the probe locally)"}
 	}
 	if err != nil {
 		msg := firstLine(strings.TrimSpace(stderr.String()))
-		return stdout.Bytes(), &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("local probe failed: %v: %s", err, msg)}
+		return stdout.bytes(), &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("local probe failed: %v: %s", err, msg)}
 	}
-	return stdout.Bytes(), nil
-}
-
-// limitedBuffer keeps at most max bytes and remembers it had to drop some.
-type limitedBuffer struct {
-	bytes.Buffer
-	max      int
-	overflow bool
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); len(p) > room {
-		b.overflow = true
-		if room > 0 {
-			b.Buffer.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return b.Buffer.Write(p)
+	return stdout.bytes(), nil
 }
 
 func firstLine(s string) string {

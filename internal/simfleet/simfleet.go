@@ -58,10 +58,15 @@ const (
 	// WrongHostKey: the host presents a key other than the one that the
 	// known_hosts written by WriteClientFiles holds for it.
 	WrongHostKey
+	// Flood answers every command with endless output ("y" lines, as a
+	// ForceCommand of `yes` would) until the client goes away.
+	Flood
+	// FloodStderr is Flood on standard error.
+	FloodStderr
 )
 
 var failureNames = []string{"None", "Refuse", "Silent", "AuthReject", "HangNvidiaSMI", "HangForever",
-	"DropMidOutput", "DriverNotLoaded", "NoDevices", "GPULost", "WrongHostKey"}
+	"DropMidOutput", "DriverNotLoaded", "NoDevices", "GPULost", "WrongHostKey", "Flood", "FloodStderr"}
 
 func (f Failure) String() string {
 	if f >= 0 && int(f) < len(failureNames) {
@@ -564,6 +569,19 @@ func (f *Fleet) serveSession(h *host, c net.Conn, connDone <-chan struct{}, ch s
 	}
 }
 
+// yes is what `yes` prints, 64 KiB at a time.
+var yes = bytes.Repeat([]byte("y\n"), 32<<10)
+
+// flood writes until the channel is closed: the client hung up, or the
+// connection or the fleet was closed.
+func flood(w io.Writer) {
+	for {
+		if _, err := w.Write(yes); err != nil {
+			return
+		}
+	}
+}
+
 func exitStatus(ch ssh.Channel, code int) {
 	_ = ch.CloseWrite()
 	_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(code)}))
@@ -590,6 +608,14 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 	}
 	if h.spec.Failure == HangForever {
 		wait(0)
+		return
+	}
+	if h.spec.Failure == Flood || h.spec.Failure == FloodStderr {
+		var w io.Writer = ch
+		if h.spec.Failure == FloodStderr {
+			w = ch.Stderr()
+		}
+		flood(w)
 		return
 	}
 	if cmd != probe.Command {

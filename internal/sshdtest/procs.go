@@ -112,6 +112,13 @@ const usersLockFile = "/tmp/sshdtest-users.lock"
 // for longer ones).
 func EnsureUser(t testing.TB, name string) {
 	t.Helper()
+	EnsureUserShell(t, name, "/bin/sh")
+}
+
+// EnsureUserShell is EnsureUser with the given login shell (set with usermod
+// when the user exists with another one).
+func EnsureUserShell(t testing.TB, name, shell string) {
+	t.Helper()
 	if euid := os.Geteuid(); euid != 0 {
 		testenv.Need(t, fmt.Sprintf("sshdtest: EnsureUser(%q) needs root (euid %d)", name, euid))
 	}
@@ -132,11 +139,16 @@ func EnsureUser(t testing.TB, name string) {
 		if !errors.As(err, &unknown) {
 			t.Fatalf("sshdtest: look up user %q: %v", name, err)
 		}
-		if out, err := retryLocked("useradd", "--create-home", "--shell", "/bin/sh", name); err != nil {
+		if out, err := retryLocked("useradd", "--create-home", "--shell", shell, name); err != nil {
 			// Someone else (not using our lock) may have just made it.
 			if _, lerr := user.Lookup(name); lerr != nil {
 				t.Fatalf("sshdtest: useradd %s: %v\n%s", name, err, out)
 			}
+		}
+	}
+	if u, err := lookupShell(name); err == nil && u != shell {
+		if out, err := retryLocked("usermod", "-s", shell, name); err != nil {
+			t.Fatalf("sshdtest: usermod -s %s %s: %v\n%s", shell, name, err, out)
 		}
 	}
 	if locked, err := passwordLocked(name); err != nil || locked {
@@ -144,6 +156,21 @@ func EnsureUser(t testing.TB, name string) {
 			t.Fatalf("sshdtest: usermod -p '*' %s: %v\n%s", name, err, out)
 		}
 	}
+}
+
+// lookupShell returns name's login shell from /etc/passwd.
+func lookupShell(name string) (string, error) {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) == 7 && f[0] == name {
+			return f[6], nil
+		}
+	}
+	return "", errors.New("not in /etc/passwd")
 }
 
 // passwordLocked reports whether name's /etc/shadow password starts with "!".
