@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,9 +44,14 @@ func serveFleet(spec string) error {
 		return err
 	}
 	specs := simfleet.Generate(n, 1)
-	if len(f) > 2 && f[2] == "faulty" {
-		specs[n/3].Failure = simfleet.Silent        // accepts, never speaks
-		specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
+	if len(f) > 2 {
+		switch f[2] {
+		case "faulty":
+			specs[n/3].Failure = simfleet.Silent        // accepts, never speaks
+			specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
+		case "flood":
+			specs[n/2].Failure = simfleet.Flood // prints without end
+		}
 	}
 	fleet, err := simfleet.Launch(specs)
 	if err != nil {
@@ -67,15 +73,14 @@ type fleetProcess struct {
 }
 
 // startFleetProcess starts n generated hosts in a child process and returns
-// a config.ini that polls them with the given per-host timeout.
-func startFleetProcess(b *testing.B, n int, faulty bool, timeoutS int) *fleetProcess {
+// a config.ini that polls them with the given per-host timeout. fault is
+// "", "faulty" (a silent and a hung host) or "flood" (one host that prints
+// without end).
+func startFleetProcess(b *testing.B, n int, fault string, timeoutS int) *fleetProcess {
 	b.Helper()
 	b.Setenv("HOME", b.TempDir())
 	b.Setenv("SSH_AUTH_SOCK", "")
-	spec := fmt.Sprintf("%d %s", n, b.TempDir())
-	if faulty {
-		spec += " faulty"
-	}
+	spec := fmt.Sprintf("%d %s %s", n, b.TempDir(), fault)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), fleetChildEnv+"="+spec)
 	stdin, err := cmd.StdinPipe()
@@ -132,25 +137,31 @@ func (fp *fleetProcess) cpu(b *testing.B) time.Duration {
 // CPU fetch spends per host, fleet-cpu-µs/host what the simulated hosts spend
 // (their SSH servers share this machine's cores with fetch).
 //
-// faulty-1000 has one host that accepts and never speaks, and one that opens
+// dead+hung has one host that accepts and never speaks, and one that opens
 // the session and never answers, with timeout = 5: the run should take one
-// timeout, not two, and not the sum of the others.
+// timeout, not two, and not the sum of the others. flood has one host that
+// answers with endless output, with timeout = 10: it is cut off at 16 MiB,
+// long before the timeout. peak-MB is fetch's peak resident memory during
+// the runs (VmHWM, reset before them).
 func BenchmarkFetch(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		hosts    int
-		faulty   bool
+		fault    string
 		timeoutS int
 		wantOK   string
 	}{
-		{"hosts=1", 1, false, 20, "1 host: 1 ok"},
-		{"hosts=100", 100, false, 20, "100 hosts: 100 ok"},
-		{"hosts=1000", 1000, false, 20, "1000 hosts: 1000 ok"},
-		{"hosts=1000/dead+hung", 1000, true, 5, "1000 hosts: 998 ok, 2 failed"},
+		{"hosts=1", 1, "", 20, "1 host: 1 ok"},
+		{"hosts=100", 100, "", 20, "100 hosts: 100 ok"},
+		{"hosts=1000", 1000, "", 20, "1000 hosts: 1000 ok"},
+		{"hosts=1000/dead+hung", 1000, "faulty", 5, "1000 hosts: 998 ok, 2 failed"},
+		{"hosts=1000/flood", 1000, "flood", 10, "1000 hosts: 999 ok, 1 failed: gpu-0501 error"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			fp := startFleetProcess(b, bc.hosts, bc.faulty, bc.timeoutS)
+			fp := startFleetProcess(b, bc.hosts, bc.fault, bc.timeoutS)
 			out := b.TempDir() + "/load_data.csv"
+			runtime.GC()
+			resetPeakRSS(b)
 			fleetBefore, selfBefore := fp.cpu(b), cpuTime(syscall.RUSAGE_SELF)
 			for b.Loop() {
 				var stderr bytes.Buffer
@@ -164,6 +175,34 @@ func BenchmarkFetch(b *testing.B) {
 			b.StopTimer()
 			reportPerHost(b, bc.hosts, cpuTime(syscall.RUSAGE_SELF)-selfBefore, "fetch-cpu-µs/host")
 			b.ReportMetric(float64((fp.cpu(b)-fleetBefore).Microseconds())/float64(b.N*bc.hosts), "fleet-cpu-µs/host")
+			b.ReportMetric(peakRSSMB(b), "peak-MB")
 		})
 	}
+}
+
+// resetPeakRSS starts a new peak-memory measurement for this process
+// (proc(5): writing 5 to clear_refs resets VmHWM).
+func resetPeakRSS(b *testing.B) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Fatalf("resetting the peak RSS: %v", err)
+	}
+}
+
+// peakRSSMB is this process's peak resident memory since resetPeakRSS, in MB.
+func peakRSSMB(b *testing.B) float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				b.Fatalf("VmHWM %q: %v", v, err)
+			}
+			return kib / 1000
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
 }
