@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/testenv"
 	"os"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ func fleetConfig(tb testing.TB, specs []simfleet.HostSpec, timeoutS int) (*simfl
 	tb.Helper()
 	tb.Setenv("HOME", tb.TempDir())
 	tb.Setenv("SSH_AUTH_SOCK", "")
-	f := simfleet.Start(tb, specs)
+	f := testenv.StartFleet(tb, specs)
 	cf, err := f.WriteClientFiles(tb.TempDir())
 	if err != nil {
 		tb.Fatal(err)

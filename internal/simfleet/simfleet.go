@@ -21,7 +21,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/probe"
@@ -195,17 +194,6 @@ type Fleet struct {
 	conns     map[net.Conn]struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
-}
-
-// Start launches a fleet for a test or benchmark and closes it when tb ends.
-func Start(tb testing.TB, specs []HostSpec) *Fleet {
-	tb.Helper()
-	f, err := Launch(specs)
-	if err != nil {
-		tb.Fatalf("simfleet: %v", err)
-	}
-	tb.Cleanup(func() { _ = f.Close() })
-	return f
 }
 
 // Launch starts one SSH server per spec, each on its own loopback address.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/testenv"
 	"net"
 	"os"
 	"path/filepath"
@@ -112,7 +113,7 @@ func testSpecs() []simfleet.HostSpec {
 }
 
 func TestFleet(t *testing.T) {
-	f := simfleet.Start(t, testSpecs())
+	f := testenv.StartFleet(t, testSpecs())
 	c := newClient(t, f)
 	std := probe.NewRequest(1)
 	wantHeader := "index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%]"
@@ -370,7 +371,7 @@ func TestFleet(t *testing.T) {
 }
 
 func TestClientFiles(t *testing.T) {
-	f := simfleet.Start(t, []simfleet.HostSpec{{Name: "a"}, {Name: "b", Failure: simfleet.WrongHostKey}})
+	f := testenv.StartFleet(t, []simfleet.HostSpec{{Name: "a"}, {Name: "b", Failure: simfleet.WrongHostKey}})
 	dir := filepath.Join(t.TempDir(), "sub")
 	cf, err := f.WriteClientFiles(dir)
 	if err != nil {
@@ -432,7 +433,7 @@ func TestEveryCapture(t *testing.T) {
 				Processes: []simfleet.Process{{PID: 100 + i, User: "dave", Command: "prog --x", GPU: 0, MemMiB: 100}}})
 		}
 	}
-	f := simfleet.Start(t, specs)
+	f := testenv.StartFleet(t, specs)
 	c := newClient(t, f)
 	for _, s := range specs {
 		o, err := c.probeHost(s.Name, probe.NewRequest(1), 10*time.Second)
@@ -569,7 +570,7 @@ func TestGenerate(t *testing.T) {
 		t.Errorf("shared pids %d, comma names %d, users %d, captures %d", shared, comma, len(users), len(caps))
 	}
 	// and Demo launches
-	f := simfleet.Start(t, simfleet.Demo())
+	f := testenv.StartFleet(t, simfleet.Demo())
 	if n := len(f.Hosts()); n < 10 {
 		t.Errorf("demo has %d hosts", n)
 	}
@@ -592,7 +593,7 @@ func BenchmarkStart(b *testing.B) {
 func BenchmarkServe(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
-			f := simfleet.Start(b, simfleet.Generate(n, 1))
+			f := testenv.StartFleet(b, simfleet.Generate(n, 1))
 			c := newClient(b, f)
 			hosts := f.Hosts()
 			for b.Loop() {

@@ -1,6 +1,7 @@
 // Package testenv holds what the project's tests share: the CI rule (a
 // missing prerequisite skips a test on a developer machine and fails it under
-// CI), a buffer that several goroutines may write, and golden files.
+// CI), a buffer that several goroutines may write, golden files, and a
+// simulated fleet that closes with the test.
 //
 // It is a normal package so that the tests of other packages can import it;
 // nothing but tests may. Importing it registers the -update flag of
@@ -18,6 +19,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumon/gpumon/internal/simfleet"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -105,4 +108,17 @@ func Golden(t testing.TB, path string, got []byte) {
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
 		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", path, diff)
 	}
+}
+
+// StartFleet launches a simulated fleet for a test or benchmark and closes it
+// when tb ends. It lives here, not in simfleet, so that the demo and simfleet
+// binaries do not link the testing package.
+func StartFleet(tb testing.TB, specs []simfleet.HostSpec) *simfleet.Fleet {
+	tb.Helper()
+	f, err := simfleet.Launch(specs)
+	if err != nil {
+		tb.Fatalf("simfleet: %v", err)
+	}
+	tb.Cleanup(func() { _ = f.Close() })
+	return f
 }
