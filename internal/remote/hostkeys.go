@@ -55,8 +55,24 @@ func (e *HostKeyError) Error() string {
 		return fmt.Sprintf("HOST KEY CHANGED for %s: it offered %s, known_hosts has another key (%s); if the change is expected, run: ssh-keygen -R '%s'",
 			e.Address, fp, strings.Join(e.KnownAt, ", "), e.Address)
 	}
-	return fmt.Sprintf("host key for %s is not in %s (it offered %s); check the fingerprint, then add it with ssh-keyscan, or set strict_host_key_checking = accept-new",
-		e.Address, strings.Join(e.Files, " or "), fp)
+	file := "~/.ssh/known_hosts"
+	if len(e.Files) > 0 {
+		file = e.Files[0]
+	}
+	return fmt.Sprintf("host key for %s is not in %s (it offered %s); check the fingerprint, then add it: %s >> %s (or set strict_host_key_checking = accept-new)",
+		e.Address, strings.Join(e.Files, " or "), fp, keyscanCommand(e.Address), file)
+}
+
+// keyscanCommand is the ssh-keyscan line that records the key under the name
+// fetch looks up: ssh-keyscan knows nothing of ~/.ssh/config, so it needs the
+// real address and, off port 22, -p (it then writes "[host]:port" itself).
+func keyscanCommand(address string) string {
+	if rest, ok := strings.CutPrefix(address, "["); ok {
+		if host, port, ok := strings.Cut(rest, "]:"); ok {
+			return fmt.Sprintf("ssh-keyscan -p %s %s", port, host)
+		}
+	}
+	return "ssh-keyscan " + address
 }
 
 func (hk *HostKeys) load(files []string) *knownDB {
