@@ -285,7 +285,11 @@ func TestMainWritesAtomically(t *testing.T) {
 // A CSV that is missing, empty or broken writes nothing: the last good page
 // stays, and the error names the line.
 func TestBadCSVWritesNothing(t *testing.T) {
-	header := strings.Join(loaddata.Columns(), ",") + "\n"
+	var head bytes.Buffer
+	if err := loaddata.Encode(&head, nil); err != nil {
+		t.Fatal(err)
+	}
+	header := head.String()
 	good, _ := os.ReadFile("testdata/load_data.csv")
 	tests := []struct {
 		name, csv, want string
@@ -297,6 +301,7 @@ func TestBadCSVWritesNothing(t *testing.T) {
 		{"bad number", string(good) + strings.Replace(strings.SplitN(string(good), "\n", 3)[1], ",3,81559,", ",lots,81559,", 1) + "\n",
 			"load_data.csv: line 13 (column mem_used_mib)"},
 		{"short line", string(good) + "2026-11-23T14:05:00Z,gpu09,ok\n", "load_data.csv: line 13"},
+		{"huge cell", string(good) + strings.Repeat("x", 2<<20) + "\n", "load_data.csv: line 13: a record longer than 1 MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
