@@ -124,9 +124,13 @@ func TestEveryColumnRoundTrips(t *testing.T) {
 // The table refuses what it could not read back.
 func TestColumnsOfRefusesUnreadableFields(t *testing.T) {
 	for name, typ := range map[string]reflect.Type{
-		"untagged":   reflect.TypeFor[struct{ A string }](),
-		"twice":      reflect.TypeFor[struct{ A, B string `csv:"a"` }](),
-		"unreadable": reflect.TypeFor[struct{ A []byte `csv:"a"` }](),
+		"untagged": reflect.TypeFor[struct{ A string }](),
+		"twice": reflect.TypeFor[struct {
+			A, B string `csv:"a"`
+		}](),
+		"unreadable": reflect.TypeFor[struct {
+			A []byte `csv:"a"`
+		}](),
 	} {
 		func() {
 			defer func() {
