@@ -475,3 +475,33 @@ func TestJSONStreamedIsEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// Rows whose timestamps do not parse: the page and the table say the time
+// is unknown in a sentence that reads, and show the stale warning.
+func TestUnknownDataTime(t *testing.T) {
+	rows := readRows(t, "testdata/load_data.csv")
+	for i := range rows {
+		rows[i].Timestamp = "yesterday"
+	}
+	rep := testReport(t, rows, "")
+	var page, text bytes.Buffer
+	if err := HTML(&page, rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := Text(&text, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, out, want string }{
+		{"page summary", page.String(), " · data time unknown</p>"},
+		{"page banner", page.String(), `<p id="stale" role="alert">⚠ Stale data: no reading has a timestamp that could be read, so the data&#39;s age is unknown.</p>`},
+		{"table summary", text.String(), " · data time unknown\n"},
+		{"table banner", text.String(), "\nSTALE: no reading has a timestamp that could be read, so the data's age is unknown\n"},
+	} {
+		if !strings.Contains(tt.out, tt.want) {
+			t.Errorf("%s: no %q in\n%s", tt.name, tt.want, tt.out)
+		}
+		if strings.Contains(tt.out, "unknown age") || strings.Contains(tt.out, "unknown old") {
+			t.Errorf("%s says %q", tt.name, "unknown age old")
+		}
+	}
+}

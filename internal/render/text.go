@@ -35,9 +35,17 @@ func Text(w io.Writer, r *Report, color bool) error {
 	if c.Down > 0 {
 		fmt.Fprintf(b, " · %d host%s down", c.Down, plural(c.Down))
 	}
-	fmt.Fprintf(b, " · data %s old\n", ageText(r.Age()))
+	age := r.Age()
+	if age >= 0 {
+		fmt.Fprintf(b, " · data %s old\n", ageText(age))
+	} else {
+		fmt.Fprintln(b, " · data time unknown")
+	}
 	if r.Stale() {
-		line := fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(r.Age()), durText(r.Config.StaleAfter))
+		line := "STALE: " + noTimeText
+		if age >= 0 {
+			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
+		}
 		if color {
 			line = "\x1b[1;31m" + line + colorReset
 		}
