@@ -28,6 +28,15 @@ func sampleRows() []Row {
 	}
 }
 
+// columnNames lists the column names in file order.
+func columnNames() []string {
+	names := make([]string, len(columns))
+	for i, c := range columns {
+		names[i] = c.name
+	}
+	return names
+}
+
 // decode reads all rows of data as StreamFile would.
 func decode(t testing.TB, data string) ([]Row, error) {
 	t.Helper()

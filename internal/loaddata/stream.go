@@ -86,15 +86,6 @@ func columnsOf(t reflect.Type) []column {
 	return cols
 }
 
-// columnNames lists the column names in file order.
-func columnNames() []string {
-	names := make([]string, len(columns))
-	for i, c := range columns {
-		names[i] = c.name
-	}
-	return names
-}
-
 // stream is StreamFile for a reader; errors name the line and column.
 func stream(r io.Reader, lim limits, add func(*Row)) (int, error) {
 	in := newBoundedReader(r, lim)
