@@ -69,30 +69,16 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 }
 
 // pass counts the bytes read and returns how many of them go on: all but
-// those past the end of a line that is too long.
+// those past the end of a line that is too long, or past the file's limit.
 func (b *boundedReader) pass(p []byte) int {
 	overFile := b.read+int64(len(p)) > b.lim.file
 	if overFile {
 		p = p[:b.lim.file-b.read]
 	}
-	for off := 0; off < len(p); {
-		i := bytes.IndexByte(p[off:], '\n')
-		end := len(p)
-		if i >= 0 {
-			end = off + i
-		}
-		if b.read+int64(end)-b.lineStart > b.lim.record {
-			keep := int(b.lineStart + b.lim.record - b.read)
-			b.read += int64(keep)
-			b.err = &tooLongError{line: b.lines + 1, msg: "a record longer than " + sizeText(b.lim.record)}
-			return keep
-		}
-		if i < 0 {
-			break
-		}
-		b.lines++
-		b.lineStart = b.read + int64(end) + 1
-		off = end + 1
+	if keep, ok := b.countLines(p); !ok {
+		b.read += int64(keep)
+		b.err = &tooLongError{line: b.lines + 1, msg: "a record longer than " + sizeText(b.lim.record)}
+		return keep
 	}
 	b.read += int64(len(p))
 	switch {
@@ -102,6 +88,38 @@ func (b *boundedReader) pass(p []byte) int {
 		b.err = &tooLongError{line: b.lines + 1, msg: "the file goes on past " + sizeText(b.lim.file)}
 	}
 	return len(p)
+}
+
+var newline = []byte{'\n'}
+
+// countLines counts the lines p ends and notes where the last one starts.
+// If a line is too long, ok is false and keep is how much of p is within the
+// limit (the lines before it are counted).
+func (b *boundedReader) countLines(p []byte) (keep int, ok bool) {
+	if b.read+int64(len(p))-b.lineStart <= b.lim.record {
+		// no line in p can be over the limit: count them at once
+		if k := bytes.Count(p, newline); k > 0 {
+			b.lines += k
+			b.lineStart = b.read + int64(bytes.LastIndexByte(p, '\n')) + 1
+		}
+		return len(p), true
+	}
+	for off := 0; ; {
+		i := bytes.IndexByte(p[off:], '\n')
+		end := len(p)
+		if i >= 0 {
+			end = off + i
+		}
+		if b.read+int64(end)-b.lineStart > b.lim.record {
+			return int(b.lineStart + b.lim.record - b.read), false
+		}
+		if i < 0 {
+			return len(p), true
+		}
+		b.lines++
+		b.lineStart = b.read + int64(end) + 1
+		off = end + 1
+	}
 }
 
 // recordEnded notes that cr has returned rec: the next record starts after

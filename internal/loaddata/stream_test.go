@@ -2,12 +2,14 @@ package loaddata
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
@@ -202,4 +204,51 @@ func BenchmarkStreamBigCell(b *testing.B) {
 		})
 	}
 	b.ReportMetric(float64(alloc)/float64(b.N)/(1<<20), "alloc-MiB/op")
+}
+
+// BenchmarkStream: 10,000 rows like a fleet's, a few processes each.
+func BenchmarkStream(b *testing.B) {
+	var rows []Row
+	for i := range 10000 {
+		r := sampleRows()[i%2]
+		r.Host = fmt.Sprintf("gpu%04d", i/16)
+		rows = append(rows, r)
+	}
+	data := encode(b, rows)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if n, err := stream(strings.NewReader(data), defaultLimits, func(*Row) {}); err != nil || n != len(rows) {
+			b.Fatal(n, err)
+		}
+	}
+}
+
+// A line of exactly the record limit is read; one byte more is refused at
+// its line, whether the reader gets the file in one piece or byte by byte.
+func TestStreamRecordLimitIsExact(t *testing.T) {
+	rows := sampleRows()
+	rows[0].Command = strings.Repeat("c", 1000)
+	data := encode(t, rows)
+	longest := len(strings.Split(data, "\n")[1])
+	for _, tt := range []struct {
+		name   string
+		record int
+		want   string
+	}{
+		{"at the limit", longest, ""},
+		{"one byte over", longest - 1, fmt.Sprintf("line 2: a record longer than %d bytes", longest-1)},
+	} {
+		for _, pieces := range []struct {
+			name string
+			r    func(io.Reader) io.Reader
+		}{{"whole", func(r io.Reader) io.Reader { return r }}, {"byte by byte", iotest.OneByteReader}} {
+			t.Run(tt.name+", "+pieces.name, func(t *testing.T) {
+				lim := limits{record: int64(tt.record), file: 1 << 20}
+				_, err := stream(pieces.r(strings.NewReader(data)), lim, func(*Row) {})
+				if got := fmt.Sprint(err); tt.want == "" && err != nil || tt.want != "" && got != tt.want {
+					t.Errorf("error %v, want %q", err, tt.want)
+				}
+			})
+		}
+	}
 }
