@@ -13,12 +13,13 @@
 package cluster
 
 import (
-	"github.com/gpumon/gpumon/internal/hoststatus"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
@@ -37,11 +38,9 @@ var States = []string{Free, Busy, Reserved, Failed}
 
 // Notes a GPU may carry.
 const (
-	NoteIdleJob     = "idle-time job running"
-	NoteMemNoProc   = "memory in use but no process visible (another container?)"
-	NoteMemUnknown  = "memory use unknown"
-	NoteHostDown    = "host down"
-	NoteReservedFor = "reserved"
+	noteIdleJob    = "idle-time job running"
+	noteMemNoProc  = "memory in use but no process visible (another container?)"
+	noteMemUnknown = "memory use unknown"
 )
 
 // Options decide the classification.
@@ -153,28 +152,18 @@ type Model struct {
 	Free, Failed, Total int // Total counts every GPU of the model, failed ones too
 }
 
-// Build groups rows into hosts (in the CSV's order) and GPUs (by index) and
-// classifies every GPU.
-func Build(rows []loaddata.Row, o Options) *Cluster {
-	b := NewBuilder(o)
-	for i := range rows {
-		b.Add(&rows[i])
-	}
-	return b.Cluster()
-}
-
 // Builder builds a Cluster one row at a time, so that a caller reading the
 // CSV need not hold all its rows: Add each row, then call Cluster once.
 type Builder struct {
 	o      Options
 	c      *Cluster
 	hosts  map[string]*Host
-	gpus   map[string]map[string]*GPU
-	n      int    // rows added
-	lastTS string // the last timestamp parsed, and its time
+	gpus   map[string]map[string]*GPU // host -> gpuKey -> GPU
+	n      int                        // rows added
+	lastTS string                     // the last timestamp parsed, and its time
 	lastT  time.Time
 	lastOK bool
-	short  map[string]string // full GPU name -> ShortName
+	short  map[string]string // full GPU name -> shortName
 }
 
 // NewBuilder starts a cluster.
@@ -185,70 +174,81 @@ func NewBuilder(o Options) *Builder {
 
 // Add adds one row. The Builder keeps the row's strings, not the row.
 func (b *Builder) Add(r *loaddata.Row) {
-	c, o := b.c, b.o
-	i := b.n
+	row := b.n
 	b.n++
-	h := b.hosts[r.Host]
-	if h == nil {
-		h = &Host{Name: r.Host, Display: lookup(o.HostNames, r.Host, r.Host), Status: r.HostStatus,
-			Error: r.HostError, CPUs: r.CPUs, Load1: r.Load1, MemUsed: r.HostMemUsedMiB, MemTotal: r.HostMemTotalMiB,
-			Count: map[string]int{}}
-		b.hosts[r.Host] = h
-		b.gpus[r.Host] = map[string]*GPU{}
-		c.Hosts = append(c.Hosts, h)
-	}
-	if r.Timestamp != b.lastTS { // rows of a host share their timestamp
-		t, err := time.Parse(loaddata.TimeFormat, r.Timestamp)
-		b.lastTS, b.lastT, b.lastOK = r.Timestamp, t, err == nil
-	}
-	if b.lastOK {
-		if t := b.lastT; t.After(h.Time) {
-			h.Time = t
-		}
-		if t := b.lastT; t.After(c.DataTime) {
-			c.DataTime = t
-		}
-	}
+	h := b.host(r)
+	b.noteTime(h, r.Timestamp)
 	if r.HostStatus != hoststatus.OK {
 		// a failed host's row has no GPU cells; one failed row makes the host failed
 		h.Status, h.Error = r.HostStatus, r.HostError
 		return
 	}
-	var key string
-	switch {
-	case r.GPUIndex.Valid:
-		if r.GPUIndex.Value >= 0 && r.GPUIndex.Value < int64(len(indexKeys)) {
-			key = indexKeys[r.GPUIndex.Value]
-		} else {
-			key = "i" + strconv.FormatInt(r.GPUIndex.Value, 10)
-		}
-	case r.GPUBusID != "":
-		key = "b" + r.GPUBusID
-	case r.GPUUUID != "":
-		key = "u" + r.GPUUUID
-	case r.GPUError != "":
-		key = "r" + strconv.Itoa(i) // a GPU known only by its error
-	default:
+	key, ok := gpuKey(r, row)
+	if !ok {
 		return // an ok host without GPU cells: nothing to show
 	}
 	g := b.gpus[r.Host][key]
 	if g == nil {
-		g = &GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
-			Util: r.GPUUtilPct, MemUtil: r.MemUtilPct, MemUsed: r.MemUsedMiB, MemTotal: r.MemTotalMiB,
-			Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct}
-		short, ok := b.short[g.Name]
-		if !ok {
-			short = ShortName(g.Name, o.GPUNames)
-			b.short[g.Name] = short
-		}
-		g.Short = short
+		g = b.newGPU(r)
 		b.gpus[r.Host][key] = g
 		h.GPUs = append(h.GPUs, g)
 	}
 	if r.PID.Valid || r.Command != "" {
 		g.Procs = append(g.Procs, &Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
-			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Match(ignore.Process{Args: r.Command}, o.Ignore)})
+			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Match(ignore.Process{Args: r.Command}, b.o.Ignore)})
 	}
+}
+
+// host is r's host, made from its first row.
+func (b *Builder) host(r *loaddata.Row) *Host {
+	if h := b.hosts[r.Host]; h != nil {
+		return h
+	}
+	h := &Host{Name: r.Host, Display: lookup(b.o.HostNames, r.Host, r.Host), Status: r.HostStatus,
+		Error: r.HostError, CPUs: r.CPUs, Load1: r.Load1, MemUsed: r.HostMemUsedMiB, MemTotal: r.HostMemTotalMiB,
+		Count: map[string]int{}}
+	b.hosts[r.Host] = h
+	b.gpus[r.Host] = map[string]*GPU{}
+	b.c.Hosts = append(b.c.Hosts, h)
+	return h
+}
+
+// noteTime moves the host's and the cluster's time to ts if it is later.
+// A timestamp that does not parse is left out.
+func (b *Builder) noteTime(h *Host, ts string) {
+	if ts != b.lastTS { // rows of a host share their timestamp: parse once
+		t, err := time.Parse(loaddata.TimeFormat, ts)
+		b.lastTS, b.lastT, b.lastOK = ts, t, err == nil
+	}
+	if !b.lastOK {
+		return
+	}
+	if b.lastT.After(h.Time) {
+		h.Time = b.lastT
+	}
+	if b.lastT.After(b.c.DataTime) {
+		b.c.DataTime = b.lastT
+	}
+}
+
+// gpuKey tells r's GPU apart from its host's others: by index, else bus id,
+// else UUID; a GPU known only by its error is its own (row is r's number).
+// ok is false for a row without GPU cells.
+func gpuKey(r *loaddata.Row, row int) (key string, ok bool) {
+	switch {
+	case r.GPUIndex.Valid:
+		if r.GPUIndex.Value >= 0 && r.GPUIndex.Value < int64(len(indexKeys)) {
+			return indexKeys[r.GPUIndex.Value], true
+		}
+		return "i" + strconv.FormatInt(r.GPUIndex.Value, 10), true
+	case r.GPUBusID != "":
+		return "b" + r.GPUBusID, true
+	case r.GPUUUID != "":
+		return "u" + r.GPUUUID, true
+	case r.GPUError != "":
+		return "r" + strconv.Itoa(row), true
+	}
+	return "", false
 }
 
 // indexKeys are the map keys of the usual GPU indexes, made once.
@@ -260,134 +260,212 @@ var indexKeys = func() []string {
 	return k
 }()
 
+// newGPU is r's GPU, from the first of its rows.
+func (b *Builder) newGPU(r *loaddata.Row) *GPU {
+	g := &GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
+		Util: r.GPUUtilPct, MemUtil: r.MemUtilPct, MemUsed: r.MemUsedMiB, MemTotal: r.MemTotalMiB,
+		Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct}
+	short, ok := b.short[g.Name]
+	if !ok {
+		short = shortName(g.Name, b.o.GPUNames)
+		b.short[g.Name] = short
+	}
+	g.Short = short
+	return g
+}
+
 // Cluster classifies every GPU and returns the cluster. Call it once, after
 // the last Add.
 func (b *Builder) Cluster() *Cluster {
 	c, o := b.c, b.o
 	b.hosts, b.gpus = nil, nil
-	resv := map[string][]reservations.Reservation{}
-	for _, r := range o.Reservations {
-		if r.Active(o.Now) {
-			resv[r.Host] = append(resv[r.Host], r)
-		}
-	}
-	models := map[string]*Model{}
-	users := map[string]*User{}
-	type procKey struct {
-		host string
-		pid  int64
-	}
-	procs := map[procKey]bool{} // a pid on several GPUs of a host is one process
+	resv := activeReservations(o.Reservations, o.Now)
+	t := newTally(c, o.GPUNames)
 	for _, h := range c.Hosts {
-		sort.SliceStable(h.GPUs, func(i, j int) bool {
-			a, b := h.GPUs[i], h.GPUs[j]
-			if a.HasIndex != b.HasIndex {
-				return a.HasIndex // GPUs without an index last
-			}
-			return a.Index < b.Index
-		})
-		hr := resv[h.Name]
-		if hr == nil {
-			for name, list := range resv { // host names are case-insensitive
-				if strings.EqualFold(name, h.Name) {
-					hr = list
-					break
-				}
-			}
-		}
-		for i := range hr {
-			if hr[i].GPUs == nil {
-				h.Reserved = &hr[i]
-				break
-			}
-		}
+		sortGPUs(h.GPUs)
+		hr := hostReservations(resv, h.Name)
+		h.Reserved = wholeHost(hr)
 		if !h.Up() {
 			c.Down++
 			h.GPUs = nil
 			continue
 		}
-		h.ModelName = ""
+		h.ModelName = commonName(h.GPUs)
 		for _, g := range h.GPUs {
-			if g.Name == "" { // a lost GPU has no name
-				continue
-			}
-			if h.ModelName == "" {
-				h.ModelName = g.Name
-			} else if g.Name != h.ModelName {
-				h.ModelName = ""
-				break
-			}
-		}
-		for _, g := range h.GPUs {
-			for i := range hr {
-				if g.HasIndex && hr[i].Covers(g.Index) || hr[i].GPUs == nil {
-					g.Reservation = &hr[i]
-					break
-				}
-			}
+			g.Reservation = gpuReservation(hr, g)
 			classify(g, o.FreeMemMiB)
 			c.Count[g.State]++
 			h.Count[g.State]++
 			c.GPUs++
-			model := g.Short
-			if g.Name == "" && h.ModelName != "" {
-				model = ShortName(h.ModelName, o.GPUNames) // a lost GPU: its host's model
-			}
-			m := models[model]
-			if m == nil {
-				m = &Model{Name: model}
-				models[model] = m
-				c.Models = append(c.Models, m)
-			}
-			m.Total++
-			switch g.State {
-			case Free:
-				m.Free++
-			case Failed:
-				m.Failed++
-			}
-			var seen map[string]bool
-			if len(g.Procs) > 1 {
-				seen = map[string]bool{}
-			}
-			counted := false // the one user of a GPU with one process
-			for _, p := range g.Procs {
-				if !p.Holds() {
-					continue
-				}
-				u := users[p.User]
-				if u == nil {
-					u = &User{Name: p.User}
-					users[p.User] = u
-					c.Users = append(c.Users, u)
-				}
-				if !p.PID.Valid {
-					u.Procs++ // no pid: nothing to tell it apart by
-				} else if k := (procKey{h.Name, p.PID.Value}); !procs[k] {
-					procs[k] = true
-					u.Procs++
-				}
-				if p.MemMiB.Valid {
-					u.MemMiB += p.MemMiB.Value
-				}
-				if seen == nil {
-					if !counted {
-						counted = true
-						u.GPUs++
-					}
-				} else if !seen[p.User] {
-					seen[p.User] = true
-					u.GPUs++
-				}
-				if len(u.Hosts) == 0 || u.Hosts[len(u.Hosts)-1] != h.Name {
-					u.Hosts = append(u.Hosts, h.Name)
-				}
-			}
+			t.addModel(h, g)
+			t.addUsers(h, g)
 		}
 	}
+	t.sort()
+	return c
+}
+
+// activeReservations are those not ended at now, by host.
+func activeReservations(list []reservations.Reservation, now time.Time) map[string][]reservations.Reservation {
+	resv := map[string][]reservations.Reservation{}
+	for _, r := range list {
+		if r.Active(now) {
+			resv[r.Host] = append(resv[r.Host], r)
+		}
+	}
+	return resv
+}
+
+// hostReservations are host's; host names are case-insensitive.
+func hostReservations(resv map[string][]reservations.Reservation, host string) []reservations.Reservation {
+	if hr, ok := resv[host]; ok {
+		return hr
+	}
+	for name, list := range resv {
+		if strings.EqualFold(name, host) {
+			return list
+		}
+	}
+	return nil
+}
+
+// wholeHost is the first of hr that reserves the whole host, or nil.
+func wholeHost(hr []reservations.Reservation) *reservations.Reservation {
+	for i := range hr {
+		if hr[i].GPUs == nil {
+			return &hr[i]
+		}
+	}
+	return nil
+}
+
+// gpuReservation is the first of hr that covers g (a whole-host one covers
+// a GPU without an index too), or nil.
+func gpuReservation(hr []reservations.Reservation, g *GPU) *reservations.Reservation {
+	for i := range hr {
+		if g.HasIndex && hr[i].Covers(g.Index) || hr[i].GPUs == nil {
+			return &hr[i]
+		}
+	}
+	return nil
+}
+
+// sortGPUs puts GPUs in index order, those without an index last.
+func sortGPUs(gpus []*GPU) {
+	sort.SliceStable(gpus, func(i, j int) bool {
+		a, b := gpus[i], gpus[j]
+		if a.HasIndex != b.HasIndex {
+			return a.HasIndex
+		}
+		return a.Index < b.Index
+	})
+}
+
+// commonName is the GPUs' full name when all that have one share it; a lost
+// GPU has no name.
+func commonName(gpus []*GPU) string {
+	name := ""
+	for _, g := range gpus {
+		switch {
+		case g.Name == "":
+		case name == "":
+			name = g.Name
+		case g.Name != name:
+			return ""
+		}
+	}
+	return name
+}
+
+// A tally adds up the cluster's models and users, GPU by GPU.
+type tally struct {
+	c        *Cluster
+	gpuNames map[string]string
+	models   map[string]*Model
+	users    map[string]*User
+	procs    map[procKey]bool // a pid on several GPUs of a host is one process
+}
+
+type procKey struct {
+	host string
+	pid  int64
+}
+
+func newTally(c *Cluster, gpuNames map[string]string) *tally {
+	return &tally{c: c, gpuNames: gpuNames, models: map[string]*Model{}, users: map[string]*User{}, procs: map[procKey]bool{}}
+}
+
+// addModel counts g under its model; a lost GPU under its host's.
+func (t *tally) addModel(h *Host, g *GPU) {
+	name := g.Short
+	if g.Name == "" && h.ModelName != "" {
+		name = shortName(h.ModelName, t.gpuNames)
+	}
+	m := t.models[name]
+	if m == nil {
+		m = &Model{Name: name}
+		t.models[name] = m
+		t.c.Models = append(t.c.Models, m)
+	}
+	m.Total++
+	switch g.State {
+	case Free:
+		m.Free++
+	case Failed:
+		m.Failed++
+	}
+}
+
+// addUsers counts g's holding processes under their users: the GPU once for
+// each user, a process once per host however many GPUs it holds.
+func (t *tally) addUsers(h *Host, g *GPU) {
+	var seen map[string]bool // users g is counted for; with one process, none needed
+	if len(g.Procs) > 1 {
+		seen = make(map[string]bool, len(g.Procs))
+	}
+	for _, p := range g.Procs {
+		if !p.Holds() {
+			continue
+		}
+		u := t.user(p.User)
+		if !p.PID.Valid {
+			u.Procs++ // no pid: nothing to tell it apart by
+		} else if k := (procKey{h.Name, p.PID.Value}); !t.procs[k] {
+			t.procs[k] = true
+			u.Procs++
+		}
+		if p.MemMiB.Valid {
+			u.MemMiB += p.MemMiB.Value
+		}
+		if !seen[p.User] {
+			if seen != nil {
+				seen[p.User] = true
+			}
+			u.GPUs++
+		}
+		if len(u.Hosts) == 0 || u.Hosts[len(u.Hosts)-1] != h.Name {
+			u.Hosts = append(u.Hosts, h.Name)
+		}
+	}
+}
+
+func (t *tally) user(name string) *User {
+	u := t.users[name]
+	if u == nil {
+		u = &User{Name: name}
+		t.users[name] = u
+		t.c.Users = append(t.c.Users, u)
+	}
+	return u
+}
+
+// sort puts the users with the most GPUs first, and the biggest models
+// first with the unknown one last.
+func (t *tally) sort() {
+	c := t.c
 	for _, u := range c.Users {
 		sort.Strings(u.Hosts)
-		u.Hosts = compact(u.Hosts)
+		u.Hosts = slices.Compact(u.Hosts)
 	}
 	sort.SliceStable(c.Users, func(i, j int) bool {
 		a, b := c.Users[i], c.Users[j]
@@ -396,7 +474,6 @@ func (b *Builder) Cluster() *Cluster {
 		}
 		return a.Name < b.Name
 	})
-	// the biggest models first, the unknown one last
 	sort.SliceStable(c.Models, func(i, j int) bool {
 		a, b := c.Models[i], c.Models[j]
 		if (a.Name == "") != (b.Name == "") {
@@ -407,7 +484,6 @@ func (b *Builder) Cluster() *Cluster {
 		}
 		return a.Name < b.Name
 	})
-	return c
 }
 
 // classify sets g's state and notes.
@@ -439,14 +515,14 @@ func classify(g *GPU, freeMiB float64) {
 		g.State = Busy
 	case memKnown && used >= freeMiB:
 		g.State = Busy
-		g.Notes = append(g.Notes, NoteMemNoProc)
+		g.Notes = append(g.Notes, noteMemNoProc)
 	default:
 		g.State = Free
 		if !g.MemUsed.Valid {
-			g.Notes = append(g.Notes, NoteMemUnknown)
+			g.Notes = append(g.Notes, noteMemUnknown)
 		}
 		if idleJob {
-			g.Notes = append(g.Notes, NoteIdleJob)
+			g.Notes = append(g.Notes, noteIdleJob)
 		}
 		if g.Reservation != nil {
 			g.State = Reserved
@@ -454,10 +530,10 @@ func classify(g *GPU, freeMiB float64) {
 	}
 }
 
-// ShortName is the [gpu_names] name for full, else full without the vendor
+// shortName is the [gpu_names] name for full, else full without the vendor
 // words: "NVIDIA H100 80GB HBM3" is "H100 80GB HBM3", "NVIDIA GeForce RTX 2080
 // SUPER" is "RTX 2080 SUPER", "Tesla V100-SXM2-16GB" is "V100-SXM2-16GB".
-func ShortName(full string, names map[string]string) string {
+func shortName(full string, names map[string]string) string {
 	if s, ok := names[strings.ToLower(strings.TrimSpace(full))]; ok {
 		return s
 	}
@@ -475,14 +551,4 @@ func lookup(m map[string]string, key, def string) string {
 		return v
 	}
 	return def
-}
-
-func compact(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -12,6 +12,15 @@ import (
 
 var now = time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
 
+// build groups rows into a Cluster as render does, row by row.
+func build(rows []loaddata.Row, o Options) *Cluster {
+	b := NewBuilder(o)
+	for i := range rows {
+		b.Add(&rows[i])
+	}
+	return b.Cluster()
+}
+
 // gpuRow is a row of an ok host's GPU with 80 GiB and mem MiB used.
 func gpuRow(t testing.TB, host string, idx int64, mem float64) loaddata.Row {
 	t.Helper()
@@ -48,7 +57,7 @@ func TestClassify(t *testing.T) {
 			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 300), "alice", "python", 290, false)}
 		}, nil, Busy, nil},
 		{"memory at the threshold, no process", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 1024)} },
-			nil, Busy, []string{NoteMemNoProc}},
+			nil, Busy, []string{noteMemNoProc}},
 		{"memory just under the threshold", func(t testing.TB) []loaddata.Row { return []loaddata.Row{gpuRow(t, "h", 0, 1023)} },
 			nil, Free, nil},
 		{"utilization alone never makes busy (idle L40S at 100 %)", func(t testing.TB) []loaddata.Row {
@@ -70,12 +79,12 @@ func TestClassify(t *testing.T) {
 		}, nil, Busy, nil},
 		{"preemptible job: free with a note", func(t testing.TB) []loaddata.Row {
 			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 40000), "idlejob", "python sweep.py", 39990, true)}
-		}, nil, Free, []string{NoteIdleJob}},
+		}, nil, Free, []string{noteIdleJob}},
 		{"preemptible job with unknown memory: free", func(t testing.TB) []loaddata.Row {
 			r := withProc(gpuRow(t, "h", 0, 40000), "idlejob", "python sweep.py", 0, true)
 			r.ProcessMemMiB = loaddata.Number{}
 			return []loaddata.Row{r}
-		}, nil, Free, []string{NoteIdleJob}},
+		}, nil, Free, []string{noteIdleJob}},
 		{"preemptible and a real process: busy", func(t testing.TB) []loaddata.Row {
 			return []loaddata.Row{
 				withProc(gpuRow(t, "h", 0, 40000), "idlejob", "python sweep.py", 20000, true),
@@ -114,13 +123,13 @@ func TestClassify(t *testing.T) {
 			r := gpuRow(t, "h", 0, 0)
 			r.MemUsedMiB = loaddata.Number{}
 			return []loaddata.Row{r}
-		}, nil, Free, []string{NoteMemUnknown}},
+		}, nil, Free, []string{noteMemUnknown}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := opts
 			o.Reservations = tt.resv
-			c := Build(tt.rows(t), o)
+			c := build(tt.rows(t), o)
 			if len(c.Hosts) != 1 || len(c.Hosts[0].GPUs) != 1 {
 				t.Fatalf("want 1 host with 1 GPU, got %+v", c.Hosts)
 			}
@@ -143,7 +152,7 @@ func TestFailedHost(t *testing.T) {
 		gpuRow(t, "a", 0, 0),
 		{Timestamp: "2026-11-23T13:59:00Z", Host: "b", HostStatus: hoststatus.Timeout, HostError: "no answer in 20s"},
 	}
-	c := Build(rows, Options{FreeMemMiB: 1024, Now: now,
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now,
 		Reservations: []reservations.Reservation{{Host: "b", Name: "dan"}}})
 	if c.Down != 1 || c.GPUs != 1 || len(c.Hosts) != 2 {
 		t.Fatalf("down %d, gpus %d, hosts %d", c.Down, c.GPUs, len(c.Hosts))
@@ -168,7 +177,7 @@ func TestUsersAndModels(t *testing.T) {
 		gpuRow(t, "b", 2, 0),
 	}
 	rows[5].GPUName = "NVIDIA GeForce RTX 2080 SUPER"
-	c := Build(rows, Options{FreeMemMiB: 1024, Now: now, HostNames: map[string]string{"b": "Bravo"},
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now, HostNames: map[string]string{"b": "Bravo"},
 		GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
 	want := []*User{
 		{Name: "alice", GPUs: 2, MemMiB: 60000, Procs: 3, Hosts: []string{"a"}},
@@ -197,8 +206,8 @@ func TestShortName(t *testing.T) {
 		"NVIDIA A100-SXM4-80GB":         "A100 80",
 	} {
 		names := map[string]string{"nvidia a100-sxm4-80gb": "A100 80"}
-		if got := ShortName(full, names); got != want {
-			t.Errorf("ShortName(%q) = %q, want %q", full, got, want)
+		if got := shortName(full, names); got != want {
+			t.Errorf("shortName(%q) = %q, want %q", full, got, want)
 		}
 	}
 }
@@ -225,7 +234,7 @@ func TestUserProcessesAreDistinctPIDsPerHost(t *testing.T) {
 	r = withProc(gpuRow(t, "h200-b02", 1, 9000), "bob", "python", 4000, false)
 	r.PID = loaddata.Int{}
 	rows = append(rows, r, r)
-	c := Build(rows, Options{FreeMemMiB: 1024, Now: now})
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now})
 	want := []*User{
 		{Name: "alice", GPUs: 12, MemMiB: 8*69000 + 4*89000, Procs: 5, Hosts: []string{"h100-a01", "h200-b01"}},
 		{Name: "bob", GPUs: 2, MemMiB: 16000, Procs: 3, Hosts: []string{"h200-b02"}},
@@ -250,7 +259,7 @@ func TestModelsAddUp(t *testing.T) {
 		gpuRow(t, "m", 0, 0), mixed, lost("m"),
 		{Timestamp: "2026-11-23T13:58:00Z", Host: "down", HostStatus: hoststatus.Driver, HostError: "no driver"},
 	}
-	c := Build(rows, Options{FreeMemMiB: 1024, Now: now, GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now, GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
 	want := []*Model{
 		{Name: "H100", Free: 3, Failed: 1, Total: 4},
 		{Name: "RTX 2080 SUPER", Free: 1, Total: 1},

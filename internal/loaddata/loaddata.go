@@ -6,22 +6,25 @@ package loaddata
 
 import (
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"io"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gocarina/gocsv"
 	"github.com/google/renameio/v2"
+
+	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
 // TimeFormat is how timestamps are written: RFC 3339 in UTC.
 const TimeFormat = time.RFC3339
 
 // Row is one line of load_data.csv. The csv tags are the column names and
-// their order is the file's column order.
+// their order is the file's column order: gocsv writes by them, and the
+// reader's table (columns, in stream.go) is made from them.
 type Row struct {
 	Timestamp  string            `csv:"timestamp"`
 	Host       string            `csv:"host"`
@@ -55,16 +58,6 @@ type Row struct {
 	Load1           Number `csv:"load1"`
 	HostMemUsedMiB  Number `csv:"host_mem_used_mib"`
 	HostMemTotalMiB Number `csv:"host_mem_total_mib"`
-}
-
-// Columns lists the column names in file order.
-func Columns() []string {
-	var rows []Row
-	var b strings.Builder
-	if err := gocsv.Marshal(&rows, &b); err != nil {
-		panic(err)
-	}
-	return strings.Split(strings.TrimSpace(b.String()), ",")
 }
 
 // Number is a reading that may be missing; missing is an empty cell.
@@ -167,9 +160,13 @@ func Encode(w io.Writer, rows []Row) error {
 
 // WriteFile replaces path with rows atomically: a temporary file in the same
 // folder, fsync, mode 0644 (nginx must read it), rename. A reader sees the old
-// file or the new one, never a part.
+// file or the new one, never a part. The temporary file is in path's folder
+// even when $TMPDIR is on the same file system (renameio would use $TMPDIR):
+// a run killed while writing leaves its part beside the output, where the
+// next run's files are, not in the system's temporary folder.
 func WriteFile(path string, rows []Row) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644))
+	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644),
+		renameio.WithTempDir(filepath.Dir(path)))
 	if err != nil {
 		return err
 	}
@@ -178,15 +175,6 @@ func WriteFile(path string, rows []Row) error {
 		return err
 	}
 	return f.CloseAtomicallyReplace()
-}
-
-// Decode reads rows. Errors name the line and column.
-func Decode(r io.Reader) ([]Row, error) {
-	var rows []Row
-	if _, err := Stream(r, func(row *Row) { rows = append(rows, *row) }); err != nil {
-		return nil, err
-	}
-	return rows, nil
 }
 
 // ReadFile reads path; errors start with the path.

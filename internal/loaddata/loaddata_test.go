@@ -2,14 +2,18 @@ package loaddata
 
 import (
 	"bytes"
-	"github.com/gpumon/gpumon/internal/hoststatus"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
 func sampleRows() []Row {
@@ -24,20 +28,40 @@ func sampleRows() []Row {
 	}
 }
 
-func TestRoundTripKeepsMissingApartFromZero(t *testing.T) {
+// columnNames lists the column names in file order.
+func columnNames() []string {
+	names := make([]string, len(columns))
+	for i, c := range columns {
+		names[i] = c.name
+	}
+	return names
+}
+
+// decode reads all rows of data as StreamFile would.
+func decode(t testing.TB, data string) ([]Row, error) {
+	t.Helper()
+	var rows []Row
+	_, err := stream(strings.NewReader(data), defaultLimits, func(r *Row) { rows = append(rows, *r) })
+	return rows, err
+}
+
+func encode(t testing.TB, rows []Row) string {
+	t.Helper()
 	var buf bytes.Buffer
-	if err := Encode(&buf, sampleRows()); err != nil {
+	if err := Encode(&buf, rows); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(buf.String(), "\n")
-	if lines[0] != strings.Join(Columns(), ",") {
-		t.Errorf("header %q", lines[0])
-	}
+	return buf.String()
+}
+
+func TestRoundTripKeepsMissingApartFromZero(t *testing.T) {
+	data := encode(t, sampleRows())
+	lines := strings.Split(data, "\n")
 	// gpu_util_pct is missing (empty), mem_util_pct is a real 0
 	if !strings.Contains(lines[1], ",00000000:09:00.0,,,0,11052,81559,35,71.15,700,,21198,") {
 		t.Errorf("row 1 = %q", lines[1])
 	}
-	got, err := Decode(&buf)
+	got, err := decode(t, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,28 +74,81 @@ func TestColumnsAreTheDocumentedOnes(t *testing.T) {
 	want := "timestamp,host,host_status,host_error,gpu_index,gpu_uuid,gpu_name,gpu_bus_id,gpu_error," +
 		"gpu_util_pct,mem_util_pct,mem_used_mib,mem_total_mib,temperature_c,power_w,power_limit_w,fan_pct," +
 		"pid,user,command,process_mem_mib,process_elapsed_s,preemptible,cpus,load1,host_mem_used_mib,host_mem_total_mib"
-	if got := strings.Join(Columns(), ","); got != want {
+	if got := strings.Join(columnNames(), ","); got != want {
 		t.Errorf("columns changed; update the README too.\n got %s\nwant %s", got, want)
+	}
+	// what gocsv writes is what the reader's table says
+	if header, _, _ := strings.Cut(encode(t, nil), "\n"); header != want {
+		t.Errorf("gocsv writes the header\n%s\nwant\n%s", header, want)
 	}
 }
 
-func TestDecodeErrorsNameTheLine(t *testing.T) {
-	var buf bytes.Buffer
-	Encode(&buf, sampleRows())
-	good := buf.String()
-	tests := []struct{ name, in, want string }{
-		{"empty", "", "empty"},
-		{"not our file", "a,b\n1,2\n", "line 1"},
-		{"bad number", strings.Replace(good, ",11052,", ",lots,", 1), `line 2 (column mem_used_mib): "lots" is not a number`},
-		{"short row", good + "x,y\n", "line 4"},
+// distinctValue is a value for Row's field i that no other field has.
+func distinctValue(t testing.TB, field reflect.Value, i int) {
+	t.Helper()
+	switch v := field.Addr().Interface().(type) {
+	case *string:
+		*v = fmt.Sprintf("text of field %d, \"quoted\"", i)
+	case *hoststatus.Status:
+		*v = hoststatus.All[i%len(hoststatus.All)]
+	case *Number:
+		*v = Num(float64(i) + 0.25)
+	case *Int:
+		*v = IntOf(int64(i) * 1000)
+	case *Flag:
+		*v = true
+	default:
+		t.Fatalf("Row field %d: a %T; give the test a value for it", i, v)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Decode(strings.NewReader(tt.in))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("got %v, want it to contain %q", err, tt.want)
+}
+
+// Every column round-trips through gocsv (writing) and stream (reading)
+// into its own field: set alone, so that two columns swapped, or a column
+// the reader drops, show; and all at once.
+func TestEveryColumnRoundTrips(t *testing.T) {
+	var all Row
+	for i, c := range columns {
+		t.Run(c.name, func(t *testing.T) {
+			var want Row
+			distinctValue(t, reflect.ValueOf(&want).Elem().Field(c.field), i)
+			distinctValue(t, reflect.ValueOf(&all).Elem().Field(c.field), i)
+			got, err := decode(t, encode(t, []Row{want}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]Row{want}, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+	got, err := decode(t, encode(t, []Row{all}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Row{all}, got); diff != "" {
+		t.Errorf("all columns set (-want +got):\n%s", diff)
+	}
+}
+
+// The table refuses what it could not read back.
+func TestColumnsOfRefusesUnreadableFields(t *testing.T) {
+	for name, typ := range map[string]reflect.Type{
+		"untagged": reflect.TypeFor[struct{ A string }](),
+		"twice": reflect.TypeFor[struct {
+			A, B string `csv:"a"`
+		}](),
+		"unreadable": reflect.TypeFor[struct {
+			A []byte `csv:"a"`
+		}](),
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: columnsOf did not panic", name)
+				}
+			}()
+			columnsOf(typ)
+		}()
 	}
 }
 
@@ -98,5 +175,27 @@ func TestWriteFileIsAtomicAndReadable(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("temporary files left behind: %v", entries)
+	}
+}
+
+// The temporary file is made beside the output even when $TMPDIR is on the
+// same file system: a run killed mid-write must not leave it in $TMPDIR.
+// A file made and removed in a folder changes the folder's mtime.
+func TestWriteFileTempFileBesideTheOutput(t *testing.T) {
+	tmp := t.TempDir() // the same file system as the output's folder
+	t.Setenv("TMPDIR", tmp)
+	long := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(tmp, long, long); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(filepath.Join(t.TempDir(), "load_data.csv"), sampleRows()); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.ModTime().Equal(long) {
+		t.Errorf("$TMPDIR changed at %v: the temporary file was made there, not beside the output", fi.ModTime())
 	}
 }

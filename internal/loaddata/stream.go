@@ -5,131 +5,152 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 )
 
 // StreamFile reads path one row at a time and hands each row to add, so
 // that the rows are never all in memory (render keeps only what it builds
-// from them). Columns are found by header name: every one of Columns() is
+// from them). Columns are found by header name: every column of Row is
 // required, none may appear twice, other columns are ignored. The row
 // passed to add is reused; its strings are interned (a host's name, a model,
 // a user or a command is one string however many rows repeat it) and never
-// share memory with the file's lines. It returns the number of rows; errors
-// start with the path and name the line and column.
+// share memory with the file's lines. A record (a row, or the header) over
+// 1 MiB or a file over 512 MiB is an error: reading stops there, so memory
+// and time stay bounded whatever the file holds. It returns the number of
+// rows; errors start with the path and name the line and column.
 func StreamFile(path string, add func(*Row)) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	n, err := Stream(bufio.NewReaderSize(f, 64<<10), add)
+	n, err := stream(f, defaultLimits, add)
 	if err != nil {
 		return n, fmt.Errorf("%s: %w", path, err)
 	}
 	return n, nil
 }
 
-// A column's setter parses one cell into the row.
-type setter func(r *Row, s string, in *interner) error
-
-func str(field func(*Row) *string) setter {
-	return func(r *Row, s string, in *interner) error {
-		*field(r) = in.get(s)
-		return nil
-	}
+// column is one of Row's fields as the file knows it: its csv tag, and how a
+// cell is read into it.
+type column struct {
+	name  string
+	field int // Row's field index
+	read  func(field reflect.Value, cell string, in *interner) error
 }
 
-func number(field func(*Row) *Number) setter {
-	return func(r *Row, s string, _ *interner) error {
-		if s == "" {
-			*field(r) = Number{}
-			return nil
+// columns are Row's csv tags in order: the one list of load_data.csv's
+// columns, which gocsv writes and stream reads.
+var columns = columnsOf(reflect.TypeFor[Row]())
+
+// cellUnmarshaler is what gocsv calls to read a cell (Number, Int, Flag).
+type cellUnmarshaler interface {
+	UnmarshalCSV(string) error
+}
+
+// columnsOf makes the reading table from t's csv tags. A field it could not
+// read (or gocsv would write under another name) is a programming error,
+// found when the package loads.
+func columnsOf(t reflect.Type) []column {
+	unmarshaler := reflect.TypeFor[cellUnmarshaler]()
+	var cols []column
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("csv"), ",")
+		if name == "" || name == "-" || f.Anonymous {
+			panic(fmt.Sprintf("loaddata: Row.%s has no csv column name", f.Name))
 		}
-		return field(r).UnmarshalCSV(s)
-	}
-}
-
-func integer(field func(*Row) *Int) setter {
-	return func(r *Row, s string, _ *interner) error {
-		if s == "" {
-			*field(r) = Int{}
-			return nil
+		if slices.ContainsFunc(cols, func(c column) bool { return c.name == name }) {
+			panic(fmt.Sprintf("loaddata: column %s is on two fields of Row", name))
 		}
-		return field(r).UnmarshalCSV(s)
-	}
-}
-
-// columns are load_data.csv's columns and how each is read; a test checks
-// that they are Columns().
-var columns = []struct {
-	name string
-	set  setter
-}{
-	{"timestamp", str(func(r *Row) *string { return &r.Timestamp })},
-	{"host", str(func(r *Row) *string { return &r.Host })},
-	{"host_status", func(r *Row, s string, in *interner) error { r.HostStatus = hoststatus.Status(in.get(s)); return nil }},
-	{"host_error", str(func(r *Row) *string { return &r.HostError })},
-	{"gpu_index", integer(func(r *Row) *Int { return &r.GPUIndex })},
-	{"gpu_uuid", str(func(r *Row) *string { return &r.GPUUUID })},
-	{"gpu_name", str(func(r *Row) *string { return &r.GPUName })},
-	{"gpu_bus_id", str(func(r *Row) *string { return &r.GPUBusID })},
-	{"gpu_error", str(func(r *Row) *string { return &r.GPUError })},
-	{"gpu_util_pct", number(func(r *Row) *Number { return &r.GPUUtilPct })},
-	{"mem_util_pct", number(func(r *Row) *Number { return &r.MemUtilPct })},
-	{"mem_used_mib", number(func(r *Row) *Number { return &r.MemUsedMiB })},
-	{"mem_total_mib", number(func(r *Row) *Number { return &r.MemTotalMiB })},
-	{"temperature_c", number(func(r *Row) *Number { return &r.TempC })},
-	{"power_w", number(func(r *Row) *Number { return &r.PowerW })},
-	{"power_limit_w", number(func(r *Row) *Number { return &r.PowerLimitW })},
-	{"fan_pct", number(func(r *Row) *Number { return &r.FanPct })},
-	{"pid", integer(func(r *Row) *Int { return &r.PID })},
-	{"user", str(func(r *Row) *string { return &r.User })},
-	{"command", str(func(r *Row) *string { return &r.Command })},
-	{"process_mem_mib", number(func(r *Row) *Number { return &r.ProcessMemMiB })},
-	{"process_elapsed_s", integer(func(r *Row) *Int { return &r.ProcessElapsedS })},
-	{"preemptible", func(r *Row, s string, _ *interner) error {
-		if s == "" {
-			r.Preemptible = false
-			return nil
+		c := column{name: name, field: i}
+		switch {
+		case reflect.PointerTo(f.Type).Implements(unmarshaler):
+			c.read = func(field reflect.Value, cell string, _ *interner) error {
+				return field.Addr().Interface().(cellUnmarshaler).UnmarshalCSV(cell)
+			}
+		case f.Type.Kind() == reflect.String:
+			c.read = func(field reflect.Value, cell string, in *interner) error {
+				field.SetString(in.get(cell))
+				return nil
+			}
+		default:
+			panic(fmt.Sprintf("loaddata: Row.%s: cannot read a %s from a cell", f.Name, f.Type))
 		}
-		return r.Preemptible.UnmarshalCSV(s)
-	}},
-	{"cpus", integer(func(r *Row) *Int { return &r.CPUs })},
-	{"load1", number(func(r *Row) *Number { return &r.Load1 })},
-	{"host_mem_used_mib", number(func(r *Row) *Number { return &r.HostMemUsedMiB })},
-	{"host_mem_total_mib", number(func(r *Row) *Number { return &r.HostMemTotalMiB })},
+		cols = append(cols, c)
+	}
+	return cols
 }
 
-// Stream is StreamFile for a reader; errors name the line and column.
-func Stream(r io.Reader, add func(*Row)) (int, error) {
-	cr := csv.NewReader(r)
+// stream is StreamFile for a reader; errors name the line and column.
+func stream(r io.Reader, lim limits, add func(*Row)) (int, error) {
+	in := newBoundedReader(r, lim)
+	// csv.Reader reads ahead through this buffer: at most readAhead bytes
+	// past the record it is on.
+	cr := csv.NewReader(bufio.NewReaderSize(in, readAhead))
 	cr.ReuseRecord = true
 	header, err := cr.Read()
 	if errors.Is(err, io.EOF) {
 		return 0, errors.New("the file is empty")
 	}
 	if err != nil {
-		return 0, csvError(err)
+		return 0, csvError(err, nil, 0)
 	}
 	header = slices.Clone(header) // the reader reuses its record
-	// how each of the file's columns is read; nil: not one of ours
-	setters := make([]setter, len(header))
+	readers, err := headerColumns(header)
+	if err != nil {
+		return 0, err
+	}
+	in.recordEnded(cr, header)
+	itn := &interner{m: map[string]string{}}
+	var row Row
+	rv := reflect.ValueOf(&row).Elem()
+	n := 0
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, csvError(err, rec, len(header))
+		}
+		row = Row{}
+		for i, s := range rec {
+			c := readers[i]
+			if c == nil {
+				continue
+			}
+			if err := c.read(rv.Field(c.field), s, itn); err != nil {
+				line, _ := cr.FieldPos(i)
+				return n, fmt.Errorf("line %d (column %s): %w", line, header[i], err)
+			}
+		}
+		in.recordEnded(cr, rec)
+		n++
+		add(&row)
+	}
+}
+
+// headerColumns says how each of the file's columns is read; nil: not one
+// of ours.
+func headerColumns(header []string) ([]*column, error) {
+	readers := make([]*column, len(header))
 	found := map[string]bool{}
 	for i, h := range header {
 		if i == 0 {
 			h = strings.TrimPrefix(h, "\uFEFF") // a byte order mark
 		}
 		if found[h] {
-			return 0, fmt.Errorf("line 1: column %s appears twice", h)
+			return nil, fmt.Errorf("line 1: column %s appears twice", h)
 		}
 		found[h] = true
-		for _, c := range columns {
-			if c.name == h {
-				setters[i] = c.set
+		for j := range columns {
+			if columns[j].name == h {
+				readers[i] = &columns[j]
 			}
 		}
 	}
@@ -140,45 +161,30 @@ func Stream(r io.Reader, add func(*Row)) (int, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return 0, fmt.Errorf("line 1: not a load_data.csv header: no column %s", strings.Join(missing, ", "))
+		return nil, fmt.Errorf("line 1: not a load_data.csv header: no column %s", strings.Join(missing, ", "))
 	}
-	in := &interner{m: map[string]string{}}
-	var row Row
-	n := 0
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, csvError(err)
-		}
-		row = Row{}
-		for i, s := range rec {
-			if setters[i] == nil {
-				continue
-			}
-			if err := setters[i](&row, s, in); err != nil {
-				line, _ := cr.FieldPos(i)
-				return n, fmt.Errorf("line %d (column %s): %w", line, header[i], err)
-			}
-		}
-		n++
-		add(&row)
-	}
+	return readers, nil
 }
 
-// csvError names the line (and column) of a syntax error.
-func csvError(err error) error {
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
-		col := ""
-		if cols := Columns(); pe.Column > 0 && pe.Column <= len(cols) {
-			col = fmt.Sprintf(" (column %s)", cols[pe.Column-1])
-		}
-		return fmt.Errorf("line %d%s: %v", pe.Line, col, pe.Err)
+// csvError names the line of a syntax error. encoding/csv's Column is a
+// byte offset in the line, not a field: it is given as such.
+func csvError(err error, rec []string, fields int) error {
+	var tl *tooLongError
+	if errors.As(err, &tl) {
+		return tl
 	}
-	return err
+	var pe *csv.ParseError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if errors.Is(pe.Err, csv.ErrFieldCount) {
+		return fmt.Errorf("line %d: %d fields, the header has %d", pe.Line, len(rec), fields)
+	}
+	from := ""
+	if pe.StartLine != pe.Line {
+		from = fmt.Sprintf(" (in the record from line %d)", pe.StartLine)
+	}
+	return fmt.Errorf("line %d, byte %d%s: %v", pe.Line, pe.Column, from, pe.Err)
 }
 
 // interner keeps one copy of each string: the CSV repeats host names,

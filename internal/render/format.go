@@ -36,17 +36,18 @@ func (r *Report) Age() time.Duration {
 	return a
 }
 
+// noTimeText says why data with no time is stale.
+const noTimeText = "no reading has a timestamp that could be read, so the data's age is unknown"
+
 // Stale reports whether the data is older than stale_after (or has no time).
 func (r *Report) Stale() bool {
 	a := r.Age()
 	return a < 0 || a > r.Config.StaleAfter
 }
 
-// ageText is "under a minute", "12 min", "3 h 5 min" or "4 days".
+// ageText is "under a minute", "12 min", "3 h 5 min" or "4 days"; a known
+// age only (see Age): the callers say "unknown" in a sentence of their own.
 func ageText(d time.Duration) string {
-	if d < 0 {
-		return "of unknown age"
-	}
 	m := int(d / time.Minute)
 	switch {
 	case m < 1:

@@ -96,7 +96,8 @@ func pageViewOf(r *Report) map[string]any {
 		"StaleAfterS":    int(cfg.StaleAfter / time.Second),
 		"StaleAfterText": durText(cfg.StaleAfter),
 		"Stale":          r.Stale(),
-		"Age":            ageText(r.Age()),
+		"Age":            "", // known age only; the page says unknown otherwise
+		"NoTimeText":     noTimeText,
 		"Free":           c.Count[cluster.Free],
 		"Busy":           c.Count[cluster.Busy],
 		"Reserved":       c.Count[cluster.Reserved],
@@ -112,6 +113,9 @@ func pageViewOf(r *Report) map[string]any {
 	}
 	if !c.DataTime.IsZero() {
 		v["DataTime"] = c.DataTime.UTC().Format(time.RFC3339)
+	}
+	if a := r.Age(); a >= 0 {
+		v["Age"] = ageText(a)
 	}
 	models, more := modelsView(c.Models)
 	v["Models"] = models

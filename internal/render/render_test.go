@@ -41,8 +41,12 @@ func testReport(t testing.TB, rows []loaddata.Row, resvFile string) *Report {
 			warnings = append(warnings, reservationWarning(e, resvFile))
 		}
 	}
-	c := cluster.Build(rows, cluster.Options{FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
+	b := cluster.NewBuilder(cluster.Options{FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
 		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: testNow})
+	for i := range rows {
+		b.Add(&rows[i])
+	}
+	c := b.Cluster()
 	return &Report{Cluster: c, Config: cfg, Now: testNow, Loc: time.UTC, Warnings: warnings,
 		JSONLink: "status.json", PromLink: "metrics.prom"}
 }
@@ -285,7 +289,11 @@ func TestMainWritesAtomically(t *testing.T) {
 // A CSV that is missing, empty or broken writes nothing: the last good page
 // stays, and the error names the line.
 func TestBadCSVWritesNothing(t *testing.T) {
-	header := strings.Join(loaddata.Columns(), ",") + "\n"
+	var head bytes.Buffer
+	if err := loaddata.Encode(&head, nil); err != nil {
+		t.Fatal(err)
+	}
+	header := head.String()
 	good, _ := os.ReadFile("testdata/load_data.csv")
 	tests := []struct {
 		name, csv, want string
@@ -297,6 +305,7 @@ func TestBadCSVWritesNothing(t *testing.T) {
 		{"bad number", string(good) + strings.Replace(strings.SplitN(string(good), "\n", 3)[1], ",3,81559,", ",lots,81559,", 1) + "\n",
 			"load_data.csv: line 13 (column mem_used_mib)"},
 		{"short line", string(good) + "2026-11-23T14:05:00Z,gpu09,ok\n", "load_data.csv: line 13"},
+		{"huge cell", string(good) + strings.Repeat("x", 2<<20) + "\n", "load_data.csv: line 13: a record longer than 1 MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -450,6 +459,20 @@ func TestSummaryModelsCapped(t *testing.T) {
 	}
 }
 
+// statusOf is status.json's content built whole: what JSON streams.
+func statusOf(r *Report) *Status {
+	c := r.Cluster
+	s := statusHead(r)
+	st := &Status{Version: s.Version, Generated: s.Generated, DataTime: s.DataTime, AgeSeconds: s.AgeSeconds,
+		Stale: s.Stale, StaleAfterS: s.StaleAfterS, Summary: s.Summary,
+		Hosts: make([]StatusHost, 0, len(c.Hosts)), Users: statusUsers(c),
+		Warnings: append([]string{}, r.Warnings...), States: cluster.States}
+	for _, h := range c.Hosts {
+		st.Hosts = append(st.Hosts, statusHostOf(h))
+	}
+	return st
+}
+
 // status.json is written one host at a time; the bytes are encoding/json's
 // for the whole Status.
 func TestJSONStreamedIsEncodingJSON(t *testing.T) {
@@ -462,11 +485,41 @@ func TestJSONStreamedIsEncodingJSON(t *testing.T) {
 		if err := JSON(&got, rep); err != nil {
 			t.Fatal(err)
 		}
-		if err := json.NewEncoder(&want).Encode(StatusOf(rep)); err != nil {
+		if err := json.NewEncoder(&want).Encode(statusOf(rep)); err != nil {
 			t.Fatal(err)
 		}
 		if got.String() != want.String() {
 			t.Errorf("streamed status.json differs:\n%s", cmp.Diff(want.String(), got.String()))
+		}
+	}
+}
+
+// Rows whose timestamps do not parse: the page and the table say the time
+// is unknown in a sentence that reads, and show the stale warning.
+func TestUnknownDataTime(t *testing.T) {
+	rows := readRows(t, "testdata/load_data.csv")
+	for i := range rows {
+		rows[i].Timestamp = "yesterday"
+	}
+	rep := testReport(t, rows, "")
+	var page, text bytes.Buffer
+	if err := HTML(&page, rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := Text(&text, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, out, want string }{
+		{"page summary", page.String(), " · data time unknown</p>"},
+		{"page banner", page.String(), `<p id="stale" role="alert">⚠ Stale data: no reading has a timestamp that could be read, so the data&#39;s age is unknown.</p>`},
+		{"table summary", text.String(), " · data time unknown\n"},
+		{"table banner", text.String(), "\nSTALE: no reading has a timestamp that could be read, so the data's age is unknown\n"},
+	} {
+		if !strings.Contains(tt.out, tt.want) {
+			t.Errorf("%s: no %q in\n%s", tt.name, tt.want, tt.out)
+		}
+		if strings.Contains(tt.out, "unknown age") || strings.Contains(tt.out, "unknown old") {
+			t.Errorf("%s says %q", tt.name, "unknown age old")
 		}
 	}
 }

@@ -121,20 +121,6 @@ type StatusUser struct {
 	Hosts     []string `json:"hosts"`
 }
 
-// StatusOf builds status.json's content.
-func StatusOf(r *Report) *Status {
-	c := r.Cluster
-	s := statusHead(r)
-	st := &Status{Version: s.Version, Generated: s.Generated, DataTime: s.DataTime, AgeSeconds: s.AgeSeconds,
-		Stale: s.Stale, StaleAfterS: s.StaleAfterS, Summary: s.Summary,
-		Hosts: make([]StatusHost, 0, len(c.Hosts)), Users: statusUsers(c),
-		Warnings: append([]string{}, r.Warnings...), States: cluster.States}
-	for _, h := range c.Hosts {
-		st.Hosts = append(st.Hosts, statusHostOf(h))
-	}
-	return st
-}
-
 // statusPrefix is Status up to its hosts, in the same order.
 type statusPrefix struct {
 	Version     int           `json:"version"`
@@ -206,7 +192,8 @@ func statusHostOf(h *cluster.Host) StatusHost {
 }
 
 // JSON writes status.json, one host at a time: the whole of it is never in
-// memory. The bytes are what encoding/json would write for StatusOf(r).
+// memory. The bytes are what encoding/json would write for the whole
+// Status (a test checks that).
 func JSON(w io.Writer, r *Report) error {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {

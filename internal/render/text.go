@@ -24,28 +24,7 @@ const colorReset = "\x1b[0m"
 func Text(w io.Writer, r *Report, color bool) error {
 	c := r.Cluster
 	b := bufio.NewWriter(w)
-	fmt.Fprintf(b, "%d free of %d GPUs", c.Count[cluster.Free], c.GPUs)
-	models, more := modelsView(c.Models)
-	for _, m := range models {
-		fmt.Fprintf(b, " · %s: %d free of %d", oneLine(m.Name), m.Free, m.Total)
-	}
-	if more != nil {
-		fmt.Fprintf(b, " · +%d more: %d free of %d", more.N, more.Free, more.Total)
-	}
-	if c.Down > 0 {
-		fmt.Fprintf(b, " · %d host%s down", c.Down, plural(c.Down))
-	}
-	fmt.Fprintf(b, " · data %s old\n", ageText(r.Age()))
-	if r.Stale() {
-		line := fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(r.Age()), durText(r.Config.StaleAfter))
-		if color {
-			line = "\x1b[1;31m" + line + colorReset
-		}
-		fmt.Fprintln(b, line)
-	}
-	for _, wmsg := range r.Warnings {
-		fmt.Fprintln(b, "warning: "+wmsg)
-	}
+	writeTextSummary(b, r, color)
 
 	rows := [][]string{{"HOST", "GPU", "NAME", "STATE", "MEMORY", "UTIL", "PROCESSES"}}
 	states := []string{""}
@@ -127,4 +106,40 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// writeTextSummary writes the lines above the table: the counts, the data's
+// age, the stale warning and the page's warnings.
+func writeTextSummary(b *bufio.Writer, r *Report, color bool) {
+	c := r.Cluster
+	fmt.Fprintf(b, "%d free of %d GPUs", c.Count[cluster.Free], c.GPUs)
+	models, more := modelsView(c.Models)
+	for _, m := range models {
+		fmt.Fprintf(b, " · %s: %d free of %d", oneLine(m.Name), m.Free, m.Total)
+	}
+	if more != nil {
+		fmt.Fprintf(b, " · +%d more: %d free of %d", more.N, more.Free, more.Total)
+	}
+	if c.Down > 0 {
+		fmt.Fprintf(b, " · %d host%s down", c.Down, plural(c.Down))
+	}
+	age := r.Age()
+	if age >= 0 {
+		fmt.Fprintf(b, " · data %s old\n", ageText(age))
+	} else {
+		fmt.Fprintln(b, " · data time unknown")
+	}
+	if r.Stale() {
+		line := "STALE: " + noTimeText
+		if age >= 0 {
+			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
+		}
+		if color {
+			line = "\x1b[1;31m" + line + colorReset
+		}
+		fmt.Fprintln(b, line)
+	}
+	for _, wmsg := range r.Warnings {
+		fmt.Fprintln(b, "warning: "+wmsg)
+	}
 }

@@ -12,6 +12,10 @@
 // seconds or a T, RFC 3339, or just "YYYY-MM-DD" for the end of that day); an
 // entry without a date lasts until it is removed. "user" is read as "name".
 // Other keys are ignored. An empty list, an empty object or null is fine.
+//
+// The file is read only up to 16 MiB, and at most 20 of its problems are
+// reported, then how many more there are: a broken or hostile file costs
+// bounded memory and time, and a screenful of messages.
 package reservations
 
 import (
@@ -24,7 +28,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+)
+
+const (
+	// maxFileBytes bounds the file: a lab's reservations are kilobytes.
+	maxFileBytes = 16 << 20
+	// maxProblems is how many problems are reported one by one.
+	maxProblems = 20
 )
 
 // A Reservation holds GPUs of one host for someone until a time.
@@ -69,27 +81,77 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
 }
 
-// ReadFile reads and parses path; see Parse. Problems carry the path.
+// A moreProblems stands for the problems past the first maxProblems.
+type moreProblems struct {
+	file string
+	n    int
+}
+
+func (e *moreProblems) Error() string {
+	s := fmt.Sprintf("and %d more problem", e.n)
+	if e.n != 1 {
+		s += "s"
+	}
+	if e.file != "" {
+		s += " in " + e.file
+	}
+	return s
+}
+
+// ReadFile reads and parses path; see parse. Problems carry the path. A
+// file over 16 MiB is one *Error (Whole) at the place it passes the limit.
 func ReadFile(path string, loc *time.Location) ([]Reservation, []error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
 	if err != nil {
 		return nil, []error{err}
 	}
-	list, errs := Parse(data, loc)
+	var list []Reservation
+	var errs []error
+	if len(data) > maxFileBytes {
+		p := &parser{data: data}
+		e := p.errAt(maxFileBytes, "the file goes on past %d MiB: no reservation was read from it", maxFileBytes>>20)
+		e.Whole = true
+		errs = []error{e}
+	} else {
+		list, errs = parse(data, loc)
+	}
 	for _, e := range errs {
 		var pe *Error
-		if errors.As(e, &pe) {
+		var more *moreProblems
+		switch {
+		case errors.As(e, &pe):
 			pe.File = path
+		case errors.As(e, &more):
+			more.file = path
 		}
 	}
 	return list, errs
 }
 
-// Parse reads the file's contents. A syntax error gives no reservations and
+// readBounded reads path, up to one byte past maxFileBytes. A fifo or a
+// device in the file's place is refused, not waited on.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+}
+
+// parse reads the file's contents. A syntax error gives no reservations and
 // one error; a bad entry (a date that does not parse, a GPU that is not a
 // number) is left out with an error, and the others are kept. Every error is
-// an *Error with the line and column.
-func Parse(data []byte, loc *time.Location) ([]Reservation, []error) {
+// an *Error with the line and column, but for a last one that counts the
+// problems past the first maxProblems.
+func parse(data []byte, loc *time.Location) ([]Reservation, []error) {
 	if loc == nil {
 		loc = time.Local
 	}
@@ -98,9 +160,9 @@ func Parse(data []byte, loc *time.Location) ([]Reservation, []error) {
 		return nil, nil // an empty file reserves nothing
 	}
 	// A syntax error first, from a full scan: its offset is exact (the
-	// streaming decoder's offsets are not).
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
+	// streaming decoder's offsets are not). Into a RawMessage: the scan
+	// builds nothing from the values.
+	if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			e := p.errAt(int(se.Offset)-1, "%s", se.Error())
@@ -122,6 +184,9 @@ func Parse(data []byte, loc *time.Location) ([]Reservation, []error) {
 		return nil, []error{err}
 	}
 	sort.SliceStable(p.out, func(i, j int) bool { return p.out[i].Host < p.out[j].Host })
+	if p.more > 0 {
+		p.errs = append(p.errs, &moreProblems{n: p.more})
+	}
 	return p.out, p.errs
 }
 
@@ -129,14 +194,39 @@ type parser struct {
 	data []byte
 	loc  *time.Location
 	out  []Reservation
-	errs []error
+	errs []error // the first maxProblems problems
+	more int     // how many came after those
+
+	lineStarts []int // each line's offset; made for the first error
+}
+
+// problem notes a bad entry at byte offset off, unless maxProblems are
+// noted already.
+func (p *parser) problem(off int, format string, args ...any) {
+	if len(p.errs) >= maxProblems {
+		p.more++
+		return
+	}
+	p.errs = append(p.errs, p.errAt(off, format, args...))
 }
 
 // errAt builds an error for byte offset off of the file.
 func (p *parser) errAt(off int, format string, args ...any) *Error {
 	off = max(0, min(off, len(p.data)))
-	line := 1 + bytes.Count(p.data[:off], []byte("\n"))
-	col := off - bytes.LastIndexByte(p.data[:off], '\n')
+	if p.lineStarts == nil {
+		p.lineStarts = []int{0}
+		for i := 0; ; {
+			j := bytes.IndexByte(p.data[i:], '\n')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+			p.lineStarts = append(p.lineStarts, i)
+		}
+	}
+	// the last line that starts at or before off
+	line := sort.SearchInts(p.lineStarts, off+1)
+	col := off - p.lineStarts[line-1] + 1
 	return &Error{Line: line, Col: col, Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -244,7 +334,7 @@ func (p *parser) host(host string, val []byte, at int) error {
 			if k != "all" && k != "*" && k != "" {
 				n, err := strconv.Atoi(strings.TrimPrefix(k, "gpu"))
 				if err != nil || n < 0 {
-					p.errs = append(p.errs, p.errAt(vat, "%s: %q is not a GPU index", host, key))
+					p.problem(vat, "%s: %q is not a GPU index", host, key)
 					return nil
 				}
 				gpus = []int{n}
@@ -256,7 +346,7 @@ func (p *parser) host(host string, val []byte, at int) error {
 			return nil
 		})
 	}
-	p.errs = append(p.errs, p.errAt(at, "%s: want a list of reservations or an object keyed by GPU index", host))
+	p.problem(at, "%s: want a list of reservations or an object keyed by GPU index", host)
 	return nil
 }
 
@@ -268,7 +358,7 @@ func (p *parser) entry(host string, gpus []int, own bool, val []byte, at int) {
 	}
 	var e map[string]json.RawMessage
 	if kind(val) != '{' || json.Unmarshal(val, &e) != nil {
-		p.errs = append(p.errs, p.errAt(at, "%s: a reservation must be an object like {\"name\": ..., \"date\": ...}", host))
+		p.problem(at, "%s: a reservation must be an object like {\"name\": ..., \"date\": ...}", host)
 		return
 	}
 	r := Reservation{Host: host, GPUs: gpus}
@@ -282,7 +372,7 @@ func (p *parser) entry(host string, gpus []int, own bool, val []byte, at int) {
 			if raw, ok := e[k]; ok && kind(raw) != 'n' {
 				list, err := indexes(raw)
 				if err != nil {
-					p.errs = append(p.errs, p.errAt(at, "%s: %s: %v", host, k, err))
+					p.problem(at, "%s: %s: %v", host, k, err)
 					return
 				}
 				r.GPUs = list
@@ -293,7 +383,7 @@ func (p *parser) entry(host string, gpus []int, own bool, val []byte, at int) {
 	if d := text(e["date"]); d != "" {
 		t, err := parseDate(d, p.loc)
 		if err != nil {
-			p.errs = append(p.errs, p.errAt(at, "%s: date %q is not YYYY-MM-DD HH:MM", host, d))
+			p.problem(at, "%s: date %q is not YYYY-MM-DD HH:MM", host, d)
 			return
 		}
 		r.Until = t

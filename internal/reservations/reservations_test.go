@@ -2,9 +2,11 @@ package reservations
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +45,7 @@ func TestParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, errs := Parse([]byte(tt.src), time.UTC)
+			got, errs := parse([]byte(tt.src), time.UTC)
 			if len(errs) > 0 {
 				t.Fatal(errs)
 			}
@@ -95,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, errs := Parse([]byte(tt.src), time.UTC)
+			got, errs := parse([]byte(tt.src), time.UTC)
 			if len(errs) != len(tt.want) {
 				t.Fatalf("errors %v, want %d", errs, len(tt.want))
 			}
@@ -125,5 +127,106 @@ func TestReadFile(t *testing.T) {
 	_, errs = ReadFile(p+".missing", time.UTC)
 	if len(errs) != 1 || !errors.Is(errs[0], os.ErrNotExist) {
 		t.Errorf("missing file: %v", errs)
+	}
+}
+
+// badDates is a file of n reservations, one a line, each with a date that
+// does not parse.
+func badDates(n int) []byte {
+	var b strings.Builder
+	b.WriteString("{\"gpu01\": [\n")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",\n")
+		}
+		fmt.Fprintf(&b, "  {\"name\": \"user%d\", \"date\": \"someday %d\"}", i, i)
+	}
+	b.WriteString("\n]}\n")
+	return []byte(b.String())
+}
+
+// Many problems: the first maxProblems, each at its own line, then one
+// that counts the others.
+func TestParseReportsAtMostSomeProblems(t *testing.T) {
+	_, errs := parse(badDates(50), time.UTC)
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	var want []string
+	for i := range maxProblems {
+		want = append(want, fmt.Sprintf(`line %d, column 3: gpu01: date "someday %d" is not YYYY-MM-DD HH:MM`, i+2, i))
+	}
+	want = append(want, "and 30 more problems")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	_, errs = parse(badDates(maxProblems+1), time.UTC)
+	if got := errs[len(errs)-1].Error(); got != "and 1 more problem" {
+		t.Errorf("last error %q", got)
+	}
+	if _, errs = parse(badDates(maxProblems), time.UTC); len(errs) != maxProblems {
+		t.Errorf("%d problems: %d errors, want each alone", maxProblems, len(errs))
+	}
+}
+
+func TestReadFileNamesTheFileInTheCount(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "reservations.json")
+	os.WriteFile(p, badDates(25), 0o644)
+	_, errs := ReadFile(p, time.UTC)
+	if len(errs) != maxProblems+1 || !strings.HasPrefix(errs[0].Error(), p+":2:3: gpu01: date") {
+		t.Fatalf("got %d errors, the first %v", len(errs), errs[0])
+	}
+	if got, want := errs[maxProblems].Error(), "and 5 more problems in "+p; got != want {
+		t.Errorf("last error %q, want %q", got, want)
+	}
+}
+
+// A file over 16 MiB is refused as a whole, at the place it passes the
+// limit, though it is valid JSON.
+func TestReadFileBoundsTheSize(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "reservations.json")
+	big := "{\"gpu01\": [{\"name\": \"alice\", \"comment\": \"" + strings.Repeat("x", maxFileBytes) + "\"}]}\n"
+	os.WriteFile(p, []byte("\n"+big), 0o644)
+	list, errs := ReadFile(p, time.UTC)
+	if len(list) != 0 || len(errs) != 1 {
+		t.Fatalf("%d reservations, errors %v", len(list), errs)
+	}
+	want := p + ":2:16777216: the file goes on past 16 MiB: no reservation was read from it"
+	var pe *Error
+	if errs[0].Error() != want || !errors.As(errs[0], &pe) || !pe.Whole {
+		t.Errorf("error %#v\nwant %q, Whole", errs[0], want)
+	}
+}
+
+// A fifo in the file's place is refused at once, not waited on.
+func TestReadFileRefusesAFifo(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "reservations.json")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []error)
+	go func() {
+		_, errs := ReadFile(p, time.UTC)
+		done <- errs
+	}()
+	select {
+	case errs := <-done:
+		if len(errs) != 1 || errs[0].Error() != p+" is not a regular file" {
+			t.Errorf("got %v", errs)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("ReadFile waits on a fifo")
+	}
+}
+
+// BenchmarkParseBadDates: 50,000 reservations whose dates do not parse.
+func BenchmarkParseBadDates(b *testing.B) {
+	data := badDates(50000)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, errs := parse(data, time.UTC); len(errs) != maxProblems+1 {
+			b.Fatalf("%d errors", len(errs))
+		}
 	}
 }
