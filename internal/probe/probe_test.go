@@ -20,7 +20,7 @@ func TestScriptInRealShell(t *testing.T) {
 	fake := `#!/bin/sh
 case "$1" in
 --query-gpu=*) echo "index, uuid"; echo "0, GPU-a" ;;
---query-compute-apps=*) echo "pid, gpu_uuid, process_name, used_gpu_memory [MiB]"; echo "PID, GPU-a, sh, 10" ;;
+--query-compute-apps=*) echo "pid, gpu_uuid, used_gpu_memory [MiB]"; echo "PID, GPU-a, 10" ;;
 esac
 `
 	fake = strings.Replace(fake, "PID", strconv.Itoa(os.Getpid()), 1)
