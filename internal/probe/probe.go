@@ -1,6 +1,12 @@
 // Package probe is the one round trip fetch makes to a GPU host: a POSIX sh
 // script that runs nvidia-smi (twice), ps for the GPU processes only, and reads
 // the host's CPU count, load and memory, and the framing of its output.
+// ParseOutput splits the answer into sections; ParsePS and ParseHost read
+// the sections the script makes itself (nvsmi reads nvidia-smi's).
+//
+// Text a user chooses reaches the output in one place only: the commands
+// that ps prints, one process a line, control characters replaced, last on
+// the line. nvidia-smi is asked for nothing a user names (see AppFields).
 //
 // The script travels on the session's standard input to `sh -s`, so it works
 // whatever the account's login shell is (bash, zsh, fish, tcsh) and needs no

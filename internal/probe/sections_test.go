@@ -259,3 +259,24 @@ func waitForComm(t *testing.T, pid int, prefix string) {
 	}
 	t.Fatalf("pid %d did not rename itself", pid)
 }
+
+// Whatever a host prints as its ps section, ParsePS never panics, every
+// process has a pid of its own line, and no string it returns holds a
+// control character.
+func FuzzParsePS(f *testing.F) {
+	f.Add([]byte(" 4242 alice 7260 python train.py\n  901 gpumon 0 sh -s\n"), 0)
+	f.Add([]byte(" 1 a 1 x\n 1 b 2 y\n\x00 2 c 3 \x1b[2J\n"), 1)
+	f.Fuzz(func(t *testing.T, body []byte, exitCode int) {
+		rep, _ := ParsePS(Section{Body: body, ExitCode: exitCode})
+		for pid, p := range rep.Processes {
+			if pid != p.PID || pid <= 0 || p.ElapsedS < 0 {
+				t.Errorf("process %d: %+v", pid, p)
+			}
+			for _, s := range []string{p.User, p.Command} {
+				if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+					t.Errorf("control character in %q", s)
+				}
+			}
+		}
+	})
+}
