@@ -402,6 +402,13 @@ func FuzzBuild(f *testing.F) {
 		if len(r.Rows) == 0 {
 			t.Fatal("no rows")
 		}
+		for _, row := range r.Rows {
+			for _, s := range []string{row.User, row.Command, row.HostError} {
+				if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+					t.Errorf("control character in %q", s)
+				}
+			}
+		}
 		if r.Status == hoststatus.OK {
 			return
 		}

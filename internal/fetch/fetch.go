@@ -126,10 +126,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	w.skipped("nvidia-smi --query-gpu", gpus.Skipped)
 	w.duplicateIndexes(gpus.GPUs)
 	procs := readApps(po, &w)
-	hi := probe.ParseHost(po.Sections[probe.SectionHost].Body)
-	base := loaddata.Row{Timestamp: ts, Host: host, HostStatus: hoststatus.OK,
-		CPUs: intOrMissing(hi.CPUs), Load1: numOrMissing(hi.Load1),
-		HostMemUsedMiB: mibOrMissing(hi.MemUsedKiB()), HostMemTotalMiB: mibOrMissing(hi.MemTotalKiB)}
+	base := hostRow(ts, host, probe.ParseHost(po.Sections[probe.SectionHost].Body))
 	d := processDetails{ps: readPS(po, len(procs) > 0, &w), jobPIDs: readIdlemon(po, &w)}
 	rows := gpuRows(base, gpus, procs, d)
 	if len(rows) == 0 {
@@ -140,6 +137,13 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 		rows[i].HostError = msg
 	}
 	return Result{Host: host, Status: hoststatus.OK, Error: msg, Rows: rows}
+}
+
+// hostRow is the cells every row of an ok host shares.
+func hostRow(ts, host string, hi probe.HostInfo) loaddata.Row {
+	return loaddata.Row{Timestamp: ts, Host: host, HostStatus: hoststatus.OK,
+		CPUs: intOrMissing(hi.CPUs), Load1: numOrMissing(hi.Load1),
+		HostMemUsedMiB: mibOrMissing(hi.MemUsedKiB()), HostMemTotalMiB: mibOrMissing(hi.MemTotalKiB)}
 }
 
 // failed is a host without usable GPU data: one row that says why.
@@ -414,10 +418,12 @@ func orText(err error, s string) string {
 	return s
 }
 
+// firstLine is the first line of what a host printed, made printable and
+// cut to a length that fits a status column.
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	if len(s) > 200 {
-		s = s[:200] + "…"
+		s = strings.ToValidUTF8(s[:200], "") + "…"
 	}
-	return s
+	return probe.Printable(s)
 }

@@ -97,6 +97,19 @@ func TestScriptStateFileIsAFifo(t *testing.T) {
 	}
 }
 
+// nvidia-smi prints process_name unquoted: asking for it again would let a
+// process name split its row and forge others.
+func TestAppFieldsHoldNoName(t *testing.T) {
+	for _, f := range AppFields {
+		if f == "process_name" || f == "name" {
+			t.Errorf("AppFields asks nvidia-smi for %q", f)
+		}
+	}
+	if AppFields[0] != "pid" {
+		t.Errorf("AppFields start with %q; the script reads the pid from the first", AppFields[0])
+	}
+}
+
 func TestParseScriptRoundTrip(t *testing.T) {
 	req := NewRequest(7)
 	req.StateFile = "/run/idlemon/state.json"

@@ -91,7 +91,7 @@ func parsePSLine(line string) (PSProcess, error) {
 	}
 	pid, err := strconv.Atoi(f[0])
 	if !digits(f[0]) || err != nil || pid <= 0 {
-		return PSProcess{}, fmt.Errorf("%q is not a pid", clip(printable(f[0]), 40))
+		return PSProcess{}, fmt.Errorf("%q is not a pid", clip(Printable(f[0]), 40))
 	}
 	if f[1] == "" {
 		return PSProcess{}, errors.New("no user")
@@ -100,13 +100,13 @@ func parsePSLine(line string) (PSProcess, error) {
 	// time is then not a number, and the line is not guessed at.
 	elapsed, err := strconv.ParseInt(f[2], 10, 64)
 	if !digits(f[2]) || err != nil {
-		return PSProcess{}, fmt.Errorf("elapsed time %q is not a number of seconds", clip(printable(f[2]), 40))
+		return PSProcess{}, fmt.Errorf("elapsed time %q is not a number of seconds", clip(Printable(f[2]), 40))
 	}
 	return PSProcess{
 		PID:      pid,
-		User:     printable(f[1]),
+		User:     Printable(f[1]),
 		ElapsedS: elapsed,
-		Command:  printable(strings.TrimSpace(rest)),
+		Command:  Printable(strings.TrimSpace(rest)),
 	}, nil
 }
 
@@ -194,15 +194,15 @@ func lines(body []byte) []string {
 func withFirstLine(msg string, out []byte) error {
 	for _, l := range lines(out) {
 		if l = strings.TrimSpace(l); l != "" {
-			return errors.New(msg + ": " + clip(printable(l), 200))
+			return errors.New(msg + ": " + clip(Printable(l), 200))
 		}
 	}
 	return errors.New(msg)
 }
 
-// printable replaces what is not a printable character (and invalid UTF-8)
-// with '?': these strings end up in terminals, files and pages.
-func printable(s string) string {
+// Printable replaces what is not a printable character (and invalid UTF-8)
+// with '?': text from a host ends up in terminals, files and pages.
+func Printable(s string) string {
 	ok := true
 	for _, r := range s {
 		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
