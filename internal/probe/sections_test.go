@@ -200,6 +200,10 @@ func TestScriptHostileProcessNames(t *testing.T) {
 		pids = append(pids, cmd.Process.Pid)
 	}
 	waitForComm(t, pids[1], "python")
+	// A zombie has no command line: ps prints its comm, which the process
+	// set itself before it exited, in brackets.
+	zombie := startZombie(t, "py\nGPU-a, 99999")
+	pids = append(pids, zombie)
 
 	bin := t.TempDir()
 	var apps strings.Builder
@@ -227,21 +231,57 @@ func TestScriptHostileProcessNames(t *testing.T) {
 	if err != nil || len(rep.Skipped) > 0 {
 		t.Fatalf("ParsePS: %v, skipped %+v\n%s", err, rep.Skipped, o.Sections[SectionPS].Body)
 	}
-	// the two processes and the script's own shell
-	if len(rep.Processes) != 3 {
+	// the three processes and the script's own shell
+	if len(rep.Processes) != 4 {
 		t.Errorf("%d processes, want 3:\n%s", len(rep.Processes), o.Sections[SectionPS].Body)
 	}
 	if _, forged := rep.Processes[99999]; forged {
 		t.Error("pid 99999 forged")
 	}
+	if got, want := rep.Processes[zombie].Command, "[py.GPU-a, 99999] <defunct>"; got != want && got != "[py?GPU-a, 99999] <defunct>" {
+		t.Errorf("zombie: command %q, want %q", got, want)
+	}
 	for _, pid := range pids {
 		p := rep.Processes[pid]
-		if !strings.HasPrefix(p.Command, "python") || !strings.Contains(p.Command, "forged") {
+		if pid != zombie && (!strings.HasPrefix(p.Command, "python") || !strings.Contains(p.Command, "forged")) {
 			t.Errorf("pid %d: command %q", pid, p.Command)
 		}
 		if strings.ContainsFunc(p.Command, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 			t.Errorf("pid %d: control character in %q", pid, p.Command)
 		}
+	}
+}
+
+// startZombie starts a perl whose child names itself comm, exits and is
+// never reaped, and returns the child's pid.
+func startZombie(t *testing.T, comm string) int {
+	t.Helper()
+	const script = `my $pid = fork();
+if ($pid == 0) { open(my $f, ">", "/proc/self/comm") or die; print $f $ARGV[0]; close $f; exit 0 }
+$| = 1; print "$pid\n"; sleep 600;`
+	cmd := exec.Command("/usr/bin/perl", "-e", script, comm)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var pid int
+	if _, err := fmt.Fscan(stdout, &pid); err != nil {
+		t.Fatalf("perl did not say its child's pid: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i:]), ") Z") {
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not become a zombie: %q", pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
