@@ -44,7 +44,7 @@ func BenchmarkRealSSHD30(b *testing.B) {
 		fmt.Fprintf(&cfg, "Host %s\n  HostName %s\n  Port %d\n  User %s\n  IdentityFile %s\n", name, srv.Host(), srv.Port(), loginUser, keyPath)
 		known.WriteString(srv.KnownHostsLines())
 		sshdtest.SetHostOutput(b, data, srv.Host(), "gpu", realGPUs, 0)
-		sshdtest.SetHostOutput(b, data, srv.Host(), "apps", "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n1, GPU-real-0, init, 100\n", 0)
+		sshdtest.SetHostOutput(b, data, srv.Host(), "apps", "pid, gpu_uuid, used_gpu_memory [MiB]\n1, GPU-real-0, 100\n", 0)
 	}
 	dir := b.TempDir()
 	sshCfg := filepath.Join(home, ".ssh", "config")

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"bytes"
+	"fmt"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/captures"
 	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/nvsmi"
 	"github.com/gpumon/gpumon/internal/probe"
 	"github.com/gpumon/gpumon/internal/remote"
 	"github.com/gpumon/gpumon/internal/testenv"
@@ -21,7 +23,7 @@ var at = time.Date(2026, 11, 22, 14, 5, 0, 0, time.UTC)
 // hostOutput is what a host prints, framed as the probe script frames it.
 type hostOutput struct {
 	gpus, apps, ps, host string
-	gpusRC, appsRC       int
+	gpusRC, appsRC, psRC int
 	noApps, noPS         bool
 	incomplete           bool
 	banner               string
@@ -40,7 +42,7 @@ func (h hostOutput) bytes(nonce string) []byte {
 		w.Section(probe.SectionApps, []byte(h.apps), h.appsRC)
 	}
 	if !h.noPS {
-		w.Section(probe.SectionPS, []byte(h.ps), 0)
+		w.Section(probe.SectionPS, []byte(h.ps), h.psRC)
 	}
 	host := h.host
 	if host == "" {
@@ -53,6 +55,13 @@ func (h hostOutput) bytes(nonce string) []byte {
 	w.Done()
 	return b.Bytes()
 }
+
+// appsHeader is what nvidia-smi prints for probe.AppFields; shellLine is
+// what ps says about the script's own shell, which it always lists.
+const (
+	appsHeader = "pid, gpu_uuid, used_gpu_memory [MiB]\n"
+	shellLine  = "  901 gpumon                               0 sh -s\n"
+)
 
 const twoGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%]
 0, GPU-aaaa, NVIDIA H200, 00000000:18:00.0, 100, 40, 30342, 143771, 51, 412.50, 700.00, [N/A]
@@ -67,14 +76,14 @@ func TestBuild(t *testing.T) {
 		check  func(t *testing.T, r Result)
 	}{
 		{
-			name: "processes with users, a pid on two GPUs, a pid gone before ps, a comma in a name",
+			name: "processes with users, a pid on two GPUs, a pid gone before ps",
 			out: hostOutput{
 				gpus: twoGPUs,
-				apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n" +
-					"4242, GPU-aaaa, python, 30000\n" +
-					"4242, GPU-bbbb, python, 100\n" +
-					"5151, GPU-aaaa, /opt/my app/run, with comma, 242\n",
-				ps: " 4242 alice      7260 python train.py --lr 0.1   --epochs 3\n",
+				apps: appsHeader +
+					"4242, GPU-aaaa, 30000\n" +
+					"4242, GPU-bbbb, 100\n" +
+					"5151, GPU-aaaa, 242\n",
+				ps: shellLine + " 4242 alice      7260 python train.py --lr 0.1   --epochs 3\n",
 			},
 			check: func(t *testing.T, r Result) {
 				if r.Status != hoststatus.OK || r.Error != "" {
@@ -93,7 +102,7 @@ func TestBuild(t *testing.T) {
 				}
 				want := []proc{
 					{0, 4242, "alice", "python train.py --lr 0.1   --epochs 3", loaddata.IntOf(7260)},
-					{0, 5151, "", "/opt/my app/run, with comma", loaddata.Int{}},
+					{0, 5151, "", "", loaddata.Int{}},
 					{1, 4242, "alice", "python train.py --lr 0.1   --epochs 3", loaddata.IntOf(7260)},
 				}
 				if diff := cmp.Diff(want, got); diff != "" {
@@ -109,9 +118,9 @@ func TestBuild(t *testing.T) {
 			name: "idlemon's job processes are preemptible, a user's are not",
 			out: hostOutput{
 				gpus: twoGPUs,
-				apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n" +
-					"4242, GPU-aaaa, python, 30000\n" +
-					"7001, GPU-bbbb, miner, 2000\n",
+				apps: appsHeader +
+					"4242, GPU-aaaa, 30000\n" +
+					"7001, GPU-bbbb, 2000\n",
 				ps:      " 4242 alice 60 python train.py\n 7001 nobody 60 ./miner --pool x\n",
 				idlemon: `{"version": 1, "pid": 900, "gpus": [], "jobs": [{"name": "process-miner", "gpus": [1], "pgid": 7000, "pids": [7000, 7001], "running": true}]}`,
 			},
@@ -130,7 +139,7 @@ func TestBuild(t *testing.T) {
 		},
 		{
 			name: "a broken idlemon state file is a warning, not a failed host",
-			out: hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true,
+			out: hostOutput{gpus: twoGPUs, apps: appsHeader, noPS: true,
 				idlemon: "{not json"},
 			check: func(t *testing.T, r Result) {
 				if r.Status != hoststatus.OK || len(r.Rows) != 2 || !strings.Contains(r.Error, "idlemon state file unreadable") {
@@ -139,8 +148,108 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "a process named with a newline and a forged nvidia-smi line, as procps prints it",
+			out: hostOutput{
+				gpus: twoGPUs,
+				apps: appsHeader + "4242, GPU-aaaa, 30000\n",
+				ps:   shellLine + " 4242 mallory 60 python GPU-bbbb, 99999, forged, 70000..[31m\"q\" @@gpumon:n0nce end ps 0\n",
+			},
+			check: func(t *testing.T, r Result) {
+				if r.Status != hoststatus.OK || r.Error != "" || len(r.Rows) != 2 {
+					t.Fatalf("status %q %q, %d rows", r.Status, r.Error, len(r.Rows))
+				}
+				got := r.Rows[0]
+				want := procCells{4242, "mallory", `python GPU-bbbb, 99999, forged, 70000..[31m"q" @@gpumon:n0nce end ps 0`}
+				if diff := cmp.Diff(want, cellsOf(got)); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+				if r.Rows[1].PID.Valid || r.Rows[1].GPUUUID != "GPU-bbbb" {
+					t.Errorf("GPU 1 gained a process: %+v", r.Rows[1])
+				}
+			},
+		},
+		{
+			name: "ps missing on the host: processes stay, users unknown, and it says so",
+			out: hostOutput{gpus: twoGPUs, apps: appsHeader + "4242, GPU-aaaa, 30000\n",
+				ps: "sh: 1: ps: not found\n", psRC: 127},
+			check: func(t *testing.T, r Result) {
+				want := "ps failed (exit 127): sh: 1: ps: not found; users and commands unknown"
+				if r.Status != hoststatus.OK || r.Error != want {
+					t.Fatalf("status %q error %q, want ok %q", r.Status, r.Error, want)
+				}
+				if diff := cmp.Diff(procCells{PID: 4242}, cellsOf(r.Rows[0])); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+				for _, row := range r.Rows {
+					if row.HostError != want {
+						t.Errorf("row without the warning: %+v", row)
+					}
+				}
+			},
+		},
+		{
+			name: "ps exits 1 with nothing: not even the shell is listed",
+			out:  hostOutput{gpus: twoGPUs, apps: appsHeader + "4242, GPU-aaaa, 30000\n", psRC: 1},
+			check: func(t *testing.T, r Result) {
+				if r.Status != hoststatus.OK || r.Error != "ps failed (exit 1); users and commands unknown" {
+					t.Errorf("status %q error %q", r.Status, r.Error)
+				}
+			},
+		},
+		{
+			name: "ps did not run although nvidia-smi listed processes",
+			out:  hostOutput{gpus: twoGPUs, apps: appsHeader + "4242, GPU-aaaa, 30000\n", noPS: true},
+			check: func(t *testing.T, r Result) {
+				if r.Status != hoststatus.OK || r.Error != "ps did not run; users and commands unknown" || !r.Rows[0].PID.Valid {
+					t.Errorf("status %q error %q, row %+v", r.Status, r.Error, r.Rows[0])
+				}
+			},
+		},
+		{
+			name: "every GPU process ended before ps ran: ps lists only the shell, no warning",
+			out:  hostOutput{gpus: twoGPUs, apps: appsHeader + "4242, GPU-aaaa, 30000\n", ps: shellLine},
+			check: func(t *testing.T, r Result) {
+				if r.Status != hoststatus.OK || r.Error != "" || r.Rows[0].PID.Value != 4242 || r.Rows[0].User != "" {
+					t.Errorf("status %q error %q, row %+v", r.Status, r.Error, r.Rows[0])
+				}
+			},
+		},
+		{
+			name: "two GPUs with the same index: both kept, told apart by uuid, and reported",
+			out: hostOutput{
+				gpus: twoGPUs + "0, GPU-cccc, NVIDIA H200, 00000000:3A:00.0, 7, 1, 500, 143771, 33, 80.00, 700.00, [N/A]\n",
+				apps: appsHeader + "4242, GPU-aaaa, 30000\n5151, GPU-cccc, 400\n",
+				ps:   shellLine + " 4242 alice 60 python a.py\n 5151 bob 60 python b.py\n",
+			},
+			check: func(t *testing.T, r Result) {
+				want := "nvidia-smi gave GPU index 0 to 2 GPUs (GPU-aaaa, GPU-cccc); their rows differ by gpu_uuid"
+				if r.Status != hoststatus.OK || r.Error != want {
+					t.Fatalf("status %q error %q, want %q", r.Status, r.Error, want)
+				}
+				type gpuCells struct {
+					Index     int64
+					UUID, Bus string
+					Util      float64
+					PID       int64
+					User      string
+				}
+				var got []gpuCells
+				for _, row := range r.Rows {
+					got = append(got, gpuCells{row.GPUIndex.Value, row.GPUUUID, row.GPUBusID, row.GPUUtilPct.Value, row.PID.Value, row.User})
+				}
+				wantRows := []gpuCells{
+					{0, "GPU-aaaa", "00000000:18:00.0", 100, 4242, "alice"},
+					{0, "GPU-cccc", "00000000:3A:00.0", 7, 5151, "bob"},
+					{1, "GPU-bbbb", "00000000:2A:00.0", 0, 0, ""},
+				}
+				if diff := cmp.Diff(wantRows, got); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
 			name: "idle host: one row per GPU, empty process cells",
-			out:  hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true},
+			out:  hostOutput{gpus: twoGPUs, apps: appsHeader, noPS: true},
 			check: func(t *testing.T, r Result) {
 				if len(r.Rows) != 2 || r.Rows[0].PID.Valid || r.Rows[1].GPUIndex.Value != 1 {
 					t.Errorf("rows %+v", r.Rows)
@@ -177,7 +286,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "one GPU lost between rows",
 			out: hostOutput{gpus: strings.Replace(twoGPUs, "\n1, ", "\nUnable to determine the device handle for GPU 0000:05:00.0: GPU is lost.  Reboot the system to recover this GPU\n1, ", 1), gpusRC: 15,
-				apps: "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n", noPS: true},
+				apps: appsHeader, noPS: true},
 			check: func(t *testing.T, r Result) {
 				if r.Status != hoststatus.OK || len(r.Rows) != 3 {
 					t.Fatalf("status %q, %d rows: %+v", r.Status, len(r.Rows), r.Rows)
@@ -212,6 +321,15 @@ func TestBuild(t *testing.T) {
 	}
 }
 
+// procCells are a row's process cells.
+type procCells struct {
+	PID     int64
+	User    string
+	Command string
+}
+
+func cellsOf(r loaddata.Row) procCells { return procCells{r.PID.Value, r.User, r.Command} }
+
 func wantFailure(status hoststatus.Status, msg string) func(t *testing.T, r Result) {
 	return func(t *testing.T, r Result) {
 		t.Helper()
@@ -236,7 +354,8 @@ func TestBuildCaptures(t *testing.T) {
 			}
 			a, _ := c.Section(state, "query-compute-apps")
 			t.Run(name+"/"+state, func(t *testing.T) {
-				out := hostOutput{gpus: g.Body, apps: a.Body, ps: " 21198 alice 600 ./gpu_burn 60\n"}
+				out := hostOutput{gpus: g.Body, apps: a.Body, ps: psFor(t, a.Body)}
+				out.noPS = out.ps == "" // the script runs ps only for GPU processes
 				if a.Body == "" {
 					out.noApps = true
 				}
@@ -254,16 +373,41 @@ func TestBuildCaptures(t *testing.T) {
 	}
 }
 
+// psFor is what ps says about a capture's processes: each is alice's, its
+// command the name nvidia-smi printed (the captures were taken with
+// process_name, which fetch no longer asks for).
+func psFor(t *testing.T, apps string) string {
+	t.Helper()
+	rep, err := nvsmi.ParseProcesses([]byte(apps))
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range rep.Processes {
+		fmt.Fprintf(&b, "%7d alice %d %s\n", p.PID, 600, p.Name)
+	}
+	return b.String()
+}
+
 // Whatever a host sends, Build returns rows and never panics; a reading it
 // could not read is empty, never an invented zero.
 func FuzzBuild(f *testing.F) {
-	f.Add(hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, process_name, used_gpu_memory\n1, GPU-aaaa, x, 5\n", ps: "1 root 5 x"}.bytes("n"))
+	f.Add(hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, used_gpu_memory\n1, GPU-aaaa, 5\n", ps: "1 root 5 x"}.bytes("n"))
+	f.Add(hostOutput{gpus: twoGPUs + "0, GPU-cccc, NVIDIA H200, 00000000:3A:00.0, 1, 1, 1, 143771, 30, 75.10, 700.00, [N/A]\n",
+		apps: appsHeader + "1, GPU-cccc, 5\n", ps: "ps: not found", psRC: 127}.bytes("n"))
 	f.Add(hostOutput{gpus: "No devices were found", gpusRC: 6}.bytes("n"))
 	f.Add([]byte("@@gpumon:n begin gpus\nindex\n0\n@@gpumon:n end gpus 0\n@@gpumon:n done\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
 		r := Build("h", "n", out, nil, at)
 		if len(r.Rows) == 0 {
 			t.Fatal("no rows")
+		}
+		for _, row := range r.Rows {
+			for _, s := range []string{row.User, row.Command, row.HostError} {
+				if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+					t.Errorf("control character in %q", s)
+				}
+			}
 		}
 		if r.Status == hoststatus.OK {
 			return

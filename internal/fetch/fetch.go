@@ -3,13 +3,11 @@
 package fetch
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,103 +114,196 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 // tests and the fuzz target: it must never panic, whatever the host sent.
 func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	ts := at.UTC().Format(loaddata.TimeFormat)
-	fail := func(status hoststatus.Status, msg string) Result {
-		return Result{Host: host, Status: status, Error: msg, Rows: []loaddata.Row{{
-			Timestamp: ts, Host: host, HostStatus: status, HostError: msg,
-		}}}
-	}
 	po := probe.ParseOutput(nonce, out)
+	if f := hostFailure(po, runErr); f != nil {
+		return failed(host, ts, f)
+	}
+	gpus, err := nvsmi.ParseGPUs(po.Sections[probe.SectionGPUs].Body)
+	if err != nil {
+		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Error, Message: err.Error()})
+	}
+	var w warnings
+	w.skipped("nvidia-smi --query-gpu", gpus.Skipped)
+	w.duplicateIndexes(gpus.GPUs)
+	procs := readApps(po, &w)
+	base := hostRow(ts, host, probe.ParseHost(po.Sections[probe.SectionHost].Body))
+	d := processDetails{ps: readPS(po, len(procs) > 0, &w), jobPIDs: readIdlemon(po, &w)}
+	rows := gpuRows(base, gpus, procs, d)
+	if len(rows) == 0 {
+		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Driver, Message: "nvidia-smi listed no GPU"})
+	}
+	msg := strings.Join(w, "; ")
+	for i := range rows {
+		rows[i].HostError = msg
+	}
+	return Result{Host: host, Status: hoststatus.OK, Error: msg, Rows: rows}
+}
+
+// hostRow is the cells every row of an ok host shares.
+func hostRow(ts, host string, hi probe.HostInfo) loaddata.Row {
+	return loaddata.Row{Timestamp: ts, Host: host, HostStatus: hoststatus.OK,
+		CPUs: intOrMissing(hi.CPUs), Load1: numOrMissing(hi.Load1),
+		HostMemUsedMiB: mibOrMissing(hi.MemUsedKiB()), HostMemTotalMiB: mibOrMissing(hi.MemTotalKiB)}
+}
+
+// failed is a host without usable GPU data: one row that says why.
+func failed(host, ts string, why *nvsmi.HostError) Result {
+	return Result{Host: host, Status: why.Status, Error: why.Message, Rows: []loaddata.Row{{
+		Timestamp: ts, Host: host, HostStatus: why.Status, HostError: why.Message,
+	}}}
+}
+
+// hostFailure says why the host's answer holds no usable GPU list, or nil
+// when it does.
+func hostFailure(po probe.Output, runErr error) *nvsmi.HostError {
+	g, hasGPUs := po.Sections[probe.SectionGPUs]
 	if runErr != nil {
-		kind, msg := hoststatus.Error, runErr.Error()
-		if re, ok := runErr.(*remote.Error); ok {
-			kind = re.Status
-		}
 		// A host whose nvidia-smi hung answers with exit 124 from `timeout`;
 		// say that rather than a bare connection timeout when we have it.
-		if g, ok := po.Sections[probe.SectionGPUs]; ok {
+		if hasGPUs {
 			if he := nvsmi.Diagnose(g.Body, g.ExitCode); he != nil && he.Status == hoststatus.Timeout {
-				return fail(hoststatus.Timeout, he.Message)
+				return he
 			}
 		}
-		return fail(kind, msg)
+		status := hoststatus.Error
+		if re, ok := runErr.(*remote.Error); ok {
+			status = re.Status
+		}
+		return &nvsmi.HostError{Status: status, Message: runErr.Error()}
 	}
-	g, ok := po.Sections[probe.SectionGPUs]
-	if !ok || !po.Complete {
+	if !hasGPUs || !po.Complete {
 		msg := "the output ended early (connection dropped or the script was killed)"
-		if !ok && len(po.Stray) > 0 {
+		if !hasGPUs && len(po.Stray) > 0 {
 			msg = "unexpected output instead of the probe's: " + firstLine(string(po.Stray))
 		}
-		return fail(hoststatus.Error, msg)
+		return &nvsmi.HostError{Status: hoststatus.Error, Message: msg}
 	}
-	if he := nvsmi.Diagnose(g.Body, g.ExitCode); he != nil {
-		return fail(he.Status, he.Message)
+	return nvsmi.Diagnose(g.Body, g.ExitCode)
+}
+
+// warnings are what went wrong on a host that still answered: they go into
+// every row's host_error.
+type warnings []string
+
+func (w *warnings) add(format string, args ...any) { *w = append(*w, fmt.Sprintf(format, args...)) }
+
+func (w *warnings) skipped(what string, lines []nvsmi.LineError) {
+	for _, s := range lines {
+		w.add("%s line %d skipped: %s", what, s.Line, s.Reason)
 	}
-	gpus, err := nvsmi.ParseGPUs(g.Body)
+}
+
+// duplicateIndexes reports GPUs that nvidia-smi gave the same index: their
+// rows stay apart by gpu_uuid and gpu_bus_id, but anything that goes by
+// host and index alone would take them for one GPU.
+func (w *warnings) duplicateIndexes(gpus []nvsmi.GPU) {
+	byIndex := map[int][]string{}
+	var order []int
+	for _, g := range gpus {
+		if len(byIndex[g.Index]) == 0 {
+			order = append(order, g.Index)
+		}
+		byIndex[g.Index] = append(byIndex[g.Index], orUnknown(g.UUID))
+	}
+	for _, i := range order {
+		if uuids := byIndex[i]; len(uuids) > 1 {
+			w.add("nvidia-smi gave GPU index %d to %d GPUs (%s); their rows differ by gpu_uuid", i, len(uuids), strings.Join(uuids, ", "))
+		}
+	}
+}
+
+func orUnknown(uuid string) string {
+	if uuid == "" {
+		return "no uuid"
+	}
+	return uuid
+}
+
+// readApps reads nvidia-smi's process list: which processes exist, on which
+// GPU, with how much memory. Nothing in it is chosen by a user (see
+// probe.AppFields): a process's name and command come from ps.
+func readApps(po probe.Output, w *warnings) []nvsmi.Process {
+	a, ok := po.Sections[probe.SectionApps]
+	if !ok {
+		w.add("process list unavailable")
+		return nil
+	}
+	if he := nvsmi.Diagnose(a.Body, a.ExitCode); he != nil {
+		w.add("process list unavailable: %s", he.Message)
+		return nil
+	}
+	rep, err := nvsmi.ParseProcesses(a.Body)
 	if err != nil {
-		return fail(hoststatus.Error, err.Error())
+		w.add("process list unavailable: %s", err.Error())
+		return nil
 	}
-	var warnings []string
-	for _, s := range gpus.Skipped {
-		warnings = append(warnings, fmt.Sprintf("nvidia-smi --query-gpu line %d skipped: %s", s.Line, s.Reason))
-	}
+	w.skipped("nvidia-smi --query-compute-apps", rep.Skipped)
+	return rep.Processes
+}
 
-	var procs []nvsmi.Process
-	if a, ok := po.Sections[probe.SectionApps]; ok {
-		if he := nvsmi.Diagnose(a.Body, a.ExitCode); he != nil {
-			warnings = append(warnings, "process list unavailable: "+he.Message)
-		} else if rep, err := nvsmi.ParseProcesses(a.Body); err != nil {
-			warnings = append(warnings, "process list unavailable: "+err.Error())
-		} else {
-			procs = rep.Processes
-			for _, s := range rep.Skipped {
-				warnings = append(warnings, fmt.Sprintf("nvidia-smi --query-compute-apps line %d skipped: %s", s.Line, s.Reason))
-			}
+// readPS reads who runs each GPU process and its command. The script runs
+// ps only when nvidia-smi listed a process.
+func readPS(po probe.Output, hasProcs bool, w *warnings) map[int]probe.PSProcess {
+	sec, ok := po.Sections[probe.SectionPS]
+	if !ok {
+		if hasProcs {
+			w.add("ps did not run; users and commands unknown")
 		}
-	} else {
-		warnings = append(warnings, "process list unavailable")
+		return nil
 	}
-	ps := parsePS(po.Sections[probe.SectionPS].Body)
-	hi := parseHostInfo(po.Sections[probe.SectionHost].Body)
-	var jobPIDs map[int]bool
-	if sec, ok := po.Sections[probe.SectionIdlemon]; ok {
-		if st, err := idlestate.Decode(bytes.NewReader(sec.Body)); err != nil || sec.ExitCode != 0 {
-			warnings = append(warnings, "idlemon state file unreadable: "+firstLine(orText(err, string(sec.Body))))
-		} else {
-			jobPIDs = st.JobPIDs()
-		}
+	rep, err := probe.ParsePS(sec)
+	if err != nil {
+		// its lines are then its complaint, already in the message
+		w.add("%s; users and commands unknown", err.Error())
+		return rep.Processes
 	}
+	for _, s := range rep.Skipped {
+		w.add("ps line %d skipped: %s", s.Line, s.Reason)
+	}
+	return rep.Processes
+}
 
-	base := loaddata.Row{
-		Timestamp: ts, Host: host, HostStatus: hoststatus.OK,
-		CPUs: hi.cpus, Load1: hi.load1, HostMemUsedMiB: hi.memUsed, HostMemTotalMiB: hi.memTotal,
+// readIdlemon reads which pids are idlemon's idle-time job, where the host
+// has its state file.
+func readIdlemon(po probe.Output, w *warnings) map[int]bool {
+	sec, ok := po.Sections[probe.SectionIdlemon]
+	if !ok {
+		return nil
 	}
+	st, err := idlestate.Decode(bytes.NewReader(sec.Body))
+	if err != nil || sec.ExitCode != 0 {
+		w.add("idlemon state file unreadable: %s", firstLine(orText(err, string(sec.Body))))
+		return nil
+	}
+	return st.JobPIDs()
+}
+
+// processDetails is what a process row takes from outside nvidia-smi.
+type processDetails struct {
+	ps      map[int]probe.PSProcess
+	jobPIDs map[int]bool
+}
+
+// gpuRows is one row per GPU and process on it (one row for an idle GPU),
+// in index order; then a row per GPU nvidia-smi could not read; then the
+// processes on GPUs it did not list.
+func gpuRows(base loaddata.Row, gpus nvsmi.GPUReport, procs []nvsmi.Process, d processDetails) []loaddata.Row {
 	byUUID := map[string][]nvsmi.Process{}
 	for _, pr := range procs {
 		byUUID[pr.GPUUUID] = append(byUUID[pr.GPUUUID], pr)
 	}
 	sort.SliceStable(gpus.GPUs, func(i, j int) bool { return gpus.GPUs[i].Index < gpus.GPUs[j].Index })
 	rows := make([]loaddata.Row, 0, len(gpus.GPUs)+len(procs)+len(gpus.Faults))
-	known := map[string]bool{}
+	listed := map[string]bool{}
 	for _, gpu := range gpus.GPUs {
-		known[gpu.UUID] = true
-		r := base
-		r.GPUIndex = loaddata.IntOf(int64(gpu.Index))
-		r.GPUUUID, r.GPUName, r.GPUBusID = gpu.UUID, gpu.Name, gpu.BusID
-		r.GPUUtilPct = loaddata.Number(gpu.UtilGPU)
-		r.MemUtilPct = loaddata.Number(gpu.UtilMem)
-		r.MemUsedMiB = loaddata.Number(gpu.MemUsedMiB)
-		r.MemTotalMiB = loaddata.Number(gpu.MemTotalMiB)
-		r.TempC = loaddata.Number(gpu.TempC)
-		r.PowerW = loaddata.Number(gpu.PowerW)
-		r.PowerLimitW = loaddata.Number(gpu.PowerLimitW)
-		r.FanPct = loaddata.Number(gpu.FanPct)
-		ps4gpu := byUUID[gpu.UUID]
-		if len(ps4gpu) == 0 {
+		listed[gpu.UUID] = true
+		r := gpuRow(base, gpu)
+		on := byUUID[gpu.UUID]
+		if len(on) == 0 {
 			rows = append(rows, r)
-			continue
 		}
-		for _, pr := range ps4gpu {
-			rows = append(rows, withProcess(r, pr, ps, jobPIDs))
+		for _, pr := range on {
+			rows = append(rows, d.processRow(r, pr))
 		}
 	}
 	for _, f := range gpus.Faults {
@@ -221,117 +312,65 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 		rows = append(rows, r)
 	}
 	for _, pr := range procs {
-		if !known[pr.GPUUUID] {
+		if !listed[pr.GPUUUID] {
 			r := base
 			r.GPUUUID, r.GPUError = pr.GPUUUID, "process on a GPU that --query-gpu did not list"
-			rows = append(rows, withProcess(r, pr, ps, jobPIDs))
+			rows = append(rows, d.processRow(r, pr))
 		}
 	}
-	if len(rows) == 0 {
-		return fail(hoststatus.Driver, "nvidia-smi listed no GPU")
-	}
-	if len(warnings) > 0 {
-		w := strings.Join(warnings, "; ")
-		for i := range rows {
-			rows[i].HostError = w
-		}
-	}
-	return Result{Host: host, Status: hoststatus.OK, Error: strings.Join(warnings, "; "), Rows: rows}
+	return rows
 }
 
-func withProcess(r loaddata.Row, pr nvsmi.Process, ps map[int]psEntry, jobPIDs map[int]bool) loaddata.Row {
+func gpuRow(base loaddata.Row, gpu nvsmi.GPU) loaddata.Row {
+	r := base
+	r.GPUIndex = loaddata.IntOf(int64(gpu.Index))
+	r.GPUUUID, r.GPUName, r.GPUBusID = gpu.UUID, gpu.Name, gpu.BusID
+	r.GPUUtilPct = loaddata.Number(gpu.UtilGPU)
+	r.MemUtilPct = loaddata.Number(gpu.UtilMem)
+	r.MemUsedMiB = loaddata.Number(gpu.MemUsedMiB)
+	r.MemTotalMiB = loaddata.Number(gpu.MemTotalMiB)
+	r.TempC = loaddata.Number(gpu.TempC)
+	r.PowerW = loaddata.Number(gpu.PowerW)
+	r.PowerLimitW = loaddata.Number(gpu.PowerLimitW)
+	r.FanPct = loaddata.Number(gpu.FanPct)
+	return r
+}
+
+// processRow is r with pr's cells. User and command come from ps only: a
+// process that ended before ps ran keeps its pid and memory, and empty
+// user and command cells.
+func (d processDetails) processRow(r loaddata.Row, pr nvsmi.Process) loaddata.Row {
 	r.PID = loaddata.IntOf(int64(pr.PID))
-	r.Preemptible = loaddata.Flag(jobPIDs[pr.PID])
-	r.Command = pr.Name
+	r.Preemptible = loaddata.Flag(d.jobPIDs[pr.PID])
 	r.ProcessMemMiB = loaddata.Number(pr.UsedMemMiB)
-	if e, ok := ps[pr.PID]; ok {
-		r.User = e.user
-		r.ProcessElapsedS = e.elapsed
-		if e.args != "" {
-			r.Command = e.args
-		}
+	if p, ok := d.ps[pr.PID]; ok {
+		r.User, r.Command = p.User, p.Command
+		r.ProcessElapsedS = loaddata.IntOf(p.ElapsedS)
 	}
 	return r
 }
 
-type psEntry struct {
-	user    string
-	elapsed loaddata.Int
-	args    string
+// intOrMissing, numOrMissing and mibOrMissing turn probe's -1 for "unknown"
+// into an empty cell.
+func intOrMissing(n int64) loaddata.Int {
+	if n < 0 {
+		return loaddata.Int{}
+	}
+	return loaddata.IntOf(n)
 }
 
-// parsePS reads `ps -o pid=,user:32=,etimes=,args=`. A pid that ended
-// between nvidia-smi and ps is simply absent: its user stays empty.
-func parsePS(body []byte) map[int]psEntry {
-	m := map[int]psEntry{}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 {
-			continue
-		}
-		pid, err := strconv.Atoi(f[0])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		e := psEntry{user: f[1]}
-		if s, err := strconv.ParseInt(f[2], 10, 64); err == nil && s >= 0 {
-			e.elapsed = loaddata.IntOf(s)
-		}
-		// args is the rest of the line, its inner spacing kept
-		line := sc.Text()
-		for i := 0; i < 3; i++ {
-			line = strings.TrimLeft(line, " \t")
-			j := strings.IndexAny(line, " \t")
-			if j < 0 {
-				line = ""
-				break
-			}
-			line = line[j:]
-		}
-		e.args = strings.TrimSpace(line)
-		m[pid] = e
+func numOrMissing(v float64) loaddata.Number {
+	if v < 0 {
+		return loaddata.Number{}
 	}
-	return m
+	return loaddata.Num(v)
 }
 
-type hostInfo struct {
-	cpus              loaddata.Int
-	load1             loaddata.Number
-	memUsed, memTotal loaddata.Number
-}
-
-func parseHostInfo(body []byte) hostInfo {
-	var hi hostInfo
-	var total, avail int64 = -1, -1
-	for _, line := range strings.Split(string(body), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case "cpus":
-			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil && n > 0 {
-				hi.cpus = loaddata.IntOf(n)
-			}
-		case "load":
-			if v, err := strconv.ParseFloat(f[1], 64); err == nil && v >= 0 {
-				hi.load1 = loaddata.Num(v)
-			}
-		case "mem_total_kib":
-			total, _ = strconv.ParseInt(f[1], 10, 64)
-		case "mem_available_kib":
-			avail, _ = strconv.ParseInt(f[1], 10, 64)
-		}
+func mibOrMissing(kib int64) loaddata.Number {
+	if kib < 0 {
+		return loaddata.Number{}
 	}
-	if total > 0 {
-		hi.memTotal = loaddata.Num(float64(total / 1024))
-		if avail >= 0 && avail <= total {
-			hi.memUsed = loaddata.Num(float64((total - avail) / 1024))
-		}
-	}
-	return hi
+	return loaddata.Num(float64(kib / 1024))
 }
 
 // Rows flattens results into file order: hosts as listed.
@@ -379,10 +418,12 @@ func orText(err error, s string) string {
 	return s
 }
 
+// firstLine is the first line of what a host printed, made printable and
+// cut to a length that fits a status column.
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	if len(s) > 200 {
-		s = s[:200] + "…"
+		s = strings.ToValidUTF8(s[:200], "") + "…"
 	}
-	return s
+	return probe.Printable(s)
 }

@@ -119,10 +119,20 @@ func TestFleetFailures(t *testing.T) {
 	if len(lost) != 1 || lost[0].GPUBusID == "" || !strings.Contains(lost[0].GPUError, "lost") {
 		t.Errorf("lost GPU rows = %+v, want one naming the bus id and saying it is lost", lost)
 	}
+	procRows := 0
 	for _, r := range byHost["healthy"] {
-		if r.PID.Valid && (r.User != "alice" || r.Command != "python train.py") {
-			t.Errorf("process row user %q command %q, want alice running python train.py", r.User, r.Command)
+		if r.HostError != "" {
+			t.Errorf("healthy host warns: %q", r.HostError)
 		}
+		if r.PID.Valid {
+			procRows++
+			if r.User != "alice" || r.Command != "python train.py" {
+				t.Errorf("process row user %q command %q, want alice running python train.py", r.User, r.Command)
+			}
+		}
+	}
+	if procRows != 1 {
+		t.Errorf("%d process rows on the healthy host, want 1", procRows)
 	}
 
 	// One connection and one session per host that got that far.

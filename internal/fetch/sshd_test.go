@@ -110,6 +110,9 @@ const realGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilizatio
 1, GPU-real-1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0, 0, 4, 81559, 30, 70.00, 700.00, [N/A]
 `
 
+// realAppsHeader is what nvidia-smi prints first for probe.AppFields.
+const realAppsHeader = "pid, gpu_uuid, used_gpu_memory [MiB]\n"
+
 func wantStatus(t *testing.T, rows []loaddata.Row, status hoststatus.Status, msg string) {
 	t.Helper()
 	if len(rows) == 0 {
@@ -129,7 +132,7 @@ func TestRealSSHDFleet(t *testing.T) {
 	s.add([]string{"gpu01", "gpu02", "gpu03", "gpu04"}, []string{"127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24"}, "")
 	alice := sshdtest.StartProcessAs(t, "alice", "sleep", "600")
 	bob := sshdtest.StartProcessAs(t, "bob", "sleep", "601")
-	s.setGPUs("gpu01", realGPUs, fmt.Sprintf("pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n%d, GPU-real-0, sleep, 20000\n%d, GPU-real-0, sleep, 10000\n%d, GPU-real-1, sleep, 4\n", alice, bob, alice))
+	s.setGPUs("gpu01", realGPUs, fmt.Sprintf("%s%d, GPU-real-0, 20000\n%d, GPU-real-0, 10000\n%d, GPU-real-1, 4\n", realAppsHeader, alice, bob, alice))
 	sshdtest.SetHostOutput(t, s.data, s.servers["gpu02"].Host(), "gpu",
 		"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n", 9)
 	sshdtest.SetHostHang(t, s.data, s.servers["gpu03"].Host())
@@ -189,7 +192,7 @@ func TestRealSSHDFleet(t *testing.T) {
 func TestRealSSHDAgent(t *testing.T) {
 	s := newRealSite(t)
 	s.add([]string{"gpu01"}, []string{"127.0.0.31"}, "")
-	s.setGPUs("gpu01", realGPUs, "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n")
+	s.setGPUs("gpu01", realGPUs, realAppsHeader)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	agentCmd := exec.Command("ssh-agent", "-D", "-a", sock)
 	if err := agentCmd.Start(); err != nil {
@@ -237,7 +240,7 @@ func TestRealSSHDProxyJump(t *testing.T) {
 	s := newRealSite(t)
 	s.add([]string{"bastion"}, []string{"127.0.0.41"}, "LogLevel DEBUG1")
 	s.add([]string{"gpu01"}, []string{"127.0.0.42"}, "")
-	s.setGPUs("gpu01", realGPUs, "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n")
+	s.setGPUs("gpu01", realGPUs, realAppsHeader)
 	cfg := strings.Replace(s.sshCfg.String(), "Host gpu01\n", "Host gpu01\n  ProxyJump bastion\n", 1)
 	s.sshCfg.Reset()
 	s.sshCfg.WriteString(cfg)
@@ -257,7 +260,7 @@ func TestRealSSHDProxyJump(t *testing.T) {
 func TestRealSSHDHostKeys(t *testing.T) {
 	s := newRealSite(t)
 	s.add([]string{"gpu01"}, []string{"127.0.0.51"}, "")
-	s.setGPUs("gpu01", realGPUs, "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n")
+	s.setGPUs("gpu01", realGPUs, realAppsHeader)
 	srv := s.servers["gpu01"]
 	s.known.Reset() // nothing known
 

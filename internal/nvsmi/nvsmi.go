@@ -39,8 +39,12 @@ type GPU struct {
 // Process is one row of --query-compute-apps: one process on one GPU. A
 // process using several GPUs appears once per GPU.
 type Process struct {
-	PID        int
-	GPUUUID    string
+	PID     int
+	GPUUUID string
+	// Name is process_name, where the query asked for it. nvidia-smi prints
+	// it unquoted, so whoever names a process can split its row and add
+	// forged ones: gpumon's probe does not ask for it (probe.AppFields) and
+	// takes names from ps.
 	Name       string
 	UsedMemMiB Number
 }

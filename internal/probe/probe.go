@@ -1,6 +1,12 @@
 // Package probe is the one round trip fetch makes to a GPU host: a POSIX sh
 // script that runs nvidia-smi (twice), ps for the GPU processes only, and reads
 // the host's CPU count, load and memory, and the framing of its output.
+// ParseOutput splits the answer into sections; ParsePS and ParseHost read
+// the sections the script makes itself (nvsmi reads nvidia-smi's).
+//
+// Text a user chooses reaches the output in one place only: the commands
+// that ps prints, one process a line, control characters replaced, last on
+// the line. nvidia-smi is asked for nothing a user names (see AppFields).
 //
 // The script travels on the session's standard input to `sh -s`, so it works
 // whatever the account's login shell is (bash, zsh, fish, tcsh) and needs no
@@ -45,7 +51,11 @@ var (
 		"temperature.gpu", "power.draw", "power.limit", "fan.speed",
 	}
 	// pid comes first: the script reads it with shell parameter expansion only.
-	AppFields = []string{"pid", "gpu_uuid", "process_name", "used_gpu_memory"}
+	// No process_name: nvidia-smi prints it unquoted, so a process named
+	// "python\n<uuid>, 99999, x, 70000" splits its own line and adds a forged
+	// one. Without it nothing in this output is chosen by a user, and names
+	// and commands come from ps, which makes control characters harmless.
+	AppFields = []string{"pid", "gpu_uuid", "used_gpu_memory"}
 )
 
 // A Request is everything a script is built from; a simulated host recovers it
@@ -90,6 +100,12 @@ func (r Request) Script() string {
 // The body is one function called with stdin from /dev/null: sh has read the
 // whole function before it runs anything, so no command can swallow the rest
 // of the script from stdin.
+//
+// ps lists the shell itself ($$) beside the GPU processes, so a working ps
+// always lists something and exits 0, even when every GPU process ended
+// after nvidia-smi saw it; args comes last, so spaces in it cannot shift the
+// other columns; COLUMNS caps each line (procps alone prints up to 128 KiB of
+// arguments per process, a way to flood the answer).
 const scriptBody = `export LC_ALL=C
 PATH="$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $T"; else TO=; fi
@@ -108,7 +124,7 @@ $out
 EOF
 fi
 if [ -n "$pids" ]; then
-  out=$(ps -o pid=,user:32=,etimes=,args= -p "$pids" 2>&1); rc=$?
+  out=$(COLUMNS=4096 ps -o pid=,user:32=,etimes=,args= -p "$$,$pids" 2>&1); rc=$?
   printf '%s begin ps\n%s\n%s end ps %d\n' "$N" "$out" "$N" "$rc"
 fi
 cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)

@@ -20,7 +20,7 @@ func TestScriptInRealShell(t *testing.T) {
 	fake := `#!/bin/sh
 case "$1" in
 --query-gpu=*) echo "index, uuid"; echo "0, GPU-a" ;;
---query-compute-apps=*) echo "pid, gpu_uuid, process_name, used_gpu_memory [MiB]"; echo "PID, GPU-a, sh, 10" ;;
+--query-compute-apps=*) echo "pid, gpu_uuid, used_gpu_memory [MiB]"; echo "PID, GPU-a, 10" ;;
 esac
 `
 	fake = strings.Replace(fake, "PID", strconv.Itoa(os.Getpid()), 1)
@@ -94,6 +94,19 @@ func TestScriptStateFileIsAFifo(t *testing.T) {
 	o := ParseOutput(req.Nonce, out)
 	if !o.Complete || o.Has(SectionIdlemon) {
 		t.Errorf("complete %v, idlemon section %v:\n%s", o.Complete, o.Has(SectionIdlemon), out)
+	}
+}
+
+// nvidia-smi prints process_name unquoted: asking for it again would let a
+// process name split its row and forge others.
+func TestAppFieldsHoldNoName(t *testing.T) {
+	for _, f := range AppFields {
+		if f == "process_name" || f == "name" {
+			t.Errorf("AppFields asks nvidia-smi for %q", f)
+		}
+	}
+	if AppFields[0] != "pid" {
+		t.Errorf("AppFields start with %q; the script reads the pid from the first", AppFields[0])
 	}
 }
 

@@ -448,9 +448,10 @@ func (h *host) renderApps(fields []string) rendered {
 	return rendered{b.Bytes(), code}
 }
 
-// renderPS answers `ps -o pid=,user:32=,etimes=,args= -p PIDS` for the pids
-// the script picked from the apps output (the text before each line's first
-// comma, where that is all digits). ok is false when it picked none: the
+// renderPS answers `ps -o pid=,user:32=,etimes=,args= -p $$,PIDS` for the
+// pids the script picked from the apps output (the text before each line's
+// first comma, where that is all digits), and the script's own shell ($$),
+// which a working ps always lists. ok is false when it picked none: the
 // script then runs no ps at all.
 func (h *host) renderPS(apps []byte) (r rendered, ok bool) {
 	var pids []int
@@ -468,25 +469,25 @@ func (h *host) renderPS(apps []byte) (r rendered, ok bool) {
 	}
 	sort.Ints(pids)
 	var b bytes.Buffer
-	found := 0
+	line := func(pid int, user string, elapsedS int, command string) {
+		if len(user) > 32 {
+			user = user[:31] + "+"
+		}
+		fmt.Fprintf(&b, "%5d %-32s %7d %s\n", pid, user, elapsedS, command)
+	}
+	shell := 1
+	for pid := range h.procByPID {
+		shell = max(shell, pid+1)
+	}
 	for i, pid := range pids {
 		if i > 0 && pid == pids[i-1] {
 			continue
 		}
-		p, ok := h.procByPID[pid]
-		if !ok {
-			continue
+		if p, ok := h.procByPID[pid]; ok {
+			line(pid, p.User, p.ElapsedS, p.Command)
 		}
-		found++
-		user := p.User
-		if len(user) > 32 {
-			user = user[:31] + "+"
-		}
-		fmt.Fprintf(&b, "%5d %-32s %7d %s\n", pid, user, p.ElapsedS, p.Command)
 	}
-	if found == 0 {
-		return rendered{nil, 1}, true
-	}
+	line(shell, User, 0, "sh -s")
 	return rendered{b.Bytes(), 0}, true
 }
 

@@ -164,8 +164,8 @@ func TestFleet(t *testing.T) {
 		if err != nil || len(prep.Processes) != 4 {
 			t.Fatalf("ParseProcesses: %v %+v\n%s", err, prep, apps.Body)
 		}
-		if !bytes.Contains(apps.Body, []byte("/opt/my tools/run?v2")) {
-			t.Errorf("process name with a comma not printed with '?':\n%s", apps.Body)
+		if bytes.Contains(apps.Body, []byte("python")) || bytes.Contains(apps.Body, []byte("/opt/my tools")) {
+			t.Errorf("process names in the answer to a query without process_name:\n%s", apps.Body)
 		}
 		for _, p := range prep.Processes {
 			if _, ok := uuids[p.GPUUUID]; !ok {
@@ -221,6 +221,9 @@ func TestFleet(t *testing.T) {
 		apps := strings.Split(string(o.Sections["apps"].Body), "\n")
 		if apps[0] != "gpu_bus_id, used_memory [MiB], name, pid" || !strings.HasPrefix(apps[1], "00000000:18:00.0, 30000, python, 4242") {
 			t.Errorf("custom apps:\n%s", o.Sections["apps"].Body)
+		}
+		if !strings.Contains(string(o.Sections["apps"].Body), ", /opt/my tools/run?v2, 777\n") {
+			t.Errorf("process name with a comma not printed with '?':\n%s", o.Sections["apps"].Body)
 		}
 		if o.Has("ps") {
 			t.Errorf("ps run although pid is not the first apps field (the script reads the first)")

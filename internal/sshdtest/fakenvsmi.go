@@ -19,6 +19,10 @@ const fakeNvidiaSMI = `#!/bin/sh
 # code (default 0), QUERY being gpu for --query-gpu=, apps for
 # --query-compute-apps=, other otherwise; "hang" or QUERY.hang makes it sleep.
 # Nothing for the host or the query: what the real one says without a GPU.
+# Like the real one it answers only the fields asked for: when QUERY.out
+# starts with a CSV header of several fields that are not the ones asked for
+# (units aside), it says so
+# and exits 2, so a test's canned answer cannot drift from the probe's query.
 DATA=%DATA%
 host=${SSHDTEST_HOST:-}
 if [ -z "$host" ]; then
@@ -27,11 +31,11 @@ if [ -z "$host" ]; then
 	c=${c#* }
 	host=${c%% *}
 fi
-q=other
+q=other fields=
 for a in "$@"; do
 	case $a in
-	--query-gpu=*) q=gpu ;;
-	--query-compute-apps=*) q=apps ;;
+	--query-gpu=*) q=gpu fields=${a#*=} ;;
+	--query-compute-apps=*) q=apps fields=${a#*=} ;;
 	esac
 done
 d=$DATA/$host
@@ -41,6 +45,15 @@ if [ -n "$host" ] && [ -d "$d" ]; then
 		exec sleep 3600
 	fi
 	if [ -f "$d/$q.out" ]; then
+		hdr=$(sed -n '1{s/ \[[^]]*\]//g;s/, /,/g;p;}' "$d/$q.out")
+		case $hdr in
+		[a-z]*,*) case $hdr in *[!a-z0-9._,]*) hdr= ;; esac ;;
+		*) hdr= ;; # one word is as likely a message as a header
+		esac
+		if [ -n "$fields" ] && [ -n "$hdr" ] && [ "$hdr" != "$fields" ]; then
+			echo "sshdtest fake nvidia-smi: asked for $fields but $q.out answers $hdr"
+			exit 2
+		fi
 		cat "$d/$q.out"
 		rc=0
 		if [ -f "$d/$q.rc" ]; then
@@ -129,6 +142,11 @@ func checkQuery(t testing.TB, query string) {
 // with exitCode for query: "gpu" (--query-gpu=), "apps"
 // (--query-compute-apps=) or "other" (any other arguments). Files are
 // replaced atomically, so a test may change them while a fetch runs.
+//
+// When out starts with a CSV header of several fields, they (units aside)
+// must be the ones the caller asks for, in order, as real nvidia-smi's
+// would be: fetch asks for probe.GPUFields and probe.AppFields (no
+// process_name). Otherwise the fake prints what differs and exits 2.
 func SetHostOutput(t testing.TB, dataDir, hostAddr string, query string, out string, exitCode int) {
 	t.Helper()
 	checkQuery(t, query)

@@ -1,0 +1,234 @@
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// A PSProcess is one line of the ps section, which the script makes with
+// `ps -o pid=,user:32=,etimes=,args=`.
+type PSProcess struct {
+	PID int
+	// User is the account as ps printed it: the name, or the uid where the
+	// name is longer than 32 characters.
+	User string
+	// ElapsedS is the seconds since the process started.
+	ElapsedS int64
+	// Command is the command line with its inner spacing kept. procps prints
+	// a control character in it as '.' or ' ' and, under LC_ALL=C, a byte
+	// outside ASCII as '?'; whatever is left that is not printable becomes
+	// '?' here, so a command can never hold a newline.
+	Command string
+}
+
+// A SkippedLine is a line of a section that could not be used.
+type SkippedLine struct {
+	Line   int // 1-based, in the section's body
+	Reason string
+}
+
+// PSReport is what ParsePS found: the processes by pid, and the lines it
+// could not read.
+type PSReport struct {
+	Processes map[int]PSProcess
+	Skipped   []SkippedLine
+}
+
+// ParsePS reads the ps section. The error says ps failed (it is missing,
+// exited non-zero, or listed no process, not even the script's own shell):
+// the users and commands of the GPU processes are then unknown, though the
+// lines it did print are still returned.
+//
+// ps makes every line one process: it prints control characters in a
+// command, newlines included, as something else. A pid listed twice would
+// mean a ps that does not (a forged line after a newline), so neither line
+// of such a pid is believed.
+func ParsePS(sec Section) (PSReport, error) {
+	rep := PSReport{Processes: map[int]PSProcess{}}
+	seen := map[int]int{} // pid -> its first line
+	for n, line := range lines(sec.Body) {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		p, err := parsePSLine(line)
+		if err != nil {
+			rep.Skipped = append(rep.Skipped, SkippedLine{Line: n + 1, Reason: err.Error()})
+			continue
+		}
+		if first, dup := seen[p.PID]; dup {
+			delete(rep.Processes, p.PID)
+			rep.Skipped = append(rep.Skipped, SkippedLine{Line: n + 1, Reason: fmt.Sprintf("pid %d listed again (first on line %d): neither line is used", p.PID, first)})
+			continue
+		}
+		seen[p.PID] = n + 1
+		rep.Processes[p.PID] = p
+	}
+	switch {
+	case sec.ExitCode != 0:
+		return rep, withFirstLine(fmt.Sprintf("ps failed (exit %d)", sec.ExitCode), sec.Body)
+	case len(seen) == 0:
+		return rep, withFirstLine("ps listed no process", sec.Body)
+	}
+	return rep, nil
+}
+
+// parsePSLine reads " 4242 alice      7260 python train.py --lr 0.1".
+// The command is the rest of the line after the third field.
+func parsePSLine(line string) (PSProcess, error) {
+	var f [3]string
+	rest := line
+	for i := range f {
+		rest = strings.TrimLeft(rest, " \t")
+		end := strings.IndexAny(rest, " \t")
+		if end < 0 {
+			end = len(rest)
+		}
+		f[i], rest = rest[:end], rest[end:]
+	}
+	pid, err := strconv.Atoi(f[0])
+	if !digits(f[0]) || err != nil || pid <= 0 {
+		return PSProcess{}, fmt.Errorf("%q is not a pid", clip(Printable(f[0]), 40))
+	}
+	if f[1] == "" {
+		return PSProcess{}, errors.New("no user")
+	}
+	// A user name with a space in it would shift the columns: the elapsed
+	// time is then not a number, and the line is not guessed at.
+	elapsed, err := strconv.ParseInt(f[2], 10, 64)
+	if !digits(f[2]) || err != nil {
+		return PSProcess{}, fmt.Errorf("elapsed time %q is not a number of seconds", clip(Printable(f[2]), 40))
+	}
+	return PSProcess{
+		PID:      pid,
+		User:     Printable(f[1]),
+		ElapsedS: elapsed,
+		Command:  Printable(strings.TrimSpace(rest)),
+	}, nil
+}
+
+// digits reports whether s is a non-empty run of ASCII digits.
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// HostInfo is the host section: what the kernel says about the machine.
+// Each field is -1 where the host did not say or said something unreadable.
+type HostInfo struct {
+	CPUs            int64   // online CPUs
+	Load1           float64 // load average over one minute
+	MemTotalKiB     int64
+	MemAvailableKiB int64
+}
+
+// MemUsedKiB is memory in use (total less available), or -1 when unknown.
+func (h HostInfo) MemUsedKiB() int64 {
+	if h.MemTotalKiB < 0 || h.MemAvailableKiB < 0 || h.MemAvailableKiB > h.MemTotalKiB {
+		return -1
+	}
+	return h.MemTotalKiB - h.MemAvailableKiB
+}
+
+// ParseHost reads the host section: "cpus N", "load L1 L5 L15",
+// "mem_total_kib N" and "mem_available_kib N", one a line. Unknown keys are
+// ignored, so a newer script may add some.
+func ParseHost(body []byte) HostInfo {
+	h := HostInfo{CPUs: -1, Load1: -1, MemTotalKiB: -1, MemAvailableKiB: -1}
+	for _, line := range lines(body) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "cpus":
+			h.CPUs = positiveInt(f[1])
+		case "load":
+			if v, err := strconv.ParseFloat(f[1], 64); err == nil && v >= 0 && v < 1e9 {
+				h.Load1 = v
+			}
+		case "mem_total_kib":
+			h.MemTotalKiB = positiveInt(f[1])
+		case "mem_available_kib":
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil && n >= 0 {
+				h.MemAvailableKiB = n
+			}
+		}
+	}
+	return h
+}
+
+// positiveInt reads a count that cannot be zero: -1 when it is not one.
+func positiveInt(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// lines splits a body on "\n", dropping a "\r" before it. Unlike
+// bufio.Scanner it has no line length limit, so one long line cannot end
+// the reading of the lines after it.
+func lines(body []byte) []string {
+	s := strings.TrimSuffix(string(body), "\n")
+	if s == "" {
+		return nil
+	}
+	out := strings.Split(s, "\n")
+	for i, l := range out {
+		out[i] = strings.TrimSuffix(l, "\r")
+	}
+	return out
+}
+
+// withFirstLine is msg, then ": " and the first non-blank line of out where
+// there is one (ps's own complaint, e.g. "sh: 1: ps: not found").
+func withFirstLine(msg string, out []byte) error {
+	for _, l := range lines(out) {
+		if l = strings.TrimSpace(l); l != "" {
+			return errors.New(msg + ": " + clip(Printable(l), 200))
+		}
+	}
+	return errors.New(msg)
+}
+
+// Printable replaces what is not a printable character (and invalid UTF-8)
+// with '?': text from a host ends up in terminals, files and pages.
+func Printable(s string) string {
+	ok := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// clip cuts s to at most n bytes on a rune boundary, ending in "…" when cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n -= len("…")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:max(n, 0)] + "…"
+}
