@@ -188,6 +188,12 @@ func (b *Builder) Add(r *loaddata.Row) {
 		return // an ok host without GPU cells: nothing to show
 	}
 	g := b.gpus[r.Host][key]
+	if g != nil && r.GPUUUID != "" && g.UUID != "" && g.UUID != r.GPUUUID {
+		// nvidia-smi gave two GPUs one index (fetch warns on the host):
+		// keep them apart, each with its own processes
+		key += "|" + r.GPUUUID
+		g = b.gpus[r.Host][key]
+	}
 	if g == nil {
 		g = b.newGPU(r)
 		b.gpus[r.Host][key] = g

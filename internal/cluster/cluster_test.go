@@ -276,3 +276,25 @@ func TestModelsAddUp(t *testing.T) {
 		t.Errorf("models add up to %d, GPUs %d (want 6)", n, c.GPUs)
 	}
 }
+
+// Two GPUs that nvidia-smi gave the same index (fetch warns) stay two GPUs,
+// each with its own readings and processes, not one with both processes.
+func TestDuplicateIndexKeptApart(t *testing.T) {
+	a := withProc(gpuRow(t, "h", 0, 30000), "alice", "train", 30000, false)
+	a.GPUUUID = "GPU-a"
+	a2 := withProc(gpuRow(t, "h", 0, 30000), "carol", "eval", 100, false)
+	a2.GPUUUID, a2.PID = "GPU-a", loaddata.IntOf(5151)
+	c := gpuRow(t, "h", 0, 4)
+	c.GPUUUID = "GPU-c"
+	cl := build([]loaddata.Row{a, a2, c}, Options{FreeMemMiB: 1024, Now: now})
+	gpus := cl.Hosts[0].GPUs
+	if len(gpus) != 2 || cl.GPUs != 2 {
+		t.Fatalf("%d GPUs on the host (%d in all), want 2", len(gpus), cl.GPUs)
+	}
+	if gpus[0].UUID != "GPU-a" || len(gpus[0].Procs) != 2 || gpus[0].State != Busy {
+		t.Errorf("first GPU: uuid %s, %d processes, %s; want GPU-a, 2, busy", gpus[0].UUID, len(gpus[0].Procs), gpus[0].State)
+	}
+	if gpus[1].UUID != "GPU-c" || len(gpus[1].Procs) != 0 || gpus[1].State != Free {
+		t.Errorf("second GPU: uuid %s, %d processes, %s; want GPU-c, none, free", gpus[1].UUID, len(gpus[1].Procs), gpus[1].State)
+	}
+}
