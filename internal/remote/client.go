@@ -89,24 +89,9 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 	if c.User != "" && !strings.Contains(alias, "@") {
 		t.User = c.User
 	}
-	phase := "connecting to " + t.Addr()
-	var conn net.Conn
-	if len(t.ProxyJump) > 0 {
-		jc, err := c.jumpClient(ctx, t.ProxyJump)
-		if err != nil {
-			return nil, err
-		}
-		phase = fmt.Sprintf("connecting to %s through %s", t.Addr(), t.ProxyJump[len(t.ProxyJump)-1])
-		conn, err = jc.DialContext(ctx, "tcp", t.Addr())
-		if err != nil {
-			return nil, c.classify(ctx, phase, err, t)
-		}
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "tcp", t.Addr())
-		if err != nil {
-			return nil, c.classify(ctx, phase, err, t)
-		}
+	conn, route, err := c.dial(ctx, t)
+	if err != nil {
+		return nil, err
 	}
 	// Closing the connection is the one thing that unblocks every phase of
 	// x/crypto/ssh (Timeout covers only the TCP connect, and a channel over a
@@ -115,7 +100,7 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 	defer stop()
 	defer conn.Close()
 
-	phase = "SSH handshake with " + t.Addr()
+	phase := "SSH handshake with " + t.Addr() + route
 	client, err := c.handshake(conn, t)
 	if err != nil {
 		return nil, c.classify(ctx, phase, err, t)
@@ -243,8 +228,7 @@ func (c *Client) dialChain(hops []string) (*ssh.Client, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), jumpTimeout)
 		var conn net.Conn
 		if prev == nil {
-			var d net.Dialer
-			conn, err = d.DialContext(ctx, "tcp", t.Addr())
+			conn, err = c.dialHop(ctx, t)
 		} else {
 			conn, err = prev.DialContext(ctx, "tcp", t.Addr())
 		}
