@@ -233,20 +233,33 @@ func (c *Client) dialChain(hops []string) (*ssh.Client, error) {
 			conn, err = prev.DialContext(ctx, "tcp", t.Addr())
 		}
 		if err != nil {
+			err = c.classify(ctx, "connecting to "+t.Addr(), err, t) // before cancel: ctx.Err() means a timeout
 			cancel()
-			return nil, c.classify(ctx, "connecting to "+t.Addr(), err, t)
+			closeClient(prev)
+			return nil, err
 		}
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		client, err := c.handshake(conn, t)
 		stop()
-		cancel()
 		if err != nil {
 			conn.Close()
-			return nil, c.classify(ctx, "SSH handshake with "+t.Addr(), err, t)
+			err = c.classify(ctx, "SSH handshake with "+t.Addr(), err, t)
+			cancel()
+			closeClient(prev)
+			return nil, err
 		}
+		cancel()
 		prev = client
 	}
 	return prev, nil
+}
+
+// closeClient closes an earlier hop of a chain that failed further on: its
+// connection (and its ProxyCommand) would otherwise outlive the run.
+func closeClient(c *ssh.Client) {
+	if c != nil {
+		c.Close()
+	}
 }
 
 func (c *Client) timeoutText() string {
