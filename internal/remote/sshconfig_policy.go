@@ -1,6 +1,9 @@
 package remote
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // keywordPolicy says, for every ssh_config keyword OpenSSH knows (9.2 to
 // 10.2, Debian's GSSAPI patch included), whether fetch can connect the way
@@ -15,7 +18,7 @@ var keywordPolicy = map[string]func(value string) string{
 	"user": supported, "identityfile": supported, "identitiesonly": supported,
 	"proxyjump": supported, "proxycommand": supported, "userknownhostsfile": supported,
 	"hostkeyalias": supported, "addressfamily": oneOf("is not any, inet or inet6", "any", "inet", "inet6"),
-	"ignoreunknown": supported,
+	"ignoreunknown": supported, "include": supported,
 
 	// What a batch poller may ignore: comfort and interactive features,
 	// forwarding it never asks for, auth methods it does not offer besides
@@ -79,7 +82,7 @@ var keywordPolicy = map[string]func(value string) string{
 		return "fetch logs in with keys only (publickey), which this list leaves out"
 	},
 	// Whose host keys fetch would trust otherwise than ssh.
-	"globalknownhostsfile": unsupportedUnlessNone("fetch reads only UserKnownHostsFile (or known_hosts in config.ini): put these host keys there"),
+	"globalknownhostsfile": onlyFiles("fetch reads only UserKnownHostsFile (or known_hosts in config.ini): put these host keys there", "none", "/dev/null"),
 	"knownhostscommand":    unsupportedUnlessNone("fetch does not run KnownHostsCommand: put the host keys in a known_hosts file"),
 	"revokedhostkeys":      unsupportedUnlessNone("fetch does not check revoked host keys, so it would trust a key this file revokes"),
 	"verifyhostkeydns":     oneOf("fetch does not trust host keys from DNS (SSHFP): put them in known_hosts", "no", "ask"),
@@ -130,6 +133,18 @@ func oneOf(why string, values ...string) func(string) string {
 			}
 		}
 		return why
+	}
+}
+
+// onlyFiles accepts a file list that names none but the files given.
+func onlyFiles(why string, harmless ...string) func(string) string {
+	return func(v string) string {
+		for _, f := range strings.Fields(v) {
+			if !slices.Contains(harmless, strings.ToLower(f)) {
+				return why
+			}
+		}
+		return ""
 	}
 }
 
