@@ -170,6 +170,8 @@ func (p *proxyConn) Close() error {
 	p.closeOnce.Do(func() {
 		p.closing.Store(true)
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		// and the proxy itself, should it have left its group: Wait needs it
+		_ = p.cmd.Process.Kill()
 		p.toProxy.Close()
 		p.server.Close()
 		<-p.exited
