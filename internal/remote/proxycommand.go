@@ -152,6 +152,9 @@ func (p *proxyConn) ended(err error) error {
 	case <-time.After(proxyExitGrace):
 		return err
 	}
+	if p.closing.Load() { // the deadline came meanwhile: that is the news
+		return err
+	}
 	said := firstLine(strings.TrimSpace(p.stderr.String()))
 	var exit *exec.ExitError
 	switch {

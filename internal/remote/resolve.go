@@ -372,6 +372,9 @@ func (sc *SSHConfig) Resolve(alias string) (Target, error) {
 	if p := v["proxyjump"]; len(p) > 0 && !strings.EqualFold(p[0].value, "none") {
 		if p[0].key == "proxycommand" {
 			t.ProxyCommand = p[0].raw
+			if t.ProxyCommand == "" {
+				return t, fmt.Errorf("%s: ProxyCommand for %s has no command (write none to connect directly)", p[0].where(), name)
+			}
 			if err := checkProxyTokens(t.ProxyCommand); err != nil {
 				return t, fmt.Errorf("%s: ProxyCommand for %s: %v", p[0].where(), name, err)
 			}

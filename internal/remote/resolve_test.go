@@ -270,6 +270,8 @@ Host gpu*
     ProxyCommand = ssh -W "%h:%p" gw # the shell's comment
 Host bad
     ProxyCommand nc %h %p %C
+Host empty
+    ProxyCommand
 Host *
     ProxyJump gw2
 `)
@@ -298,6 +300,10 @@ Host *
 	}
 	_, err = sc.Resolve("bad")
 	if want := user + ":10: ProxyCommand for bad: unknown token %C"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want %q...", err, want)
+	}
+	_, err = sc.Resolve("empty")
+	if want := user + ":12: ProxyCommand for empty has no command"; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("got %v, want %q...", err, want)
 	}
 }
