@@ -114,7 +114,7 @@ func TestProxyCommandSSHD(t *testing.T) {
 	s.setGPUs("gpu01", realGPUs, "pid, gpu_uuid, process_name, used_gpu_memory [MiB]\n")
 
 	hangPID := filepath.Join(s.dir, "hang.pid")
-	s.withProxyCommand("gpu02", `sh -c 'sleep 600 & echo $$ > `+hangPID+`; sleep 601'`)
+	s.withProxyCommand("gpu02", `sh -c 'sleep 600 & echo $$ > `+hangPID+`; echo "Open https://login.example/device to log in" >&2; sleep 601'`)
 	s.withProxyCommand("gpu03", `sh -c 'echo "channel 0: open failed: connect failed: Name or service not known" >&2; exit 255'`)
 
 	// "none" obtained first wins over the ProxyCommand of Host * below
@@ -138,7 +138,7 @@ func TestProxyCommandSSHD(t *testing.T) {
 	if want := fmt.Sprintf("gpu01.proxied.invalid\n%d\n%s\ngpu01\n%%\n", srvs[0].Port(), loginUser); string(got) != want {
 		t.Errorf("the proxy got tokens %q, want %q", got, want)
 	}
-	wantStatus(t, by["gpu02"], hoststatus.Timeout, "through ProxyCommand sh")
+	wantStatus(t, by["gpu02"], hoststatus.Timeout, "no answer within 6s (while SSH handshake with gpu02.proxied.invalid:22 through ProxyCommand sh); the proxy said: Open https://login.example/device to log in")
 	wantStatus(t, by["gpu03"], hoststatus.Unreachable, "ProxyCommand sh exited with status 255: channel 0: open failed: connect failed: Name or service not known")
 	if r := by["gpu04"]; len(r) != 2 || r[0].HostStatus != hoststatus.OK {
 		t.Errorf("gpu04 with ProxyCommand none: %+v\n%s", r, stderr)

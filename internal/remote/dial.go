@@ -26,8 +26,9 @@ func (c *Client) dial(ctx context.Context, t Target) (conn net.Conn, route strin
 		}
 		return conn, route, nil
 	case t.ProxyCommand != "":
-		conn, err := c.dialProxyCommand(t)
-		return conn, " through " + proxyProgram(t.ProxyCommand), err
+		route = " through " + proxyProgram(t.ProxyCommand)
+		conn, err := c.dialProxyCommand(t, fmt.Sprintf("no answer within %s (while SSH handshake with %s%s)", c.timeoutText(), t.Addr(), route))
+		return conn, route, err
 	default:
 		conn, err := dialTCP(ctx, t)
 		if err != nil {
@@ -44,7 +45,7 @@ func (c *Client) dialHop(ctx context.Context, t Target) (net.Conn, error) {
 	case len(t.ProxyJump) > 0:
 		return nil, &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("jump host %s has a ProxyJump of its own, which fetch does not follow: list every hop, first to last, in the target's ProxyJump", t.Alias)}
 	case t.ProxyCommand != "":
-		return c.dialProxyCommand(t)
+		return c.dialProxyCommand(t, fmt.Sprintf("no answer within %s (while SSH handshake with %s through %s)", jumpTimeout, t.Addr(), proxyProgram(t.ProxyCommand)))
 	}
 	return dialTCP(ctx, t)
 }
@@ -52,12 +53,14 @@ func (c *Client) dialHop(ctx context.Context, t Target) (net.Conn, error) {
 // dialProxyCommand starts t's ProxyCommand. It is not bound to a context:
 // the caller's deadline closes the connection, and closing it kills the
 // command, which lives as long as the connection (a jump host's, shared by
-// a whole run, outlives the deadline it was dialed under).
-func (c *Client) dialProxyCommand(t Target) (net.Conn, error) {
+// a whole run, outlives the deadline it was dialed under). onDeadline is
+// the host's message should the deadline cut the proxy short.
+func (c *Client) dialProxyCommand(t Target, onDeadline string) (net.Conn, error) {
 	conn, err := startProxyCommand(expandProxyCommand(t))
 	if err != nil {
 		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}
 	}
+	conn.deadlineMsg = onDeadline
 	return conn, nil
 }
 

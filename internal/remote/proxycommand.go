@@ -71,11 +71,13 @@ const proxyExitGrace = 2 * time.Second
 // of its own, killed whole by Close: a proxy that forks (a shell script, ssh
 // -W with a ControlMaster) leaves nothing behind.
 type proxyConn struct {
-	cmd     *exec.Cmd
-	name    string   // for messages: "ProxyCommand nc"
-	toProxy *os.File // its stdin
-	server  *os.File // its stdout
-	stderr  *cappedBuffer
+	cmd  *exec.Cmd
+	name string // for messages: "ProxyCommand nc"
+	// deadlineMsg says what a deadline cut short, for cutOff; "" says nothing.
+	deadlineMsg string
+	toProxy     *os.File // its stdin
+	server      *os.File // its stdout
+	stderr      *cappedBuffer
 
 	exited  chan struct{} // closed once cmd.Wait returned
 	waitErr error
@@ -126,46 +128,65 @@ func startProxyCommand(command string) (*proxyConn, error) {
 
 func (p *proxyConn) Read(b []byte) (int, error) {
 	n, err := p.server.Read(b)
-	if errors.Is(err, io.EOF) {
-		err = p.ended(err)
-	}
-	return n, err
+	return n, p.explain(err)
 }
 
 func (p *proxyConn) Write(b []byte) (int, error) {
 	n, err := p.toProxy.Write(b)
-	if errors.Is(err, syscall.EPIPE) {
-		err = p.ended(err)
-	}
-	return n, err
+	return n, p.explain(err)
 }
 
-// ended turns the end of the proxy's pipes into the proxy's own words: its
-// exit status and the first line of its stderr, when it failed. A proxy that
-// exited cleanly and said nothing leaves err as it is (the server hung up).
-func (p *proxyConn) ended(err error) error {
-	if p.closing.Load() {
-		return err
+// explain puts the proxy's own words on the errors that end the connection.
+func (p *proxyConn) explain(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case p.closing.Load():
+		return p.cutOff(err)
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.EPIPE):
+		return p.ended(err)
 	}
+	return err
+}
+
+// ended explains the proxy's closing its end: its exit status and the first
+// line of its stderr, when it failed. A proxy that exited cleanly and said
+// nothing leaves err as it is (the server hung up).
+func (p *proxyConn) ended(err error) error {
 	select {
 	case <-p.exited:
 	case <-time.After(proxyExitGrace):
 		return err
 	}
 	if p.closing.Load() { // the deadline came meanwhile: that is the news
-		return err
+		return p.cutOff(err)
 	}
-	said := firstLine(strings.TrimSpace(p.stderr.String()))
+	said := p.said()
 	var exit *exec.ExitError
 	switch {
 	case errors.As(p.waitErr, &exit) && said != "":
-		return &proxyError{msg: fmt.Sprintf("%s exited with status %d: %s", p.name, exit.ExitCode(), said), cause: err}
+		return &proxyError{status: hoststatus.Unreachable, msg: fmt.Sprintf("%s exited with status %d: %s", p.name, exit.ExitCode(), said), cause: err}
 	case errors.As(p.waitErr, &exit):
-		return &proxyError{msg: fmt.Sprintf("%s exited with status %d", p.name, exit.ExitCode()), cause: err}
+		return &proxyError{status: hoststatus.Unreachable, msg: fmt.Sprintf("%s exited with status %d", p.name, exit.ExitCode()), cause: err}
 	case said != "":
-		return &proxyError{msg: fmt.Sprintf("%s ended the connection: %s", p.name, said), cause: err}
+		return &proxyError{status: hoststatus.Unreachable, msg: fmt.Sprintf("%s ended the connection: %s", p.name, said), cause: err}
 	}
 	return err
+}
+
+// cutOff explains a read or write that Close cut short: the deadline passed
+// while the proxy had not connected. What it said by then often tells why: a
+// login it waits for, a name it cannot resolve.
+func (p *proxyConn) cutOff(err error) error {
+	said := p.said()
+	if said == "" || p.deadlineMsg == "" {
+		return err
+	}
+	return &proxyError{status: hoststatus.Timeout, msg: p.deadlineMsg + "; the proxy said: " + said, cause: err}
+}
+
+func (p *proxyConn) said() string {
+	return firstLine(strings.TrimSpace(p.stderr.String()))
 }
 
 // Close kills the proxy's process group and waits for the proxy to exit.
@@ -196,11 +217,12 @@ func (p *proxyConn) SetReadDeadline(t time.Time) error  { return p.server.SetRea
 func (p *proxyConn) SetWriteDeadline(t time.Time) error { return p.toProxy.SetWriteDeadline(t) }
 
 // proxyError is a failed proxy in its own words. It is also an *Error for
-// the host's message (an unreachable host), through x/crypto/ssh's wrapping,
-// and still the io.EOF or broken pipe that ended the connection.
+// the host's status and message, through x/crypto/ssh's wrapping, and still
+// the io.EOF or broken pipe that ended the connection.
 type proxyError struct {
-	msg   string
-	cause error
+	status hoststatus.Status
+	msg    string
+	cause  error
 }
 
 func (e *proxyError) Error() string { return e.msg }
@@ -208,7 +230,7 @@ func (e *proxyError) Unwrap() error { return e.cause }
 
 func (e *proxyError) As(target any) bool {
 	if t, ok := target.(**Error); ok {
-		*t = &Error{Status: hoststatus.Unreachable, Msg: e.msg}
+		*t = &Error{Status: e.status, Msg: e.msg}
 		return true
 	}
 	return false

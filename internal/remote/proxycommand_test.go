@@ -182,3 +182,27 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A proxy that says something and then waits (for a login, say): when the
+// deadline closes the connection, the host's message is a timeout that
+// carries what the proxy said.
+func TestProxyConnCutOffByDeadline(t *testing.T) {
+	p, err := startProxyCommand(`sh -c 'echo "Please visit https://login.example/device to authenticate" >&2; exec sleep 600'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.deadlineMsg = "no answer within 6s (while SSH handshake with gpu01:22 through ProxyCommand sh)"
+	waitFor(t, "the proxy to speak", func() bool { return p.said() != "" })
+	read := make(chan error, 1)
+	go func() {
+		_, err := p.Read(make([]byte, 10))
+		read <- err
+	}()
+	p.Close() // as the deadline's context.AfterFunc does
+	err = <-read
+	var e *Error
+	want := "no answer within 6s (while SSH handshake with gpu01:22 through ProxyCommand sh); the proxy said: Please visit https://login.example/device to authenticate"
+	if !errors.As(err, &e) || e.Status != hoststatus.Timeout || e.Msg != want {
+		t.Errorf("got %v, want timeout %q", err, want)
+	}
+}
