@@ -146,7 +146,7 @@ func (sc *SSHConfig) load(path string, system bool, depth int) (*configFile, err
 			if kv, ok := n.(*ssh_config.KV); ok && kv.Key == includeMarker {
 				line := kv.Pos().Line
 				if f.includes[line], err = sc.include(f.rawValue(line), system, depth); err != nil {
-					return nil, fmt.Errorf("%s:%d: Include: %w", path, line, err)
+					return nil, err
 				}
 			}
 		}
@@ -174,12 +174,15 @@ func (sc *SSHConfig) include(args string, system bool, depth int) ([]*configFile
 		}
 		matches, err := filepath.Glob(pattern)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("bad Include pattern %s: %v", pattern, err)
 		}
 		for _, m := range matches {
 			f, err := sc.load(m, system, depth+1)
+			if errors.Is(err, os.ErrNotExist) {
+				continue // gone since the glob, or a dangling link: as if never matched
+			}
 			if err != nil {
-				return nil, err
+				return nil, err // it names its own file
 			}
 			out = append(out, f)
 		}

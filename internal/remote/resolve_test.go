@@ -272,8 +272,11 @@ Host bad
     ProxyCommand nc %h %p %C
 Host empty
     ProxyCommand
+Host jnone
+    ProxyJump none
 Host *
     ProxyJump gw2
+    ProxyCommand nc %h %p
 `)
 	sc, err := LoadSSHConfig(user, "")
 	if err != nil {
@@ -287,6 +290,7 @@ Host *
 		{"direct", "", nil},
 		{"jumped", "", []string{"bastion"}},
 		{"other", "", []string{"gw2"}},
+		{"jnone", "", nil},
 	}
 	for _, tt := range tests {
 		got, err := sc.Resolve(tt.alias)
