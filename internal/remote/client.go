@@ -89,24 +89,9 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 	if c.User != "" && !strings.Contains(alias, "@") {
 		t.User = c.User
 	}
-	phase := "connecting to " + t.Addr()
-	var conn net.Conn
-	if len(t.ProxyJump) > 0 {
-		jc, err := c.jumpClient(ctx, t.ProxyJump)
-		if err != nil {
-			return nil, err
-		}
-		phase = fmt.Sprintf("connecting to %s through %s", t.Addr(), t.ProxyJump[len(t.ProxyJump)-1])
-		conn, err = jc.DialContext(ctx, "tcp", t.Addr())
-		if err != nil {
-			return nil, c.classify(ctx, phase, err, t)
-		}
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "tcp", t.Addr())
-		if err != nil {
-			return nil, c.classify(ctx, phase, err, t)
-		}
+	conn, route, err := c.dial(ctx, t)
+	if err != nil {
+		return nil, err
 	}
 	// Closing the connection is the one thing that unblocks every phase of
 	// x/crypto/ssh (Timeout covers only the TCP connect, and a channel over a
@@ -115,7 +100,7 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 	defer stop()
 	defer conn.Close()
 
-	phase = "SSH handshake with " + t.Addr()
+	phase := "SSH handshake with " + t.Addr() + route
 	client, err := c.handshake(conn, t)
 	if err != nil {
 		return nil, c.classify(ctx, phase, err, t)
@@ -264,26 +249,38 @@ func (c *Client) dialChain(hops []string) (*ssh.Client, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), jumpTimeout)
 		var conn net.Conn
 		if prev == nil {
-			var d net.Dialer
-			conn, err = d.DialContext(ctx, "tcp", t.Addr())
+			conn, err = c.dialHop(ctx, t)
 		} else {
 			conn, err = prev.DialContext(ctx, "tcp", t.Addr())
 		}
 		if err != nil {
+			err = c.classify(ctx, "connecting to "+t.Addr(), err, t) // before cancel: ctx.Err() means a timeout
 			cancel()
-			return nil, c.classify(ctx, "connecting to "+t.Addr(), err, t)
+			closeClient(prev)
+			return nil, err
 		}
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		client, err := c.handshake(conn, t)
 		stop()
-		cancel()
 		if err != nil {
 			conn.Close()
-			return nil, c.classify(ctx, "SSH handshake with "+t.Addr(), err, t)
+			err = c.classify(ctx, "SSH handshake with "+t.Addr(), err, t)
+			cancel()
+			closeClient(prev)
+			return nil, err
 		}
+		cancel()
 		prev = client
 	}
 	return prev, nil
+}
+
+// closeClient closes an earlier hop of a chain that failed further on: its
+// connection (and its ProxyCommand) would otherwise outlive the run.
+func closeClient(c *ssh.Client) {
+	if c != nil {
+		c.Close()
+	}
 }
 
 func (c *Client) timeoutText() string {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -25,6 +26,12 @@ type Target struct {
 	ProxyJump       []string // hops, first to last; each is [user@]host[:port] or an alias
 	KnownHostsFiles []string // UserKnownHostsFile
 	HostKeyAlias    string
+	// ProxyCommand is the command whose stdin and stdout are the connection,
+	// with its %-tokens not yet expanded (%r is the user finally chosen,
+	// which config.ini may still change). "" connects directly.
+	ProxyCommand string
+	// AddressFamily is ssh_config's: "inet", "inet6", or "" for any.
+	AddressFamily string
 }
 
 // Addr is host:port for dialing.
@@ -45,53 +52,83 @@ func (t Target) KnownHostsName() string {
 // SSHConfig is a parsed ssh_config, user file first, then the system one,
 // as OpenSSH reads them: the first value obtained for a key wins.
 type SSHConfig struct {
-	files []*indexedConfig
+	files []*configFile
 	home  string
 	local string // local user name for %u and the default User
 }
 
+// includeMarker replaces the keyword of Include lines before the library
+// parses a file: the library would follow them itself, but it resolves
+// relative paths against the account's home rather than $HOME, reads
+// /etc/ssh's includes as the user's, and keeps the included files' names to
+// itself, so that a bad line there could not be reported by file and line.
+const includeMarker = "GpumonInclude"
+
+var includeLine = regexp.MustCompile(`(?i)^(\s*)include(\s*=|\s)`)
+
+// maxIncludeDepth is OpenSSH's (READCONF_MAX_DEPTH): it stops include loops.
+const maxIncludeDepth = 16
+
 // LoadSSHConfig reads the user's file (missing is fine) and the system file
-// (missing is fine). Either path may be "".
+// (missing is fine), with the files they include. Either path may be "".
 func LoadSSHConfig(userPath, systemPath string) (*SSHConfig, error) {
 	sc := &SSHConfig{}
 	sc.home, _ = os.UserHomeDir()
 	if u, err := user.Current(); err == nil {
 		sc.local = u.Username
 	}
-	for _, p := range []string{userPath, systemPath} {
+	for i, p := range []string{userPath, systemPath} {
 		if p == "" {
 			continue
 		}
-		f, err := os.Open(p)
+		f, err := sc.load(p, i == 1, 0)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		cfg, err := ssh_config.Decode(f)
-		f.Close()
-		if err != nil {
-			// the library's messages carry the line; add the file
-			return nil, fmt.Errorf("%s: %v", p, strings.TrimPrefix(err.Error(), "ssh_config: "))
-		}
-		sc.files = append(sc.files, index(cfg))
+		sc.files = append(sc.files, f)
 	}
 	return sc, nil
 }
 
-// indexedConfig finds the Host blocks for an alias without running every
-// block's pattern against every alias: a fleet's config often has one block
-// per host, and a thousand hosts times a thousand regexps is a second.
-type indexedConfig struct {
+// configFile is one parsed file. It finds the Host blocks for an alias
+// without running every block's pattern against every alias: a fleet's config
+// often has one block per host, and a thousand hosts times a thousand regexps
+// is a second.
+type configFile struct {
+	path     string
+	lines    []string // as read, for values the library mangles (ProxyCommand)
 	cfg      *ssh_config.Config
 	literal  map[string][]int // alias -> blocks that name it exactly
 	wildcard []int            // blocks with a pattern that needs matching
+	includes map[int][]*configFile
 }
 
-func index(cfg *ssh_config.Config) *indexedConfig {
-	ic := &indexedConfig{cfg: cfg, literal: map[string][]int{}}
-	for i, h := range cfg.Hosts {
+var libraryPosition = regexp.MustCompile(`^\((\d+), \d+\): (ssh_config: )?`)
+
+func (sc *SSHConfig) load(path string, system bool, depth int) (*configFile, error) {
+	if depth > maxIncludeDepth {
+		return nil, fmt.Errorf("%s: more than %d levels of Include (a loop?)", path, maxIncludeDepth)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f := &configFile{path: path, literal: map[string][]int{}, includes: map[int][]*configFile{}}
+	f.lines = strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	masked := make([]string, len(f.lines))
+	for i, l := range f.lines {
+		masked[i] = includeLine.ReplaceAllString(l, "${1}"+includeMarker+"${2}")
+	}
+	f.cfg, err = ssh_config.DecodeBytes([]byte(strings.Join(masked, "\n")))
+	if err != nil {
+		// the library's messages carry the line as "(L, C): "
+		msg := libraryPosition.ReplaceAllString(strings.TrimPrefix(err.Error(), "ssh_config: "), "${1}: ")
+		return nil, fmt.Errorf("%s:%s", path, strings.TrimSuffix(msg, "\n"))
+	}
+	for i, h := range f.cfg.Hosts {
 		plain := true
 		for _, p := range h.Patterns {
 			if strings.ContainsAny(p.String(), "*?!") {
@@ -99,19 +136,74 @@ func index(cfg *ssh_config.Config) *indexedConfig {
 			}
 		}
 		if !plain {
-			ic.wildcard = append(ic.wildcard, i)
-			continue
+			f.wildcard = append(f.wildcard, i)
+		} else {
+			for _, p := range h.Patterns {
+				f.literal[p.String()] = append(f.literal[p.String()], i)
+			}
 		}
-		for _, p := range h.Patterns {
-			ic.literal[p.String()] = append(ic.literal[p.String()], i)
+		for _, n := range h.Nodes {
+			if kv, ok := n.(*ssh_config.KV); ok && kv.Key == includeMarker {
+				line := kv.Pos().Line
+				if f.includes[line], err = sc.include(f.rawValue(line), system, depth); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
-	return ic
+	return f, nil
+}
+
+// include loads the files an Include line names, in the order OpenSSH reads
+// them: relative names are in ~/.ssh (/etc/ssh for the system file), and a
+// glob's matches come sorted.
+func (sc *SSHConfig) include(args string, system bool, depth int) ([]*configFile, error) {
+	var out []*configFile
+	for _, pattern := range splitQuoted(args) {
+		if strings.HasPrefix(pattern, "#") {
+			break
+		}
+		switch {
+		case strings.HasPrefix(pattern, "~"):
+			pattern = sc.path(pattern)
+		case filepath.IsAbs(pattern):
+		case system:
+			pattern = filepath.Join("/etc/ssh", pattern)
+		default:
+			pattern = filepath.Join(sc.home, ".ssh", pattern)
+		}
+		matches, err := filepath.Glob(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("bad Include pattern %s: %v", pattern, err)
+		}
+		for _, m := range matches {
+			f, err := sc.load(m, system, depth+1)
+			if errors.Is(err, os.ErrNotExist) {
+				continue // gone since the glob, or a dangling link: as if never matched
+			}
+			if err != nil {
+				return nil, err // it names its own file
+			}
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// rawValue is the rest of line n (1-based) after its keyword, as OpenSSH
+// reads ProxyCommand: quotes and '#' belong to the command, for the shell.
+func (f *configFile) rawValue(n int) string {
+	if n < 1 || n > len(f.lines) {
+		return ""
+	}
+	s := strings.TrimLeft(f.lines[n-1], " \t")
+	s = strings.TrimLeft(strings.TrimLeft(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"), " \t=")
+	return strings.TrimRight(s, " \t\f")
 }
 
 // blocks returns the matching blocks in file order.
-func (ic *indexedConfig) blocks(alias string) []*ssh_config.Host {
-	lit, wild := ic.literal[alias], ic.wildcard
+func (f *configFile) blocks(alias string) []*ssh_config.Host {
+	lit, wild := f.literal[alias], f.wildcard
 	var out []*ssh_config.Host
 	for len(lit) > 0 || len(wild) > 0 {
 		var i int
@@ -120,67 +212,129 @@ func (ic *indexedConfig) blocks(alias string) []*ssh_config.Host {
 		} else {
 			i, wild = wild[0], wild[1:]
 		}
-		if h := ic.cfg.Hosts[i]; h.Matches(alias) {
+		if h := f.cfg.Hosts[i]; h.Matches(alias) {
 			out = append(out, h)
 		}
 	}
 	return out
 }
 
-var multiValued = map[string]bool{"identityfile": true}
+// A setting is one keyword line that applies to the host being resolved.
+type setting struct {
+	keyword string // as written
+	key     string // lower case, OpenSSH's aliases replaced (see keywordAliases)
+	value   string // as the library reads it (outer quotes removed)
+	raw     string // the rest of the line (see rawValue)
+	file    string
+	line    int
+}
 
-var wanted = []string{"hostname", "port", "user", "identityfile", "identitiesonly", "proxyjump", "userknownhostsfile", "hostkeyalias"}
+func (s setting) where() string { return fmt.Sprintf("%s:%d", s.file, s.line) }
 
-// values collects, for alias, the first value of each wanted key and every
-// value of the multi-valued ones.
-func (sc *SSHConfig) values(alias string) map[string][]string {
-	vals := map[string][]string{}
-	add := func(k, v string) {
-		if multiValued[k] || len(vals[k]) == 0 {
-			vals[k] = append(vals[k], v)
-		}
-	}
+// settings lists, in the order OpenSSH reads them, every keyword line that
+// applies to alias.
+func (sc *SSHConfig) settings(alias string) []setting {
+	var out []setting
 	for _, f := range sc.files {
-		for _, h := range f.blocks(alias) {
-			for _, n := range h.Nodes {
-				switch t := n.(type) {
-				case *ssh_config.KV:
-					add(strings.ToLower(t.Key), t.Value)
-				case *ssh_config.Include:
-					for _, k := range wanted {
-						if multiValued[k] {
-							all, _ := t.GetAll(alias, k)
-							for _, v := range all {
-								add(k, v)
-							}
-						} else if v := t.Get(alias, k); v != "" {
-							add(k, v)
-						}
-					}
-				}
+		f.collect(alias, &out)
+	}
+	return out
+}
+
+func (f *configFile) collect(alias string, out *[]setting) {
+	for _, h := range f.blocks(alias) {
+		for _, n := range h.Nodes {
+			kv, ok := n.(*ssh_config.KV)
+			if !ok {
+				continue
 			}
+			line := kv.Pos().Line
+			if kv.Key == includeMarker {
+				for _, inc := range f.includes[line] {
+					inc.collect(alias, out)
+				}
+				continue
+			}
+			key := strings.ToLower(kv.Key)
+			if k, ok := keywordAliases[key]; ok {
+				key = k
+			}
+			*out = append(*out, setting{keyword: kv.Key, key: key, value: strings.TrimSpace(kv.Value), raw: f.rawValue(line), file: f.path, line: line})
 		}
 	}
-	return vals
+}
+
+// multiValued keywords add up; for every other one the first value obtained
+// is the one used.
+var multiValued = map[string]bool{
+	"identityfile": true, "certificatefile": true, "sendenv": true,
+	"localforward": true, "remoteforward": true, "dynamicforward": true,
+}
+
+// effective picks, from the settings for alias, the ones ssh would use: the
+// first of each keyword (all of a multi-valued one; the first of ProxyJump
+// and ProxyCommand, which exclude each other), and checks each against what
+// fetch can do (see keywordPolicy).
+func effective(all []setting, alias string) (map[string][]setting, error) {
+	eff := map[string][]setting{}
+	var ignoreUnknown []string
+	for _, s := range all {
+		slot := s.key
+		if slot == "proxycommand" {
+			slot = "proxyjump"
+		}
+		if !multiValued[s.key] && len(eff[slot]) > 0 {
+			continue
+		}
+		rule, known := keywordPolicy[s.key]
+		if !known {
+			if matchesAny(s.key, ignoreUnknown) {
+				continue
+			}
+			return nil, fmt.Errorf("%s: %s (for %s) is not an ssh_config keyword fetch knows; if ssh accepts it, it is newer than fetch: list it in IgnoreUnknown if it may be ignored", s.where(), s.keyword, alias)
+		}
+		if why := rule(s.value); why != "" {
+			return nil, fmt.Errorf("%s: %s %s (for %s): %s", s.where(), s.keyword, shorten(s.value), alias, why)
+		}
+		if s.key == "ignoreunknown" {
+			ignoreUnknown = strings.Split(strings.ToLower(s.value), ",")
+		}
+		eff[slot] = append(eff[slot], s)
+	}
+	return eff, nil
+}
+
+// matchesAny matches key against ssh_config patterns (* and ?).
+func matchesAny(key string, patterns []string) bool {
+	for _, p := range patterns {
+		if ok, _ := filepath.Match(strings.TrimSpace(p), key); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func shorten(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
 }
 
 // Resolve returns the target for alias. A leading user@ and a trailing :port
-// in the alias are honoured, as ssh's command line does.
+// in the alias are honoured, as ssh's command line does. A keyword that
+// applies to the host and that fetch cannot honour is an error naming the
+// file and line: fetch never connects otherwise than ssh would.
 func (sc *SSHConfig) Resolve(alias string) (Target, error) {
 	t := Target{Alias: alias}
-	name := alias
-	var explicitUser string
-	explicitPort := 0
-	if u, h, ok := strings.Cut(name, "@"); ok {
-		explicitUser, name = u, h
+	explicitUser, name, explicitPort := splitAlias(alias)
+	v, err := effective(sc.settings(name), name)
+	if err != nil {
+		return t, err
 	}
-	if h, p, ok := splitPort(name); ok {
-		name, explicitPort = h, p
-	}
-	v := sc.values(name)
 	first := func(k string) string {
 		if len(v[k]) > 0 {
-			return strings.TrimSpace(v[k][0])
+			return v[k][0].value
 		}
 		return ""
 	}
@@ -193,7 +347,7 @@ func (sc *SSHConfig) Resolve(alias string) (Target, error) {
 	if p := first("port"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
-			return t, fmt.Errorf("ssh_config: Port %q for %s is not a port number", p, name)
+			return t, fmt.Errorf("%s: Port %q for %s is not a port number", v["port"][0].where(), p, name)
 		}
 		t.Port = n
 	}
@@ -211,17 +365,27 @@ func (sc *SSHConfig) Resolve(alias string) (Target, error) {
 		'h': t.HostName, 'n': name, 'p': strconv.Itoa(t.Port), 'r': t.User,
 		'u': sc.local, 'd': sc.home,
 	}
-	for _, f := range v["identityfile"] {
-		if strings.EqualFold(strings.TrimSpace(f), "none") {
+	for _, s := range v["identityfile"] {
+		if strings.EqualFold(s.value, "none") {
 			continue
 		}
-		t.IdentityFiles = append(t.IdentityFiles, sc.path(expandTokens(unquote(f), tokens)))
+		t.IdentityFiles = append(t.IdentityFiles, sc.path(expandTokens(unquote(s.value), tokens)))
 	}
 	t.IdentitiesOnly = strings.EqualFold(first("identitiesonly"), "yes")
-	if pj := first("proxyjump"); pj != "" && !strings.EqualFold(pj, "none") {
-		for _, hop := range strings.Split(pj, ",") {
-			if hop = strings.TrimSpace(hop); hop != "" {
-				t.ProxyJump = append(t.ProxyJump, hop)
+	if p := v["proxyjump"]; len(p) > 0 && !strings.EqualFold(p[0].value, "none") {
+		if p[0].key == "proxycommand" {
+			t.ProxyCommand = p[0].raw
+			if t.ProxyCommand == "" {
+				return t, fmt.Errorf("%s: ProxyCommand for %s has no command (write none to connect directly)", p[0].where(), name)
+			}
+			if err := checkProxyTokens(t.ProxyCommand); err != nil {
+				return t, fmt.Errorf("%s: ProxyCommand for %s: %v", p[0].where(), name, err)
+			}
+		} else {
+			for _, hop := range strings.Split(p[0].value, ",") {
+				if hop = strings.TrimSpace(hop); hop != "" {
+					t.ProxyJump = append(t.ProxyJump, hop)
+				}
 			}
 		}
 	}
@@ -233,7 +397,23 @@ func (sc *SSHConfig) Resolve(alias string) (Target, error) {
 		}
 	}
 	t.HostKeyAlias = first("hostkeyalias")
+	if af := strings.ToLower(first("addressfamily")); af == "inet" || af == "inet6" {
+		t.AddressFamily = af
+	}
 	return t, nil
+}
+
+// splitAlias splits [user@]host[:port] as ssh's command line does; name is
+// what ssh_config's Host lines and %n see.
+func splitAlias(alias string) (user, name string, port int) {
+	name = alias
+	if u, h, ok := strings.Cut(name, "@"); ok {
+		user, name = u, h
+	}
+	if h, p, ok := splitPort(name); ok {
+		name, port = h, p
+	}
+	return user, name, port
 }
 
 func (sc *SSHConfig) path(p string) string {
