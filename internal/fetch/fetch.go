@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"sort"
 	"strings"
 	"sync"
@@ -174,7 +175,7 @@ func hostFailure(po probe.Output, runErr error) *nvsmi.HostError {
 	if !hasGPUs || !po.Complete {
 		msg := "the output ended early (connection dropped or the script was killed)"
 		if !hasGPUs && len(po.Stray) > 0 {
-			msg = "unexpected output instead of the probe's: " + firstLine(string(po.Stray))
+			msg = "unexpected output instead of the probe's: " + hosttext.FirstLine(string(po.Stray))
 		}
 		return &nvsmi.HostError{Status: hoststatus.Error, Message: msg}
 	}
@@ -272,7 +273,7 @@ func readIdlemon(po probe.Output, w *warnings) map[int]bool {
 	}
 	st, err := idlestate.Decode(bytes.NewReader(sec.Body))
 	if err != nil || sec.ExitCode != 0 {
-		w.add("idlemon state file unreadable: %s", firstLine(orText(err, string(sec.Body))))
+		w.add("idlemon state file unreadable: %s", hosttext.FirstLine(orText(err, string(sec.Body))))
 		return nil
 	}
 	return st.JobPIDs()
@@ -416,14 +417,4 @@ func orText(err error, s string) string {
 		return err.Error()
 	}
 	return s
-}
-
-// firstLine is the first line of what a host printed, made printable and
-// cut to a length that fits a status column.
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	if len(s) > 200 {
-		s = strings.ToValidUTF8(s[:200], "") + "…"
-	}
-	return probe.Printable(s)
 }

@@ -3,6 +3,7 @@ package nvsmi
 import (
 	"fmt"
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"strings"
 )
 
@@ -48,7 +49,7 @@ func Diagnose(out []byte, exitCode int) *HostError {
 	if strings.Contains(lower, "not found") {
 		return notFound()
 	}
-	first := strings.TrimSuffix(firstLine(out), ".")
+	first := strings.TrimSuffix(hosttext.FirstLine(string(out)), ".")
 	switch {
 	case exitCode == 0 && first == "":
 		return &HostError{Status: hoststatus.Error, Message: "nvidia-smi printed nothing"}
@@ -105,10 +106,10 @@ func invalidField(out []byte) string {
 		head := l[:i]
 		if a := strings.IndexByte(head, '"'); a >= 0 {
 			if b := strings.LastIndexByte(head, '"'); b > a {
-				return clip(sanitize(head[a+1:b]), 64)
+				return hosttext.Clip(hosttext.Printable(head[a+1:b]), 64)
 			}
 		}
-		return clip(sanitize(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(head), "Field"))), 64)
+		return hosttext.Clip(hosttext.Printable(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(head), "Field"))), 64)
 	}
 	return "?"
 }

@@ -13,6 +13,7 @@ package nvsmi
 import (
 	"fmt"
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"math"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ func ParseGPUs(out []byte) (GPUReport, error) {
 	for _, r := range t.rows {
 		i, ok := parseInt(r.fields[idx])
 		if !ok {
-			bad = append(bad, r.errorf("index %q is not a GPU index", clip(r.fields[idx], 40)))
+			bad = append(bad, r.errorf("index %q is not a GPU index", hosttext.Clip(r.fields[idx], 40)))
 			continue
 		}
 		rep.GPUs = append(rep.GPUs, GPU{
@@ -169,7 +170,7 @@ func ParseProcesses(out []byte) (ProcessReport, error) {
 	for _, r := range t.rows {
 		p, ok := parseInt(r.fields[pid])
 		if !ok {
-			bad = append(bad, r.errorf("pid %q is not a process id", clip(r.fields[pid], 40)))
+			bad = append(bad, r.errorf("pid %q is not a process id", hosttext.Clip(r.fields[pid], 40)))
 			continue
 		}
 		rep.Processes = append(rep.Processes, Process{
@@ -222,7 +223,7 @@ func (r row) num(i int) Number {
 }
 
 func (r row) errorf(format string, args ...any) LineError {
-	return LineError{Line: r.line, Text: clip(sanitize(r.text), maxLineText), Reason: fmt.Sprintf(format, args...)}
+	return LineError{Line: r.line, Text: hosttext.Clip(hosttext.Printable(r.text), maxLineText), Reason: fmt.Sprintf(format, args...)}
 }
 
 // parseTable finds the header (the first line that looks like one and names
@@ -250,7 +251,7 @@ func parseTable(out []byte, required string, freeText []string, fault func(GPUFa
 			fault(f)
 			continue
 		}
-		le := LineError{Line: n + 1, Text: clip(sanitize(trimmed), maxLineText)}
+		le := LineError{Line: n + 1, Text: hosttext.Clip(hosttext.Printable(trimmed), maxLineText)}
 		if !found {
 			if names, s, ok := parseHeader(trimmed); ok && contains(names, required) {
 				found, sep, width = true, s, len(names)
@@ -293,7 +294,7 @@ func parseTable(out []byte, required string, freeText []string, fault func(GPUFa
 	}
 	if !found {
 		msg := fmt.Sprintf("no CSV header with a %q column in the nvidia-smi output", required)
-		if first := firstLine(out); first != "" {
+		if first := hosttext.FirstLine(string(out)); first != "" {
 			msg += ": " + first
 		}
 		return nil, &HostError{Status: hoststatus.Error, Message: msg}
@@ -476,14 +477,14 @@ func parseFault(line string) (GPUFault, bool) {
 	// The bus id has colons itself ("0000:05:00.0"); the message starts after ": ".
 	bus, msg, _ := strings.Cut(rest, ": ")
 	bus = strings.TrimSuffix(strings.TrimSpace(bus), ":")
-	return GPUFault{BusID: clip(sanitize(bus), 64), Message: plainMessage(msg)}, true
+	return GPUFault{BusID: hosttext.Clip(hosttext.Printable(bus), 64), Message: plainMessage(msg)}, true
 }
 
 // plainMessage turns nvidia-smi's sentences into one clause in the style of
 // the rest of gpumon's messages: "GPU is lost.  Reboot the system to recover
 // this GPU" becomes "GPU is lost; reboot the system to recover this GPU".
 func plainMessage(msg string) string {
-	msg = sanitize(strings.TrimSpace(msg))
+	msg = hosttext.Printable(strings.TrimSpace(msg))
 	if msg == "" {
 		return "GPU cannot be reached (nvidia-smi gave no reason)"
 	}
@@ -499,7 +500,7 @@ func plainMessage(msg string) string {
 	if len(parts) == 0 {
 		return "GPU cannot be reached (nvidia-smi gave no reason)"
 	}
-	return clip(strings.Join(parts, "; "), maxLineText)
+	return hosttext.Clip(strings.Join(parts, "; "), maxLineText)
 }
 
 // lowerWords lower-cases capitalised words ("Reboot", "Unknown Error") and
@@ -521,39 +522,4 @@ func lowerWords(s string) string {
 		}
 	}
 	return strings.Join(words, " ")
-}
-
-// sanitize replaces control characters, since these strings end up in
-// terminals and files that other people read.
-func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
-			return '?'
-		}
-		return r
-	}, s)
-}
-
-// clip cuts s to at most n bytes on a rune boundary, the last three being
-// an ellipsis when something was cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	n -= len("…")
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:max(n, 0)] + "…"
-}
-
-// firstLine is the output's first non-blank line, trimmed, made printable
-// and cut to a length that fits a status column.
-func firstLine(out []byte) string {
-	for _, l := range splitLines(out) {
-		if l = strings.TrimSpace(l); l != "" {
-			return clip(sanitize(l), maxLineText)
-		}
-	}
-	return ""
 }

@@ -3,10 +3,9 @@ package probe
 import (
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
 
 // A PSProcess is one line of the ps section, which the script makes with
@@ -91,7 +90,7 @@ func parsePSLine(line string) (PSProcess, error) {
 	}
 	pid, err := strconv.Atoi(f[0])
 	if !digits(f[0]) || err != nil || pid <= 0 {
-		return PSProcess{}, fmt.Errorf("%q is not a pid", clip(Printable(f[0]), 40))
+		return PSProcess{}, fmt.Errorf("%q is not a pid", hosttext.Clip(hosttext.Printable(f[0]), 40))
 	}
 	if f[1] == "" {
 		return PSProcess{}, errors.New("no user")
@@ -100,13 +99,13 @@ func parsePSLine(line string) (PSProcess, error) {
 	// time is then not a number, and the line is not guessed at.
 	elapsed, err := strconv.ParseInt(f[2], 10, 64)
 	if !digits(f[2]) || err != nil {
-		return PSProcess{}, fmt.Errorf("elapsed time %q is not a number of seconds", clip(Printable(f[2]), 40))
+		return PSProcess{}, fmt.Errorf("elapsed time %q is not a number of seconds", hosttext.Clip(hosttext.Printable(f[2]), 40))
 	}
 	return PSProcess{
 		PID:      pid,
-		User:     Printable(f[1]),
+		User:     hosttext.Printable(f[1]),
 		ElapsedS: elapsed,
-		Command:  Printable(strings.TrimSpace(rest)),
+		Command:  hosttext.Printable(strings.TrimSpace(rest)),
 	}, nil
 }
 
@@ -194,41 +193,8 @@ func lines(body []byte) []string {
 func withFirstLine(msg string, out []byte) error {
 	for _, l := range lines(out) {
 		if l = strings.TrimSpace(l); l != "" {
-			return errors.New(msg + ": " + clip(Printable(l), 200))
+			return errors.New(msg + ": " + hosttext.Clip(hosttext.Printable(l), 200))
 		}
 	}
 	return errors.New(msg)
-}
-
-// Printable replaces what is not a printable character (and invalid UTF-8)
-// with '?': text from a host ends up in terminals, files and pages.
-func Printable(s string) string {
-	ok := true
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
-			return '?'
-		}
-		return r
-	}, s)
-}
-
-// clip cuts s to at most n bytes on a rune boundary, ending in "…" when cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	n -= len("…")
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:max(n, 0)] + "…"
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"io"
 	"net"
 	"os"
@@ -151,9 +152,9 @@ func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Con
 // exitError explains a remote command that failed: the first line it
 // printed, or, when it printed nothing, the usual cause.
 func exitError(status int, stdout, stderr []byte) *Error {
-	msg := firstLine(strings.TrimSpace(string(stderr)))
+	msg := hosttext.FirstLine(strings.TrimSpace(string(stderr)))
 	if msg == "" {
-		msg = firstLine(strings.TrimSpace(string(stdout)))
+		msg = hosttext.FirstLine(strings.TrimSpace(string(stdout)))
 	}
 	if msg == "" {
 		// sshd runs the command through the account's login shell; /bin/false
@@ -362,18 +363,10 @@ func RunLocal(ctx context.Context, command string, stdin []byte) ([]byte, error)
 		return stdout.bytes(), &Error{Status: hoststatus.Timeout, Msg: "no answer within the timeout (while running the probe locally)"}
 	}
 	if err != nil {
-		msg := firstLine(strings.TrimSpace(stderr.String()))
+		msg := hosttext.FirstLine(strings.TrimSpace(stderr.String()))
 		return stdout.bytes(), &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("local probe failed: %v: %s", err, msg)}
 	}
 	return stdout.bytes(), nil
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
 }
 
 // HomeDir is $HOME, for ~ in paths and ssh's default files.

@@ -3,6 +3,7 @@ package remote
 import (
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"io"
 	"net"
 	"os"
@@ -186,7 +187,7 @@ func (p *proxyConn) cutOff(err error) error {
 }
 
 func (p *proxyConn) said() string {
-	return firstLine(strings.TrimSpace(p.stderr.String()))
+	return hosttext.FirstLine(strings.TrimSpace(p.stderr.String()))
 }
 
 // Close kills the proxy's process group and waits for the proxy to exit.
