@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -209,13 +210,24 @@ func (c *Config) hostsFromCommand(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", c.HostsCommand)
-	// a child of the shell that keeps stdout open must not keep fetch
-	// waiting once the shell is killed
+	// In a group of its own, so that a timeout stops the whole pipeline,
+	// and nothing it started outlives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// A child that keeps stdout open must not keep fetch waiting once the
+	// shell is gone.
 	cmd.WaitDelay = time.Second
 	stdout := &cappedBuffer{max: maxHostList}
 	stderr := &cappedBuffer{max: 64 << 10}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Run(); err != nil || stdout.over {
+	err := cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // the shell exited 0; what it printed is complete
+	}
+	if err != nil || stdout.over {
 		msg := strings.TrimSpace(stderr.String())
 		switch {
 		case ctx.Err() != nil:

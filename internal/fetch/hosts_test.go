@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -73,4 +74,97 @@ func TestResolveHosts(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
+}
+
+// hosts_command and hosts_file are bounded in memory and time, whatever
+// they do.
+func TestHostsCommandBounds(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	for _, tc := range []struct {
+		name, command string
+		want          []string // nil: an error
+		wantErr       string
+	}{
+		{"a flood", "yes gpu01", nil, "c.ini:3: hosts_command: `yes gpu01` failed: printed more than 16 MiB"},
+		{"a hang", "sleep 60", nil, "c.ini:3: hosts_command: `sleep 60` failed: did not finish within 1s"},
+		{"a hang in a pipeline", "sleep 60 | cat", nil, "did not finish within 1s"},
+		{"a child left holding stdout", "sleep 60 & echo $! > " + pidFile + "; echo gpu01", []string{"gpu01"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "[common]\ntimeout = 1\nhosts_command = " + tc.command + "\n"
+			c, err := ParseConfig(strings.NewReader(src), filepath.Join(dir, "c.ini"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			got, err := c.ResolveHosts(context.Background())
+			if took := time.Since(start); took > 20*time.Second {
+				t.Errorf("took %v", took)
+			}
+			if tc.want == nil {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("got %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	// the child the command left behind was stopped with it
+	pid, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, strings.TrimSpace(string(pid)))
+}
+
+// waitGone waits until the process has exited (a zombie counts: its parent,
+// init, reaps it when it will).
+func waitGone(t testing.TB, pid string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return
+		}
+		if _, after, ok := strings.Cut(string(stat), ") "); ok && strings.HasPrefix(after, "Z") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %s still runs: %s", pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHostsFileBounds(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "c.ini")
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, []byte(strings.Repeat("# a comment line\n", 1<<20+1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, file, want string }{
+		{"too large", big, ini + ":2: hosts_file: " + big + " is larger than 16 MiB"},
+		{"endless", "/dev/zero", ini + ":2: hosts_file: /dev/zero is larger than 16 MiB"},
+		{"a folder", dir, ini + ":2: hosts_file: read " + dir + ": is a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig(strings.NewReader("[common]\nhosts_file = "+tc.file+"\n"), ini)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.ResolveHosts(context.Background())
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
 }
