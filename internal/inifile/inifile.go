@@ -1,7 +1,9 @@
-// Package inifile reads the INI files users already have (config.ini of the
-// older monitor, gpu_mon's config) the way Python's configparser reads them,
-// and checks them strictly: an unknown section or key, or a value that does
-// not parse, is an Error naming the file, the line and the key.
+// Package inifile is the one INI layer of fetch, render and idlemon. It
+// reads the files users already have (config.ini of the older monitor,
+// gpu_mon's config) the way Python's configparser reads them, checks every
+// section and key name against a Layout, and reads values with typed
+// getters that know their limits. Every mistake is an *Error naming the
+// file, the line and the key, with a hint where the fix is known.
 // gopkg.in/ini.v1 does the parsing but keeps no positions, so this package
 // finds the lines itself.
 package inifile

@@ -93,11 +93,3 @@ func (l Layout) shownSections() []string {
 	sort.Strings(out)
 	return out
 }
-
-// MissingKey is the error for a key a section must have, at the
-// section's header.
-func (s Section) MissingKey(key, hint string) *Error {
-	e := s.f.ErrorAt(s.name, key, "missing in [%s]", s.name)
-	e.HintText = hint
-	return e
-}

@@ -37,6 +37,14 @@ func (s Section) ErrorAt(key, format string, args ...any) *Error {
 	return s.f.ErrorAt(s.name, key, format, args...)
 }
 
+// MissingKey is the error for a key a section must have: at the
+// section's header, or at the key when it is there but empty.
+func (s Section) MissingKey(key, hint string) *Error {
+	e := s.f.ErrorAt(s.name, key, "missing in [%s]", s.name)
+	e.HintText = hint
+	return e
+}
+
 // String returns the key's value without surrounding white space, and
 // whether the key is there at all (an empty value is there).
 func (s Section) String(key string) (string, bool) {
@@ -63,7 +71,7 @@ func (s Section) List(key string) ([]string, bool) {
 	if !ok {
 		return nil, false
 	}
-	return SplitList(v), true
+	return splitList(v), true
 }
 
 // Paths is List with each item resolved as File.Resolve does.
@@ -75,9 +83,9 @@ func (s Section) Paths(key string) ([]string, bool) {
 	return items, ok
 }
 
-// SplitList splits v on commas and line breaks, trims each item and drops
+// splitList splits v on commas and line breaks, trims each item and drops
 // the empty ones: "a, b,\n  c," is a, b, c.
-func SplitList(v string) []string {
+func splitList(v string) []string {
 	out := []string{}
 	for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
 		if p = strings.TrimSpace(p); p != "" {
@@ -174,7 +182,7 @@ func (s Section) duration(key string, lim Limits[time.Duration], units bool, dst
 	if !ok {
 		return nil
 	}
-	d, ok := ParseDuration(v, units)
+	d, ok := parseDuration(v, units)
 	if !ok || !lim.allow(d) {
 		kind := "a number of seconds"
 		if units {
@@ -190,11 +198,11 @@ func (s Section) duration(key string, lim Limits[time.Duration], units bool, dst
 // years) with room for float rounding.
 const maxSeconds = 9e9
 
-// ParseDuration is the one duration syntax of every config file: a number
+// parseDuration is the one duration syntax of every config file: a number
 // of seconds with or without a trailing "s" (10, 2.5, 1e3, 10s), and, when
 // units is set, a Go duration (15m, 1h30m, 500ms). It reports false for
 // anything else, NaN and values beyond time.Duration included.
-func ParseDuration(v string, units bool) (time.Duration, bool) {
+func parseDuration(v string, units bool) (time.Duration, bool) {
 	if secs, err := strconv.ParseFloat(strings.TrimSuffix(v, "s"), 64); err == nil {
 		if math.IsNaN(secs) || math.Abs(secs) > maxSeconds {
 			return 0, false
