@@ -10,11 +10,13 @@ package inifile
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
 
 	"gopkg.in/ini.v1"
 )
@@ -87,11 +89,40 @@ func Read(r io.Reader, name string) (*File, error) {
 		InsensitiveKeys:            true,
 		AllowPythonMultilineValues: true,
 		SpaceBeforeInlineComment:   true,
+		// ini.v1 looks for continuation lines only as far as its buffer
+		// reaches: with the default 4 KiB, a hosts list continued over more
+		// lines than that broke into "key-value delimiter not found".
+		ReaderBufferSize: len(src),
 	}, src)
 	if err != nil {
-		return nil, &Error{File: name, Msg: err.Error()}
+		return nil, &Error{File: name, Line: errorLine(src, err), Msg: strings.TrimSpace(err.Error())}
 	}
 	return &File{Name: name, ini: f, lines: lineIndex(src)}, nil
+}
+
+// errorLine finds the line of ini.v1's syntax errors, which quote the line
+// but do not number it; 0 when it cannot tell.
+func errorLine(src []byte, err error) int {
+	var quotedLine string
+	var delim ini.ErrDelimiterNotFound
+	var empty ini.ErrEmptyKeyName
+	switch {
+	case errors.As(err, &delim):
+		quotedLine = delim.Line
+	case errors.As(err, &empty):
+		quotedLine = empty.Line
+	case strings.HasPrefix(err.Error(), "unclosed section: "):
+		quotedLine = strings.TrimPrefix(err.Error(), "unclosed section: ")
+	default:
+		return 0
+	}
+	quotedLine = strings.TrimSpace(quotedLine)
+	for i, line := range bytes.Split(src, []byte("\n")) {
+		if string(bytes.TrimSpace(line)) == quotedLine {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // Has reports whether the file has the section.
@@ -153,42 +184,134 @@ func (f *File) Resolve(p string) string {
 // ini.v1's insensitive mode do) to the line of its last occurrence, the
 // one whose value ini.v1 keeps, and "section." to the line of the section's
 // first header. Keys before any header are under ini.DefaultSection.
+//
+// It follows ini.v1's parser (v1.67, with Read's options) line by line, so
+// that a line that ini.v1 reads as part of a value is never taken for a
+// key: indented lines after a value (configparser's continuation lines), a
+// value ending in a backslash, a value in """ or ` quotes over several
+// lines.
 func lineIndex(src []byte) map[string]int {
 	m := map[string]int{}
 	section := ini.DefaultSection
-	for i, rawBytes := range bytes.Split(src, []byte("\n")) {
-		n := i + 1
-		raw := string(rawBytes)
-		line := strings.TrimSpace(raw)
+	var cont continuation
+	lines := bytes.Split(src, []byte("\n"))
+	for i, b := range lines {
+		raw, n, last := string(b), i+1, i == len(lines)-1
+		if cont.swallows(raw) {
+			continue
+		}
+		line := strings.TrimLeftFunc(raw, unicode.IsSpace)
 		switch {
 		case line == "" || line[0] == '#' || line[0] == ';':
-		case line[0] == '[' && strings.HasSuffix(line, "]"):
-			section = strings.TrimSpace(line[1 : len(line)-1])
-			if _, ok := m[section+"."]; !ok {
-				m[section+"."] = n
+		case line[0] == '[':
+			if end := strings.LastIndexByte(line, ']'); end > 0 {
+				section = line[1:end]
+				if _, ok := m[section+"."]; !ok {
+					m[section+"."] = n
+				}
 			}
-		case raw[0] == ' ' || raw[0] == '\t':
-			// a continuation line
 		default:
-			if key, ok := keyOf(line); ok {
-				m[section+"."+strings.ToLower(key)] = n
+			key, value, ok := splitKey(line)
+			if !ok {
+				continue
 			}
+			m[section+"."+strings.ToLower(key)] = n
+			cont = continuationAfter(value, !last)
 		}
 	}
 	return m
 }
 
-// keyOf returns the key of a "key = value" or "key: value" line. A key in
-// quotes may hold '=' or ':' ("gpu02:2222" = GPU 2), as ini.v1 allows.
-func keyOf(line string) (string, bool) {
-	if q := line[0]; q == '"' || q == '`' {
-		if end := strings.IndexByte(line[1:], q); end >= 0 {
-			return line[1 : end+1], true
+// continuation is how the value of the last key goes on over the next
+// lines, if it does.
+type continuation struct {
+	indented  bool   // while lines start with a space, tab or form feed
+	backslash bool   // while lines end in a backslash
+	quote     string // until a line holding this quote
+}
+
+// continuationAfter is what follows a key's value: what ini.v1's
+// readValue does with it. hasNewline is false on the file's last line.
+func continuationAfter(value string, hasNewline bool) continuation {
+	if hasNewline {
+		value += "\n"
+	}
+	v := strings.TrimLeftFunc(value, unicode.IsSpace)
+	switch {
+	case v == "":
+		return continuation{indented: hasNewline}
+	case len(v) > 3 && v[:3] == `"""`:
+		if !strings.Contains(v[3:], `"""`) {
+			return continuation{quote: `"""`}
 		}
+		return continuation{}
+	case v[0] == '`':
+		if !strings.Contains(v[1:], "`") {
+			return continuation{quote: "`"}
+		}
+		return continuation{}
+	}
+	t := strings.TrimSpace(v)
+	switch {
+	case strings.HasSuffix(t, `\`):
+		return continuation{backslash: true}
+	case quoted(t, '\'') || quoted(t, '"'):
+		return continuation{}
+	}
+	return continuation{indented: hasNewline}
+}
+
+// quoted is ini.v1's hasSurroundedQuote.
+func quoted(v string, q byte) bool {
+	return len(v) >= 2 && v[0] == q && v[len(v)-1] == q && strings.IndexByte(v[1:], q) == len(v)-2
+}
+
+// swallows reports whether raw is part of the value before it, and moves on.
+func (c *continuation) swallows(raw string) bool {
+	switch {
+	case c.quote != "":
+		if pos := strings.LastIndex(raw, c.quote); pos >= 0 && !strings.HasSuffix(strings.TrimSpace(raw[pos+len(c.quote):]), `\`) {
+			*c = continuation{}
+		}
+		return true
+	case c.backslash:
+		if next := strings.TrimSpace(raw); next == "" || !strings.HasSuffix(next, `\`) {
+			*c = continuation{}
+		}
+		return true
+	case c.indented && raw != "" && strings.ContainsRune(" \t\f", rune(raw[0])):
+		return true
+	}
+	*c = continuation{}
+	return false
+}
+
+// splitKey splits a "key = value" or "key: value" line as ini.v1's
+// readKeyName does: a key in quotes may hold '=' or ':' ("gpu02:2222" = x).
+func splitKey(line string) (key, value string, ok bool) {
+	quote := ""
+	switch {
+	case len(line) > 6 && line[:3] == `"""`:
+		quote = `"""`
+	case line[0] == '"' || line[0] == '`':
+		quote = line[:1]
+	}
+	if quote != "" {
+		end := strings.Index(line[len(quote):], quote)
+		if end < 0 {
+			return "", "", false
+		}
+		end += len(quote)
+		rest := line[end+len(quote):]
+		i := strings.IndexAny(rest, "=:")
+		if i < 0 {
+			return "", "", false
+		}
+		return strings.TrimSpace(line[len(quote):end]), rest[i+1:], true
 	}
 	i := strings.IndexAny(line, "=:")
-	if i < 0 {
-		return "", false
+	if i <= 0 {
+		return "", "", false
 	}
-	return strings.TrimSpace(line[:i]), true
+	return strings.TrimSpace(line[:i]), line[i+1:], true
 }

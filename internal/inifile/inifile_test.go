@@ -22,8 +22,20 @@ func read(t testing.TB, src string) *File {
 
 func TestLineIndex(t *testing.T) {
 	src := "stray = 1\n; comment\n[common]\nUser = alice\nhosts = a,\n  b\n# hosts = again\n\n[render]\ntitle: Lab\nuser = x\nuser = y\n" +
-		"[host_names]\n\"gpu02:2222\" = GPU 2\r\n[common]\n"
+		"[host_names]\n\"gpu02:2222\" = GPU 2\r\n[common]\n" +
+		"[ spaced ] ; a comment after the header\n  indented = 1\n" + // 16, 17
+		"slash = a \\\n  b\nafter_slash = 2\n" + // 18-20
+		"quoted = \"\"\"one\ntwo = not a key\nthree\"\"\"\nafter_quote = 3\n" + // 21-24
+		"empty =\n  continued: not a key\n\n  key_again = 4\n" // 25-28
 	want := map[string]int{
+		" spaced .":             16,
+		" spaced .indented":     17,
+		" spaced .slash":        18,
+		" spaced .after_slash":  20,
+		" spaced .quoted":       21,
+		" spaced .after_quote":  24,
+		" spaced .empty":        25,
+		" spaced .key_again":    28,
 		"DEFAULT.stray":         1,
 		"common.":               3,
 		"common.user":           4,
@@ -36,6 +48,11 @@ func TestLineIndex(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, lineIndex([]byte(src))); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// and ini.v1 reads the same keys from it
+	keys := read(t, src).Section(" spaced ").Keys()
+	if diff := cmp.Diff([]string{"indented", "slash", "after_slash", "quoted", "after_quote", "empty", "key_again"}, keys); diff != "" {
+		t.Errorf("ini.v1's keys (-want +got):\n%s", diff)
 	}
 }
 
@@ -311,10 +328,88 @@ func TestErrorHint(t *testing.T) {
 	}
 }
 
+// ini.v1's syntax errors get their line too.
 func TestSyntaxError(t *testing.T) {
-	_, err := Read(strings.NewReader("[common\nuser = a\n"), "f.ini")
-	var e *Error
-	if !errors.As(err, &e) || !strings.HasPrefix(err.Error(), "f.ini: ") {
-		t.Errorf("got %v", err)
+	for _, tc := range []struct{ src, want string }{
+		{"[common\nuser = a\n", "f.ini:1: unclosed section: [common"},
+		{"[common]\nuser = a\n\njust words\n", "f.ini:4: key-value delimiter not found: just words"},
+		{"[common]\n= a\n", "f.ini:2: empty key name: = a"},
+	} {
+		_, err := Read(strings.NewReader(tc.src), "f.ini")
+		var e *Error
+		if !errors.As(err, &e) || err.Error() != tc.want {
+			t.Errorf("%q: got %v, want %q", tc.src, err, tc.want)
+		}
 	}
+}
+
+// A value continued over more lines than ini.v1's 4 KiB read buffer holds
+// (a long host list) stays one value.
+func TestLongContinuedValue(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("[common]\nhosts = gpu0000,\n")
+	for range 1000 {
+		b.WriteString("    gpu0001, gpu0002,\n")
+	}
+	b.WriteString("user = x\n")
+	f := read(t, b.String())
+	hosts, _ := f.Section("common").List("hosts")
+	if len(hosts) != 2001 {
+		t.Errorf("%d hosts", len(hosts))
+	}
+	if got := f.ErrorAt("common", "user", "m").Line; got != 1003 {
+		t.Errorf("user at line %d, want 1003", got)
+	}
+}
+
+// Whatever the file holds, reading and checking it returns a value or an
+// *Error, and an error names a line that the file has.
+func FuzzRead(f *testing.F) {
+	for _, s := range []string{
+		"[common]\nhosts = a,\n  b\n", "x = 1\n", "[a\n", "[s]\n\"k:1\" = v\r\n", "[s]\n`k=1` = v\n", "\n\t\n[ s ]\n k = v\n",
+	} {
+		f.Add(s)
+	}
+	layout := Layout{Sections: []SectionRule{{Name: "s", Keys: []string{"k"}}, {Name: "n", AnyKey: true}}, Home: "s"}
+	f.Fuzz(func(t *testing.T, src string) {
+		file, err := Read(strings.NewReader(src), "f.ini")
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("%T: %v", err, err)
+			}
+			return
+		}
+		lines := strings.Count(src, "\n") + 1
+		if err := file.Check(layout); err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Line <= 0 || e.Line > lines {
+				t.Fatalf("%v (%T) in a file of %d lines", err, err, lines)
+			}
+		}
+		// every section and key that ini.v1 found is at a line that
+		// holds it
+		rows := strings.Split(src, "\n")
+		for _, sec := range file.ini.Sections() {
+			name := sec.Name()
+			if name != "DEFAULT" {
+				if n := file.lines[name+"."]; n < 1 || !strings.Contains(rows[n-1], name) {
+					t.Fatalf("[%s] at line %d", name, n)
+				}
+			}
+			for _, k := range sec.KeyStrings() {
+				if n := file.lines[name+"."+k]; n < 1 || !strings.Contains(strings.ToLower(rows[n-1]), k) {
+					t.Fatalf("[%s] %s at line %d", name, k, n)
+				}
+			}
+		}
+		for _, sec := range file.Sections() {
+			for _, k := range sec.Keys() {
+				var d time.Duration
+				if err := sec.Duration(k, Limits[time.Duration]{}, &d); err != nil && err.(*Error).Line > lines {
+					t.Fatalf("%v in a file of %d lines", err, lines)
+				}
+			}
+		}
+	})
 }
