@@ -230,8 +230,10 @@ func (c *Config) hostsFromCommand(ctx context.Context) ([]string, error) {
 	if err != nil || stdout.over {
 		msg := strings.TrimSpace(stderr.String())
 		switch {
-		case ctx.Err() != nil:
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			msg = fmt.Sprintf("did not finish within %s", c.Timeout)
+		case ctx.Err() != nil:
+			msg = "interrupted"
 		case stdout.over:
 			msg = fmt.Sprintf("printed more than %d MiB", maxHostList>>20)
 		case msg == "":
