@@ -79,7 +79,7 @@ func Open(path string) (*File, error) {
 func Read(r io.Reader, name string) (*File, error) {
 	src, err := io.ReadAll(io.LimitReader(r, maxSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", name, err)
+		return nil, err // os.File's errors name the file already
 	}
 	if len(src) > maxSize {
 		return nil, &Error{File: name, Msg: fmt.Sprintf("larger than %d MiB: not a config file", maxSize>>20)}
