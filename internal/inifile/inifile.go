@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -94,10 +95,24 @@ func Read(r io.Reader, name string) (*File, error) {
 		// lines than that broke into "key-value delimiter not found".
 		ReaderBufferSize: len(src),
 	}, src)
+	text := skipBOM(src)
 	if err != nil {
-		return nil, &Error{File: name, Line: errorLine(src, err), Msg: strings.TrimSpace(err.Error())}
+		return nil, &Error{File: name, Line: errorLine(text, err), Msg: strings.TrimSpace(err.Error())}
 	}
-	return &File{Name: name, ini: f, lines: lineIndex(src)}, nil
+	return &File{Name: name, ini: f, lines: lineIndex(text)}, nil
+}
+
+// skipBOM drops a byte order mark as ini.v1 does (Notepad writes one):
+// UTF-8's, or the two bytes of UTF-16's, which ini.v1 skips and does not
+// decode.
+func skipBOM(src []byte) []byte {
+	switch {
+	case bytes.HasPrefix(src, []byte{0xef, 0xbb, 0xbf}):
+		return src[3:]
+	case bytes.HasPrefix(src, []byte{0xfe, 0xff}), bytes.HasPrefix(src, []byte{0xff, 0xfe}):
+		return src[2:]
+	}
+	return src
 }
 
 // errorLine finds the line of ini.v1's syntax errors, which quote the line
@@ -194,6 +209,7 @@ func lineIndex(src []byte) map[string]int {
 	m := map[string]int{}
 	section := ini.DefaultSection
 	var cont continuation
+	autoKeys := 0 // ini.v1 names a "-" key #1, #2, ... in each section
 	lines := bytes.Split(src, []byte("\n"))
 	for i, b := range lines {
 		raw, n, last := string(b), i+1, i == len(lines)-1
@@ -205,7 +221,7 @@ func lineIndex(src []byte) map[string]int {
 		case line == "" || line[0] == '#' || line[0] == ';':
 		case line[0] == '[':
 			if end := strings.LastIndexByte(line, ']'); end > 0 {
-				section = line[1:end]
+				section, autoKeys = line[1:end], 0
 				if _, ok := m[section+"."]; !ok {
 					m[section+"."] = n
 				}
@@ -214,6 +230,10 @@ func lineIndex(src []byte) map[string]int {
 			key, value, ok := splitKey(line)
 			if !ok {
 				continue
+			}
+			if key == "-" {
+				autoKeys++
+				key = "#" + strconv.Itoa(autoKeys)
 			}
 			m[section+"."+strings.ToLower(key)] = n
 			cont = continuationAfter(value, !last)

@@ -56,6 +56,15 @@ func TestLineIndex(t *testing.T) {
 	}
 }
 
+// Notepad starts a file with a byte order mark; ini.v1 skips it, and so
+// must the line index.
+func TestByteOrderMark(t *testing.T) {
+	f := read(t, "\xef\xbb\xbf[common]\nn = x\n")
+	if got := f.ErrorAt("common", "", "m").Line; got != 1 {
+		t.Errorf("[common] at line %d, want 1", got)
+	}
+}
+
 // A repeated key: the value kept and the line an error names are the same.
 func TestRepeatedKeyPointsAtTheValueKept(t *testing.T) {
 	f := read(t, "[a]\nn = 1\nn = x\n")
@@ -398,7 +407,13 @@ func FuzzRead(f *testing.F) {
 				}
 			}
 			for _, k := range sec.KeyStrings() {
-				if n := file.lines[name+"."+k]; n < 1 || !strings.Contains(strings.ToLower(rows[n-1]), k) {
+				n := file.lines[name+"."+k]
+				if n < 1 {
+					t.Fatalf("[%s] %s at no line", name, k)
+				}
+				row := strings.ToLower(rows[n-1])
+				// ini.v1 numbers "-" keys #1, #2, ...
+				if !strings.Contains(row, k) && !(strings.HasPrefix(k, "#") && strings.Contains(row, "-")) {
 					t.Fatalf("[%s] %s at line %d", name, k, n)
 				}
 			}
