@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,7 +13,7 @@ import (
 	"syscall"
 
 	"github.com/gpumon/gpumon/internal/cli"
-	"github.com/gpumon/gpumon/internal/config"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/remote"
 )
@@ -34,66 +33,80 @@ untouched, when nothing could be written.
 
 // Main is the fetch command.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	opts, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	cfg, err := LoadConfig(opts.configPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return cli.WithHint(err, "copy config.example.ini to %s and list your hosts", opts.configPath)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.output != "" {
+		cfg.Output = opts.output
+	}
+	results, err := pollAndWrite(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if opts.verbose {
+		for _, r := range results {
+			if r.Status != hoststatus.OK {
+				fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", r.Host, r.Status, r.Error)
+			}
+		}
+	}
+	if !opts.quiet {
+		fmt.Fprintf(stderr, "fetch: %s\n", Summary(results))
+	}
+	return nil
+}
+
+type options struct {
+	configPath, output string
+	quiet, verbose     bool
+}
+
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	var o options
 	fs := flag.NewFlagSet("fetch", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	configPath := fs.String("c", "config.ini", "")
-	outPath := fs.String("o", "", "")
-	quiet := fs.Bool("q", false, "")
-	verbose := fs.Bool("v", false, "")
+	fs.StringVar(&o.configPath, "c", "config.ini", "")
+	fs.StringVar(&o.output, "o", "", "")
+	fs.BoolVar(&o.quiet, "q", false, "")
+	fs.BoolVar(&o.verbose, "v", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
-			return err
+			return nil, err
 		}
-		return &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
+		return nil, &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
 	}
 	if fs.NArg() > 0 {
-		return &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
+		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
 	}
+	return &o, nil
+}
 
-	cfg, err := config.Load(*configPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return cli.WithHint(err, "copy config.example.ini to %s and list your hosts", *configPath)
-	}
-	if err != nil {
-		return err
-	}
-	out := cfg.Output
-	if *outPath != "" {
-		out = *outPath
-	}
+// pollAndWrite polls every host of cfg once and replaces cfg.Output with the
+// result. An error means the file was left as it was.
+func pollAndWrite(ctx context.Context, cfg *Config) ([]Result, error) {
 	hosts, err := cfg.ResolveHosts(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
 	// Two runs at once (a slow run meeting the next cron tick) would race
 	// to replace the file with data of different ages: the second one leaves.
-	unlock, err := lockFile(out + ".lock")
+	unlock, err := lockFile(cfg.Output + ".lock")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
-
-	home := remote.HomeDir()
-	userSSH := cfg.SSHConfig
-	if userSSH == "" {
-		userSSH = filepath.Join(home, ".ssh", "config")
-	}
-	sshCfg, err := remote.LoadSSHConfig(userSSH, systemSSHConfig)
+	client, err := newClient(cfg)
 	if err != nil {
-		return err
-	}
-	client := &remote.Client{
-		SSHConfig:  sshCfg,
-		HostKeys:   remote.NewHostKeys(cfg.StrictHostKeyChecking == config.StrictAcceptNew),
-		Keys:       remote.NewKeys(os.Getenv("SSH_AUTH_SOCK")),
-		User:       cfg.User,
-		KeyFiles:   cfg.KeyFiles,
-		KnownHosts: cfg.KnownHosts,
-		Home:       home,
-		Timeout:    cfg.Timeout,
-		Budget:     remote.NewBudget(remote.DefaultBudget),
+		return nil, err
 	}
 	defer client.Close()
 	// idlemon's state file, where a host has one, says which processes are
@@ -101,22 +114,36 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState}
 	results := p.Poll(ctx, hosts)
 	if ctx.Err() != nil {
-		return fmt.Errorf("interrupted; %s left as it was", out)
+		return nil, fmt.Errorf("interrupted; %s left as it was", cfg.Output)
 	}
-	if err := loaddata.WriteFile(out, Rows(results)); err != nil {
-		return fmt.Errorf("writing %s: %w", out, err)
+	if err := loaddata.WriteFile(cfg.Output, Rows(results)); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", cfg.Output, err)
 	}
-	if *verbose {
-		for _, r := range results {
-			if r.Status != hoststatus.OK {
-				fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", r.Host, r.Status, r.Error)
-			}
-		}
+	return results, nil
+}
+
+// newClient is the SSH side of cfg: ssh_config, host keys, keys.
+func newClient(cfg *Config) (*remote.Client, error) {
+	home := remote.HomeDir()
+	userSSH := cfg.SSHConfig
+	if userSSH == "" {
+		userSSH = filepath.Join(home, ".ssh", "config")
 	}
-	if !*quiet {
-		fmt.Fprintf(stderr, "fetch: %s\n", Summary(results))
+	sshCfg, err := remote.LoadSSHConfig(userSSH, systemSSHConfig)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return &remote.Client{
+		SSHConfig:  sshCfg,
+		HostKeys:   remote.NewHostKeys(cfg.StrictHostKeyChecking == StrictAcceptNew),
+		Keys:       remote.NewKeys(os.Getenv("SSH_AUTH_SOCK")),
+		User:       cfg.User,
+		KeyFiles:   cfg.KeyFiles,
+		KnownHosts: cfg.KnownHosts,
+		Home:       home,
+		Timeout:    cfg.Timeout,
+		Budget:     remote.NewBudget(remote.DefaultBudget),
+	}, nil
 }
 
 // systemSSHConfig is read after the user's file, as ssh does.

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumon/gpumon/internal/config"
 	idleconfig "github.com/gpumon/gpumon/internal/idlemon/config"
 	"github.com/gpumon/gpumon/internal/ignore"
+	"github.com/gpumon/gpumon/internal/render"
 )
 
 func TestMatch(t *testing.T) {
@@ -98,12 +98,12 @@ func TestRenderAndIdlemonAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := config.DefaultRender()
+	page := render.DefaultConfig()
 	idleExtra, err := idleconfig.Parse(strings.NewReader("[gpu-all]\ngpus = ALL\nignore_programs = gnome-shell\n"), "idlemon.ini")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pageExtra, err := config.ParseRender(strings.NewReader("[render]\nignore_processes = gnome-shell\n"), "config.ini")
+	pageExtra, err := render.ParseConfig(strings.NewReader("[render]\nignore_processes = gnome-shell\n"), "config.ini")
 	if err != nil {
 		t.Fatal(err)
 	}

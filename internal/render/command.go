@@ -19,7 +19,6 @@ import (
 	"github.com/google/renameio/v2"
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/cluster"
-	"github.com/gpumon/gpumon/internal/config"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
@@ -43,38 +42,89 @@ missing or does not parse leaves every previous file as it was.
 
 // Main is the render command.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("render", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	configPath := fs.String("c", "", "")
-	inPath := fs.String("i", "", "")
-	outPath := fs.String("o", "", "")
-	textMode := fs.Bool("text", false, "")
-	colorMode := fs.String("color", "auto", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return err
-		}
-		return &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
-	}
-	if fs.NArg() > 0 {
-		return &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
-	}
-	switch *colorMode {
-	case "auto", "always", "never":
-	default:
-		return &cli.UsageError{Msg: fmt.Sprintf("-color %q: want auto, always or never", *colorMode)}
-	}
-
-	cfg, err := loadConfig(*configPath)
+	opts, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
 	}
-	in := cfg.Input
-	if *inPath != "" {
-		in = *inPath
+	cfg, err := loadConfig(opts.configPath)
+	if err != nil {
+		return err
 	}
-	now := time.Now()
+	if opts.input != "" {
+		cfg.Input = opts.input
+	}
+	if opts.output != "" {
+		cfg.HTML = opts.output
+	}
+	rep, problems, err := buildReport(cfg, time.Now())
+	if err != nil {
+		return err
+	}
+	if opts.text {
+		err = Text(stdout, rep, opts.color == "always" || opts.color == "auto" && isTerminal(stdout))
+	} else {
+		err = writeFiles(rep, pathsOf(cfg))
+	}
+	if err != nil {
+		return err
+	}
+	return reservationError(problems, stderr)
+}
+
+type options struct {
+	configPath, input, output string
+	text                      bool
+	color                     string // auto, always or never
+}
+
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	var o options
+	fs := flag.NewFlagSet("render", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.configPath, "c", "", "")
+	fs.StringVar(&o.input, "i", "", "")
+	fs.StringVar(&o.output, "o", "", "")
+	fs.BoolVar(&o.text, "text", false, "")
+	fs.StringVar(&o.color, "color", "auto", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return nil, err
+		}
+		return nil, &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
+	}
+	if fs.NArg() > 0 {
+		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
+	}
+	switch o.color {
+	case "auto", "always", "never":
+	default:
+		return nil, &cli.UsageError{Msg: fmt.Sprintf("-color %q: want auto, always or never", o.color)}
+	}
+	return &o, nil
+}
+
+// loadConfig reads the config; without -c a missing config.ini means
+// defaults, as render needs no settings to work.
+func loadConfig(path string) (*Config, error) {
+	if path == "" {
+		cfg, err := LoadConfig("config.ini")
+		if errors.Is(err, os.ErrNotExist) {
+			return DefaultConfig(), nil
+		}
+		return cfg, err
+	}
+	cfg, err := LoadConfig(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, cli.WithHint(err, "copy config.example.ini to %s, or leave -c out to use the defaults", path)
+	}
+	return cfg, err
+}
+
+// buildReport reads cfg.Input and the reservations file into a report. The
+// problems of the reservations file are not fatal: they become warnings on
+// the page, and the caller's error once everything is written.
+func buildReport(cfg *Config, now time.Time) (*Report, []error, error) {
 	var resv []reservations.Reservation
 	var problems []error
 	if cfg.Reservations != "" {
@@ -85,56 +135,62 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
 		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now,
 	})
-	n, err := loaddata.StreamFile(in, b.Add)
+	n, err := loaddata.StreamFile(cfg.Input, b.Add)
 	if errors.Is(err, os.ErrNotExist) {
-		return cli.WithHint(err, "run fetch first, or name its output with -i or [common] output")
+		return nil, nil, cli.WithHint(err, "run fetch first, or name its output with -i or [common] output")
 	}
 	if err != nil {
-		return cli.WithHint(err, "the previous page and files were left as they were")
+		return nil, nil, cli.WithHint(err, "the previous page and files were left as they were")
 	}
 	if n == 0 {
-		return cli.WithHint(fmt.Errorf("%s: no rows, only a header", in), "the previous page and files were left as they were")
+		return nil, nil, cli.WithHint(fmt.Errorf("%s: no rows, only a header", cfg.Input), "the previous page and files were left as they were")
 	}
-	cl := b.Cluster()
-	rep := &Report{Cluster: cl, Config: cfg, Now: now, Loc: time.Local}
+	rep := &Report{Cluster: b.Cluster(), Config: cfg, Now: now, Loc: time.Local}
 	for _, p := range problems {
 		rep.Warnings = append(rep.Warnings, reservationWarning(p, cfg.Reservations))
 	}
+	return rep, problems, nil
+}
 
-	if *textMode {
-		color := *colorMode == "always" || *colorMode == "auto" && isTerminal(stdout)
-		if err := Text(stdout, rep, color); err != nil {
-			return err
-		}
-		return reservationError(problems, stderr)
-	}
+// paths are the files render writes; "" is one not written.
+type paths struct{ html, json, prom string }
 
-	html := cfg.HTML
-	if *outPath != "" {
-		html = *outPath
-	}
-	jsonPath, promPath := cfg.JSON, cfg.Prom
+// pathsOf says where the files go: status.json and metrics.prom beside the
+// page unless the config names them.
+func pathsOf(cfg *Config) paths {
+	p := paths{html: cfg.HTML, json: cfg.JSON, prom: cfg.Prom}
 	if !cfg.JSONSet {
-		jsonPath = filepath.Join(filepath.Dir(html), config.DefaultJSON)
+		p.json = filepath.Join(filepath.Dir(cfg.HTML), DefaultJSON)
 	}
 	if !cfg.PromSet {
-		promPath = filepath.Join(filepath.Dir(html), config.DefaultProm)
+		p.prom = filepath.Join(filepath.Dir(cfg.HTML), DefaultProm)
 	}
-	if jsonPath != "" && filepath.Dir(jsonPath) == filepath.Dir(html) {
-		rep.JSONLink = filepath.Base(jsonPath)
-	}
-	if promPath != "" && filepath.Dir(promPath) == filepath.Dir(html) {
-		rep.PromLink = filepath.Base(promPath)
-	}
+	return p
+}
 
-	// Each output is written straight into a temporary file beside its
-	// target, all three at once; only when all three are complete are they
-	// renamed over the old ones. A failure before that replaces nothing.
-	outputs := []struct {
-		path  string
-		write func(io.Writer, *Report) error
-	}{{jsonPath, JSON}, {promPath, Prom}, {html, HTML}}
-	files := make([]*renameio.PendingFile, len(outputs))
+// writeFiles writes the page, status.json and metrics.prom; the page links
+// to the other two where they sit beside it.
+func writeFiles(rep *Report, p paths) error {
+	if p.json != "" && filepath.Dir(p.json) == filepath.Dir(p.html) {
+		rep.JSONLink = filepath.Base(p.json)
+	}
+	if p.prom != "" && filepath.Dir(p.prom) == filepath.Dir(p.html) {
+		rep.PromLink = filepath.Base(p.prom)
+	}
+	return replaceAll(rep, []output{{p.json, JSON}, {p.prom, Prom}, {p.html, HTML}})
+}
+
+// output is one file to write; an empty path is skipped.
+type output struct {
+	path  string
+	write func(io.Writer, *Report) error
+}
+
+// replaceAll writes every output straight into a temporary file beside its
+// target, all at once; only when all are complete are they renamed over
+// the old ones. A failure before that replaces nothing.
+func replaceAll(rep *Report, outs []output) error {
+	files := make([]*renameio.PendingFile, len(outs))
 	defer func() {
 		for _, f := range files {
 			if f != nil {
@@ -142,7 +198,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}()
-	for i, o := range outputs {
+	for i, o := range outs {
 		if o.path == "" {
 			continue
 		}
@@ -152,28 +208,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		files[i] = f
 	}
-	errs := make([]error, len(outputs))
+	errs := make([]error, len(outs))
 	var wg sync.WaitGroup
-	for i, o := range outputs {
-		if files[i] == nil {
-			continue
+	for i, o := range outs {
+		if files[i] != nil {
+			wg.Go(func() { errs[i] = writeOne(files[i], o, rep) })
 		}
-		wg.Go(func() {
-			w := bufio.NewWriterSize(files[i], 64<<10)
-			if err := o.write(w, rep); err != nil {
-				errs[i] = fmt.Errorf("making %s: %w", o.path, err)
-				return
-			}
-			if err := w.Flush(); err != nil {
-				errs[i] = fmt.Errorf("writing %s: %w", o.path, err)
-			}
-		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	for i, o := range outputs {
+	for i, o := range outs {
 		if files[i] == nil {
 			continue
 		}
@@ -181,48 +227,27 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("writing %s: %w", o.path, err)
 		}
 	}
-	return reservationError(problems, stderr)
+	return nil
 }
 
-// loadConfig reads the config; without -c a missing config.ini means
-// defaults, as render needs no settings to work.
-func loadConfig(path string) (*config.Render, error) {
-	if path == "" {
-		cfg, err := config.LoadRender("config.ini")
-		if errors.Is(err, os.ErrNotExist) {
-			return config.DefaultRender(), nil
-		}
-		return cfg, err
+func writeOne(f *renameio.PendingFile, o output, rep *Report) error {
+	w := bufio.NewWriterSize(f, 64<<10)
+	if err := o.write(w, rep); err != nil {
+		return fmt.Errorf("making %s: %w", o.path, err)
 	}
-	cfg, err := config.LoadRender(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, cli.WithHint(err, "copy config.example.ini to %s, or leave -c out to use the defaults", path)
-	}
-	return cfg, err
-}
-
-// WriteFile replaces path with data atomically: a temporary file in the
-// same folder, fsync, mode 0644 (nginx must read it), rename. A reader sees
-// the old file or the new one, never a part.
-func WriteFile(path string, data []byte) error {
-	f, err := pendingFile(path)
-	if err != nil {
-		return err
-	}
-	defer f.Cleanup()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.CloseAtomicallyReplace(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing %s: %w", o.path, err)
 	}
 	return nil
 }
 
 // pendingFile is a temporary file that CloseAtomicallyReplace renames over
-// path (fsynced, mode 0644) and Cleanup removes.
+// path (fsynced, mode 0644, as nginx must read it) and Cleanup removes. It
+// is made in path's own folder: renameio would otherwise use $TMPDIR when
+// that is on the same file system, leaving stray files there when render
+// is killed.
 func pendingFile(path string) (*renameio.PendingFile, error) {
-	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644))
+	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644), renameio.WithTempDir(filepath.Dir(path)))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("cannot write %s: folder %s does not exist", path, filepath.Dir(path))

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cluster"
-	"github.com/gpumon/gpumon/internal/config"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
@@ -16,7 +15,7 @@ import (
 // and clock it was rendered with.
 type Report struct {
 	Cluster  *cluster.Cluster
-	Config   *config.Render
+	Config   *Config
 	Now      time.Time      // when the page is made; data age is Now - DataTime
 	Loc      *time.Location // times on the page are shown in this zone
 	Warnings []string       // shown on the page (a bad reservations file)

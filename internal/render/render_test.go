@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/cluster"
-	"github.com/gpumon/gpumon/internal/config"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 	"github.com/gpumon/gpumon/internal/testenv"
@@ -29,7 +28,7 @@ var testNow = time.Date(2026, 11, 23, 14, 10, 0, 0, time.UTC)
 // testReport renders testdata/load_data.csv as Main would, at testNow.
 func testReport(t testing.TB, rows []loaddata.Row, resvFile string) *Report {
 	t.Helper()
-	cfg := config.DefaultRender()
+	cfg := DefaultConfig()
 	cfg.HostNames["mig01"] = "MIG box"
 	cfg.GPUNames["nvidia geforce rtx 2080 super"] = "2080S"
 	var resv []reservations.Reservation

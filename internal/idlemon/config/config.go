@@ -11,7 +11,6 @@ package config
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -22,7 +21,6 @@ import (
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/inifile"
-	"gopkg.in/ini.v1"
 )
 
 // DefaultPath is where idlemon looks for its config without -c.
@@ -52,7 +50,7 @@ type Config struct {
 	Jobs []JobSection // [process-*]
 	TTY  TTY
 
-	lines map[string]int
+	file *inifile.File // for ErrorAt
 }
 
 // GPUSection is a [gpu-*] section: programs to ignore on some GPUs.
@@ -80,236 +78,172 @@ type TTY struct {
 	Idle      time.Duration
 }
 
-// An Error points at the place in the file that is wrong.
-type Error struct {
-	File     string
-	Line     int
-	Key      string
-	Msg      string
-	HintText string
+// layout is the file's layout. Any section whose name starts with gpu or
+// process is one of those, as in gpu_mon ([gpus] included).
+var layout = inifile.Layout{
+	Sections: []inifile.SectionRule{
+		{Name: "defaults", Keys: []string{"interval_seconds", "devices", "min_idle_seconds", "grace_seconds", "user", "state_file"}},
+		{Name: "gpu", Prefix: true, Shown: "[gpu-NAME]", Keys: []string{"gpus", "ignore_programs"}},
+		{Name: "process", Prefix: true, Shown: "[process-NAME]", Keys: []string{"dir", "cmd", "gpus", "log"}},
+		{Name: "tty", Keys: []string{"enabled", "whitelist", "idle_seconds"}},
+	},
+	Home: "defaults",
 }
 
-// Hint is the line that tells the fix, or "".
-func (e *Error) Hint() string { return e.HintText }
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Key != "" {
-		b.WriteString(e.Key + ": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
-
+// Limits of the *_seconds keys: a scan needs a period, the others may be 0;
+// a year is more than anyone means.
 var (
-	defaultsKeys = []string{"interval_seconds", "devices", "min_idle_seconds", "grace_seconds", "user", "state_file"}
-	gpuKeys      = []string{"gpus", "ignore_programs"}
-	processKeys  = []string{"dir", "cmd", "gpus", "log"}
-	ttyKeys      = []string{"enabled", "whitelist", "idle_seconds"}
+	aboveZero  = inifile.Limits[time.Duration]{Min: time.Millisecond, Max: 365 * 24 * time.Hour, Want: "a number of seconds above 0"}
+	zeroOrMore = inifile.Limits[time.Duration]{Max: 365 * 24 * time.Hour, Want: "a number of seconds (0 or more)"}
 )
 
-func keysFor(section string) ([]string, bool) {
-	switch {
-	case section == "defaults":
-		return defaultsKeys, true
-	case section == "tty":
-		return ttyKeys, true
-	case strings.HasPrefix(section, "gpu"):
-		return gpuKeys, true
-	case strings.HasPrefix(section, "process"):
-		return processKeys, true
-	}
-	return nil, false
-}
+const gpusHint = "gpus = ALL, or indices like 0,1,3"
 
 // Load reads and validates the file at path.
 func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+	f, err := inifile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return Parse(f, path)
+	return configFrom(f)
 }
 
 // Parse reads and validates a config from r; name is used in messages and
 // to resolve relative paths (relative to the file's folder).
 func Parse(r io.Reader, name string) (*Config, error) {
-	src, err := io.ReadAll(r)
+	f, err := inifile.Read(r, name)
 	if err != nil {
 		return nil, err
 	}
-	f, lines, err := inifile.Parse(src)
-	if err != nil {
-		return nil, &Error{File: name, Msg: err.Error()}
-	}
-	errAt := func(section, key, format string, args ...any) *Error {
-		return &Error{File: name, Line: lines[section+"."+key], Key: key, Msg: fmt.Sprintf(format, args...)}
+	return configFrom(f)
+}
+
+func configFrom(f *inifile.File) (*Config, error) {
+	if err := f.Check(layout); err != nil {
+		return nil, err
 	}
 	c := &Config{
-		Path:      name,
+		Path:      f.Name,
 		Interval:  DefaultInterval,
 		MinIdle:   DefaultMinIdle,
 		Grace:     DefaultGrace,
 		Devices:   DefaultDevices,
 		StateFile: idlestate.DefaultPath,
 		TTY:       TTY{Idle: DefaultTTYIdle},
-		lines:     lines,
+		file:      f,
 	}
-	dir := filepath.Dir(name)
-	seenGPU := map[int]string{} // gpu index -> job section, for overlaps
-	allJob := ""
 	for _, sec := range f.Sections() {
-		sname := sec.Name()
-		if sname == ini.DefaultSection {
-			if len(sec.Keys()) == 0 {
-				continue
-			}
-			k := sec.Keys()[0].Name()
-			return nil, &Error{File: name, Line: lines[sname+"."+k], Key: k, Msg: "a key before the first section",
-				HintText: "put it under [defaults]"}
+		var err error
+		switch rule, _ := layout.Rule(sec.Name()); rule.Name {
+		case "defaults":
+			err = c.readDefaults(sec)
+		case "tty":
+			err = c.readTTY(sec)
+		case "gpu":
+			err = c.readGPU(sec)
+		case "process":
+			err = c.readJob(sec)
 		}
-		allowed, ok := keysFor(sname)
-		if !ok {
-			return nil, &Error{File: name, Line: lines[sname+"."], Msg: fmt.Sprintf("unknown section [%s]", sname),
-				HintText: "known sections: [defaults], [gpu-NAME], [process-NAME], [tty]"}
-		}
-		for _, k := range sec.Keys() {
-			if !slices.Contains(allowed, k.Name()) {
-				e := errAt(sname, k.Name(), "unknown key in [%s]", sname)
-				e.HintText = "known keys: " + strings.Join(allowed, ", ")
-				return nil, e
-			}
-		}
-		get := func(key string) (string, bool) {
-			if !sec.HasKey(key) {
-				return "", false
-			}
-			return strings.TrimSpace(sec.Key(key).String()), true
-		}
-		seconds := func(key string, min float64, dst *time.Duration) error {
-			v, ok := get(key)
-			if !ok {
-				return nil
-			}
-			s, err := strconv.ParseFloat(strings.TrimSuffix(v, "s"), 64)
-			if err != nil || s < min || s > 86400*365 {
-				if min > 0 {
-					return errAt(sname, key, "%q is not a number of seconds above 0", v)
-				}
-				return errAt(sname, key, "%q is not a number of seconds (0 or more)", v)
-			}
-			*dst = time.Duration(s * float64(time.Second))
-			return nil
-		}
-		switch {
-		case sname == "defaults":
-			if err := seconds("interval_seconds", 0.001, &c.Interval); err != nil {
-				return nil, err
-			}
-			if err := seconds("min_idle_seconds", 0, &c.MinIdle); err != nil {
-				return nil, err
-			}
-			if err := seconds("grace_seconds", 0, &c.Grace); err != nil {
-				return nil, err
-			}
-			if v, ok := get("devices"); ok {
-				if v == "" {
-					return nil, errAt(sname, "devices", "empty: a glob of device files is needed, e.g. %s", DefaultDevices)
-				}
-				v = resolvePath(dir, v)
-				if _, err := filepath.Match(v, ""); err != nil {
-					return nil, errAt(sname, "devices", "%q is not a valid glob: %v", v, err)
-				}
-				c.Devices = v
-			}
-			if v, ok := get("user"); ok {
-				if v == "" {
-					return nil, errAt(sname, "user", "empty: name the user the jobs run as")
-				}
-				c.User = v
-			}
-			if v, ok := get("state_file"); ok {
-				if v == "" {
-					return nil, errAt(sname, "state_file", "empty")
-				}
-				c.StateFile = resolvePath(dir, v)
-			}
-		case sname == "tty":
-			if v, ok := get("enabled"); ok {
-				b, ok := parseBool(v)
-				if !ok {
-					return nil, errAt(sname, "enabled", "%q is not a boolean (true/false, yes/no, on/off, 1/0)", v)
-				}
-				c.TTY.Enabled = b
-			}
-			if v, ok := get("whitelist"); ok {
-				c.TTY.Whitelist = splitList(v)
-			}
-			if err := seconds("idle_seconds", 0, &c.TTY.Idle); err != nil {
-				return nil, err
-			}
-		case strings.HasPrefix(sname, "gpu"):
-			g := GPUSection{Name: sname}
-			v, ok := get("gpus")
-			if !ok {
-				return nil, &Error{File: name, Line: lines[sname+"."], Key: "gpus", Msg: fmt.Sprintf("missing in [%s]", sname),
-					HintText: "gpus = ALL, or indices like 0,1,3"}
-			}
-			all, idx, err := ParseGPUs(v)
-			if err != nil {
-				return nil, errAt(sname, "gpus", "%v", err)
-			}
-			g.All, g.GPUs = all, idx
-			if v, ok := get("ignore_programs"); ok {
-				g.Ignore = splitList(v)
-			}
-			c.GPUs = append(c.GPUs, g)
-		case strings.HasPrefix(sname, "process"):
-			j := JobSection{Name: sname, Dir: "/"}
-			v, ok := get("cmd")
-			if !ok || v == "" {
-				return nil, &Error{File: name, Line: lines[sname+"."], Key: "cmd", Msg: fmt.Sprintf("missing in [%s]", sname),
-					HintText: "cmd is the command line to run on idle GPUs"}
-			}
-			j.Cmd = v
-			v, ok = get("gpus")
-			if !ok {
-				return nil, &Error{File: name, Line: lines[sname+"."], Key: "gpus", Msg: fmt.Sprintf("missing in [%s]", sname),
-					HintText: "gpus = ALL, or indices like 0,1,3"}
-			}
-			all, idx, err := ParseGPUs(v)
-			if err != nil {
-				return nil, errAt(sname, "gpus", "%v", err)
-			}
-			j.All, j.GPUs = all, idx
-			if all {
-				if allJob != "" {
-					return nil, errAt(sname, "gpus", "ALL is already the GPUs of [%s]", allJob)
-				}
-				allJob = sname
-			}
-			for _, i := range idx {
-				if other, ok := seenGPU[i]; ok {
-					return nil, errAt(sname, "gpus", "gpu %d is already in [%s]", i, other)
-				}
-				seenGPU[i] = sname
-			}
-			if v, ok := get("dir"); ok && v != "" {
-				j.Dir = resolvePath(dir, v)
-			}
-			if v, ok := get("log"); ok && v != "" {
-				j.Log = resolvePath(dir, v)
-			}
-			c.Jobs = append(c.Jobs, j)
+		if err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
+}
+
+func (c *Config) readDefaults(sec inifile.Section) error {
+	if err := sec.Seconds("interval_seconds", aboveZero, &c.Interval); err != nil {
+		return err
+	}
+	if err := sec.Seconds("min_idle_seconds", zeroOrMore, &c.MinIdle); err != nil {
+		return err
+	}
+	if err := sec.Seconds("grace_seconds", zeroOrMore, &c.Grace); err != nil {
+		return err
+	}
+	if v, ok := sec.Path("devices"); ok {
+		if v == "" {
+			return sec.ErrorAt("devices", "empty: a glob of device files is needed, e.g. %s", DefaultDevices)
+		}
+		if _, err := filepath.Match(v, ""); err != nil {
+			return sec.ErrorAt("devices", "%q is not a valid glob: %v", v, err)
+		}
+		c.Devices = v
+	}
+	if v, ok := sec.String("user"); ok {
+		if v == "" {
+			return sec.ErrorAt("user", "empty: name the user the jobs run as")
+		}
+		c.User = v
+	}
+	if v, ok := sec.Path("state_file"); ok {
+		if v == "" {
+			return sec.ErrorAt("state_file", "empty")
+		}
+		c.StateFile = v
+	}
+	return nil
+}
+
+func (c *Config) readTTY(sec inifile.Section) error {
+	if err := sec.Bool("enabled", &c.TTY.Enabled); err != nil {
+		return err
+	}
+	if names, ok := sec.List("whitelist"); ok {
+		c.TTY.Whitelist = names
+	}
+	return sec.Seconds("idle_seconds", zeroOrMore, &c.TTY.Idle)
+}
+
+func (c *Config) readGPU(sec inifile.Section) error {
+	g := GPUSection{Name: sec.Name()}
+	var err error
+	if g.All, g.GPUs, err = readGPUs(sec); err != nil {
+		return err
+	}
+	g.Ignore, _ = sec.List("ignore_programs")
+	c.GPUs = append(c.GPUs, g)
+	return nil
+}
+
+// readJob reads a [process-*] section; no two jobs share a GPU.
+func (c *Config) readJob(sec inifile.Section) error {
+	j := JobSection{Name: sec.Name(), Dir: "/"}
+	if j.Cmd, _ = sec.String("cmd"); j.Cmd == "" {
+		return sec.MissingKey("cmd", "cmd is the command line to run on idle GPUs")
+	}
+	var err error
+	if j.All, j.GPUs, err = readGPUs(sec); err != nil {
+		return err
+	}
+	for _, other := range c.Jobs {
+		if j.All && other.All {
+			return sec.ErrorAt("gpus", "ALL is already the GPUs of [%s]", other.Name)
+		}
+		for _, i := range j.GPUs {
+			if slices.Contains(other.GPUs, i) {
+				return sec.ErrorAt("gpus", "gpu %d is already in [%s]", i, other.Name)
+			}
+		}
+	}
+	if v, _ := sec.Path("dir"); v != "" {
+		j.Dir = v
+	}
+	j.Log, _ = sec.Path("log")
+	c.Jobs = append(c.Jobs, j)
+	return nil
+}
+
+// readGPUs reads the gpus key a [gpu-*] or [process-*] section must have.
+func readGPUs(sec inifile.Section) (all bool, idx []int, err error) {
+	v, ok := sec.String("gpus")
+	if !ok {
+		return false, nil, sec.MissingKey("gpus", gpusHint)
+	}
+	if all, idx, err = ParseGPUs(v); err != nil {
+		return false, nil, sec.ErrorAt("gpus", "%v", err)
+	}
+	return all, idx, nil
 }
 
 // ParseGPUs reads "ALL" or a comma-separated list of indices.
@@ -334,14 +268,11 @@ func ParseGPUs(v string) (all bool, idx []int, err error) {
 	return false, idx, nil
 }
 
-// ErrorAt returns an error pointing at section's key, for problems found
-// after parsing (a user that does not exist, a GPU without a device file).
-func (c *Config) ErrorAt(section, key, format string, args ...any) *Error {
-	line := c.lines[section+"."+key]
-	if line == 0 {
-		line = c.lines[section+"."]
-	}
-	return &Error{File: c.Path, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
+// ErrorAt returns an error pointing at section's key (or its header when
+// the key is not in the file), for problems found after parsing: a user
+// that does not exist, a GPU without a device file.
+func (c *Config) ErrorAt(section, key, format string, args ...any) *inifile.Error {
+	return c.file.ErrorAt(section, key, format, args...)
 }
 
 // IgnoreFor returns the programs that do not make gpu busy: ignore.Default
@@ -355,36 +286,4 @@ func (c *Config) IgnoreFor(gpu int) []string {
 		}
 	}
 	return ignore.With(extra...)
-}
-
-func parseBool(v string) (bool, bool) {
-	switch strings.ToLower(v) {
-	case "1", "yes", "true", "on":
-		return true, true
-	case "0", "no", "false", "off":
-		return false, true
-	}
-	return false, false
-}
-
-func splitList(v string) []string {
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func resolvePath(dir, p string) string {
-	if p == "~" || strings.HasPrefix(p, "~/") {
-		if home, err := os.UserHomeDir(); err == nil {
-			p = filepath.Join(home, strings.TrimPrefix(p, "~"))
-		}
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(dir, p)
-	}
-	return p
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/inifile"
 )
 
 // The older tool's own example file runs as is.
@@ -98,8 +99,8 @@ func TestErrors(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%q:\n got %s\nwant %s", tc.src, err, tc.want)
 		}
-		if e, ok := err.(*Error); !ok || !strings.Contains(e.Hint(), tc.hint) {
-			t.Errorf("%q: hint %q, want %q", tc.src, err.(*Error).Hint(), tc.hint)
+		if e, ok := err.(*inifile.Error); !ok || !strings.Contains(e.Hint(), tc.hint) {
+			t.Errorf("%q: %v: want an *inifile.Error whose hint has %q", tc.src, err, tc.hint)
 		}
 	}
 }

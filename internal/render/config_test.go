@@ -1,4 +1,4 @@
-package config
+package render
 
 import (
 	"os"
@@ -13,11 +13,11 @@ import (
 )
 
 func TestRenderDefaults(t *testing.T) {
-	c, err := ParseRender(strings.NewReader("[common]\nhosts = gpu01\n"), "/etc/gpumon/config.ini")
+	c, err := ParseConfig(strings.NewReader("[common]\nhosts = gpu01\n"), "/etc/gpumon/config.ini")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := DefaultRender()
+	want := DefaultConfig()
 	want.Path = "/etc/gpumon/config.ini"
 	want.Input = "/etc/gpumon/load_data.csv"
 	want.HTML = "/etc/gpumon/index.html"
@@ -27,7 +27,7 @@ func TestRenderDefaults(t *testing.T) {
 }
 
 func TestRenderKeys(t *testing.T) {
-	c, err := ParseRender(strings.NewReader(`[common]
+	c, err := ParseConfig(strings.NewReader(`[common]
 hosts = gpu[01-02]
 output = /srv/www/load_data.csv
 
@@ -53,7 +53,7 @@ NVIDIA H100 80GB HBM3 = H100
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Render{
+	want := &Config{
 		Path: "/etc/gpumon/config.ini", Title: "Lab <b>GPUs</b>", Input: "/srv/www/load_data.csv",
 		HTML: "/srv/www/index.html", JSON: "", JSONSet: true, Prom: "/var/lib/node_exporter/gpumon.prom", PromSet: true,
 		StaleAfter: 10 * time.Minute, Refresh: 30 * time.Second, FreeMemMiB: 512.5,
@@ -64,10 +64,6 @@ NVIDIA H100 80GB HBM3 = H100
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
-	}
-	// fetch reads the same file and ignores render's sections
-	if _, err := Parse(strings.NewReader("[common]\nhosts = a\n[render]\nrefresh = 5\n[host_names]\na = A\n"), "c.ini"); err != nil {
-		t.Errorf("fetch: %v", err)
 	}
 }
 
@@ -85,7 +81,7 @@ func TestRenderIgnoreExtendsDefault(t *testing.T) {
 			append(slices.Clone(ignore.Default), "gnome-shell", "/opt/viz/bin/viz --serve")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseRender(strings.NewReader(tc.ini), "c.ini")
+			c, err := ParseConfig(strings.NewReader(tc.ini), "c.ini")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +91,7 @@ func TestRenderIgnoreExtendsDefault(t *testing.T) {
 		})
 	}
 	// the default config's list is a copy: changing it leaves ignore.Default alone
-	c := DefaultRender()
+	c := DefaultConfig()
 	c.Ignore[0] = "changed"
 	if ignore.Default[0] != "nvidia-smi" {
 		t.Errorf("DefaultRender shares ignore.Default: %q", ignore.Default)
@@ -117,7 +113,7 @@ func TestBadRenderConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseRender(strings.NewReader(tt.src), "c.ini")
+			_, err := ParseConfig(strings.NewReader(tt.src), "c.ini")
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v\nwant %q", err, tt.want)
 			}
@@ -125,20 +121,12 @@ func TestBadRenderConfig(t *testing.T) {
 	}
 }
 
-// Whatever [render] holds, fetch does not read it; a bad value there is
-// render's error only.
-func TestRenderValuesDoNotBreakFetch(t *testing.T) {
-	if _, err := Parse(strings.NewReader("[common]\nhosts = a\n[render]\nrefresh = never\n"), "c.ini"); err != nil {
-		t.Errorf("fetch: %v", err)
-	}
-}
-
 func TestLoadRenderExample(t *testing.T) {
 	// the shipped example, whatever [render] keys it shows, must load
-	if _, err := LoadRender("../../config.example.ini"); err != nil {
+	if _, err := LoadConfig("../../config.example.ini"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadRender(filepath.Join(t.TempDir(), "none.ini")); !os.IsNotExist(err) {
+	if _, err := LoadConfig(filepath.Join(t.TempDir(), "none.ini")); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v", err)
 	}
 }

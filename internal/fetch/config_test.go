@@ -1,7 +1,6 @@
-package config
+package fetch
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,16 +9,18 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/gpumon/gpumon/internal/inifile"
 )
 
-func parse(t testing.TB, src string) (*Config, error) {
+func parseConfig(t testing.TB, src string) (*Config, error) {
 	t.Helper()
-	return Parse(strings.NewReader(src), "/etc/gpumon/config.ini")
+	return ParseConfig(strings.NewReader(src), "/etc/gpumon/config.ini")
 }
 
 // The file users of the older Python tool already have must load unchanged.
 func TestOldToolConfig(t *testing.T) {
-	c, err := parse(t, `[common]
+	c, err := parseConfig(t, `[common]
 user = monitor
 hosts = gpu1,gpu2, gpu3
 key_filename = /home/monitor/.ssh/id_rsa
@@ -30,18 +31,16 @@ key_filename = /home/monitor/.ssh/id_rsa
 	want := &Config{
 		Path: "/etc/gpumon/config.ini", User: "monitor", Hosts: []string{"gpu1", "gpu2", "gpu3"},
 		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: StrictYes,
-		Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Output: DefaultOutput,
+		Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Output: "/etc/gpumon/load_data.csv",
 		IdlemonState: "/run/idlemon/state.json",
 	}
-	if diff := cmp.Diff(want, c, cmp.AllowUnexported(Config{}), cmp.FilterPath(func(p cmp.Path) bool {
-		return p.Last().String() == ".lines"
-	}, cmp.Ignore())); diff != "" {
+	if diff := cmp.Diff(want, c, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
 }
 
 func TestNewKeys(t *testing.T) {
-	c, err := parse(t, `[common]
+	c, err := parseConfig(t, `[common]
 Hosts = gpu[01-03], node[1-2,7]
     extra1
 hosts_file = hosts.txt
@@ -100,14 +99,14 @@ func TestBadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, tt.src)
+			_, err := parseConfig(t, tt.src)
 			if err == nil {
 				t.Fatalf("no error; want %q", tt.want)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
 			}
-			var ce *Error
+			var ce *inifile.Error
 			if tt.hint != "" && (!errors.As(err, &ce) || !strings.Contains(ce.Hint(), tt.hint)) {
 				t.Errorf("hint of %q does not mention %q", err, tt.hint)
 			}
@@ -115,78 +114,26 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
-func TestExpandRange(t *testing.T) {
-	tests := []struct {
-		in   string
-		want []string
-	}{
-		{"gpu1", []string{"gpu1"}},
-		{"gpu[08-11]", []string{"gpu08", "gpu09", "gpu10", "gpu11"}},
-		{"n[1-2,5]", []string{"n1", "n2", "n5"}},
-		{"r[1-2]-g[1-2].lab", []string{"r1-g1.lab", "r1-g2.lab", "r2-g1.lab", "r2-g2.lab"}},
-		{"x[7]", []string{"x7"}},
-	}
-	for _, tt := range tests {
-		got, err := ExpandRange(tt.in)
-		if err != nil {
-			t.Errorf("%s: %v", tt.in, err)
-			continue
-		}
-		if diff := cmp.Diff(tt.want, got); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tt.in, diff)
-		}
-	}
-}
-
-func TestResolveHosts(t *testing.T) {
-	dir := t.TempDir()
-	hostsFile := filepath.Join(dir, "hosts")
-	os.WriteFile(hostsFile, []byte("# lab A\ngpu[01-02]\n\ngpu03  # spare\ngpu01\n"), 0o644)
-	src := "[common]\nhosts = local, gpu01\nhosts_file = hosts\nhosts_command = printf 'node1\\nnode2\\nnode1\\n'\n"
-	c, err := Parse(strings.NewReader(src), filepath.Join(dir, "config.ini"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := c.ResolveHosts(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"local", "gpu01", "gpu02", "gpu03", "node1", "node2"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("hosts (-want +got):\n%s", diff)
-	}
-
-	t.Run("failing command", func(t *testing.T) {
-		c, _ := Parse(strings.NewReader("[common]\nhosts_command = echo 'sinfo: cannot reach slurmctld' >&2; exit 1\n"), filepath.Join(dir, "c.ini"))
-		_, err := c.ResolveHosts(context.Background())
-		if err == nil || !strings.Contains(err.Error(), "c.ini:2: hosts_command:") || !strings.Contains(err.Error(), "cannot reach slurmctld") {
-			t.Errorf("got %v", err)
-		}
-	})
-	t.Run("missing file", func(t *testing.T) {
-		c, _ := Parse(strings.NewReader("[common]\nhosts_file = nope\n"), filepath.Join(dir, "c.ini"))
-		_, err := c.ResolveHosts(context.Background())
-		if err == nil || !strings.Contains(err.Error(), "c.ini:2: hosts_file:") {
-			t.Errorf("got %v", err)
-		}
-	})
-	t.Run("bad line in hosts file", func(t *testing.T) {
-		os.WriteFile(filepath.Join(dir, "bad"), []byte("gpu1\ngpu[3-\n"), 0o644)
-		c, _ := Parse(strings.NewReader("[common]\nhosts_file = bad\n"), filepath.Join(dir, "c.ini"))
-		_, err := c.ResolveHosts(context.Background())
-		if err == nil || !strings.Contains(err.Error(), "bad:2:") {
-			t.Errorf("got %v", err)
-		}
-	})
-}
-
 // The shipped example must stay a valid config.
 func TestExampleConfigParses(t *testing.T) {
-	c, err := Load("../../config.example.ini")
+	c, err := LoadConfig("../../config.example.ini")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Hosts) != 5 || c.User != "monitor" || c.Timeout != 20*time.Second {
+	if len(c.Hosts) != 5 || c.User != "" || c.Timeout != 20*time.Second {
 		t.Errorf("example config read as %+v", c)
+	}
+}
+
+// fetch reads the same file as render and leaves render's sections to it:
+// whatever [render] holds, a bad value there is render's error only.
+func TestRenderSectionsDoNotBreakFetch(t *testing.T) {
+	for _, src := range []string{
+		"[common]\nhosts = a\n[render]\nrefresh = 5\n[host_names]\na = A\n",
+		"[common]\nhosts = a\n[render]\nrefresh = never\n",
+	} {
+		if _, err := ParseConfig(strings.NewReader(src), "c.ini"); err != nil {
+			t.Errorf("%q: %v", src, err)
+		}
 	}
 }

@@ -1,0 +1,37 @@
+// Package configini is the layout of config.ini, the one file fetch and
+// render share: which sections it has and which keys each may hold. Each
+// command reads its own sections (package fetch reads [common], package
+// render the rest) but checks the whole file against this layout, so a
+// typo in any section is an error for both commands, and neither command
+// has to import the other.
+package configini
+
+import "github.com/gpumon/gpumon/internal/inifile"
+
+// DefaultOutput is where fetch writes its CSV, and so where render reads it.
+const DefaultOutput = "load_data.csv"
+
+// CommonKeys are fetch's settings; render reads output too.
+var CommonKeys = []string{
+	"user", "hosts", "hosts_file", "hosts_command", "key_filename",
+	"ssh_config", "known_hosts", "strict_host_key_checking",
+	"timeout", "concurrency", "output", "idlemon_state",
+}
+
+// RenderKeys are the keys of [render].
+var RenderKeys = []string{
+	"title", "input", "html", "json", "prom", "stale_after", "free_memory_mib",
+	"ignore_processes", "refresh", "reservations",
+}
+
+// Layout is config.ini's layout. [host_names] and [gpu_names] take any
+// key: their keys are host and GPU names, not settings.
+var Layout = inifile.Layout{
+	Sections: []inifile.SectionRule{
+		{Name: "common", Keys: CommonKeys},
+		{Name: "render", Keys: RenderKeys},
+		{Name: "host_names", AnyKey: true},
+		{Name: "gpu_names", AnyKey: true},
+	},
+	Home: "common",
+}

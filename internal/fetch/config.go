@@ -1,0 +1,155 @@
+package fetch
+
+import (
+	"io"
+	"strings"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/inifile"
+)
+
+// Defaults, documented in config.example.ini.
+const (
+	DefaultTimeout     = 20 * time.Second
+	DefaultConcurrency = 1000
+	DefaultOutput      = configini.DefaultOutput
+)
+
+// Host-key policies, named as in ssh_config(5).
+const (
+	StrictYes       = "yes"
+	StrictAcceptNew = "accept-new"
+)
+
+// Config is fetch's part of config.ini: [common], the section users of the
+// older Python monitor already have (user, hosts, key_filename) plus the
+// keys this project adds. Host lists are not expanded here: see
+// ResolveHosts, which may run a command.
+type Config struct {
+	Path string // the file it came from, for messages
+
+	User                  string   // "" means ssh_config's User, then the local user
+	Hosts                 []string // as written, ranges expanded
+	HostsFile             string
+	HostsCommand          string
+	KeyFiles              []string // key_filename, tried before ssh_config's IdentityFile
+	SSHConfig             string   // "" means ~/.ssh/config
+	KnownHosts            []string // "" means ssh_config's UserKnownHostsFile, then ~/.ssh/known_hosts
+	StrictHostKeyChecking string
+	Timeout               time.Duration
+	Concurrency           int
+	Output                string
+	// IdlemonState is idlemon's state file on the hosts, read in the same
+	// round trip when it exists; "" to not look.
+	IdlemonState string
+
+	file *inifile.File // for errors found later (ResolveHosts)
+}
+
+// LoadConfig reads and checks the config file at path.
+func LoadConfig(path string) (*Config, error) {
+	f, err := inifile.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return configFrom(f)
+}
+
+// ParseConfig reads and checks a config from r; name is used in messages
+// and to resolve relative paths (relative to the file's folder, so cron's
+// working directory does not matter).
+func ParseConfig(r io.Reader, name string) (*Config, error) {
+	f, err := inifile.Read(r, name)
+	if err != nil {
+		return nil, err
+	}
+	return configFrom(f)
+}
+
+func configFrom(f *inifile.File) (*Config, error) {
+	if err := f.Check(configini.Layout); err != nil {
+		return nil, err
+	}
+	if !f.Has("common") {
+		return nil, &inifile.Error{File: f.Name, Msg: "no [common] section", HintText: "see config.example.ini"}
+	}
+	c := &Config{
+		Path:                  f.Name,
+		StrictHostKeyChecking: StrictYes,
+		Timeout:               DefaultTimeout,
+		Concurrency:           DefaultConcurrency,
+		Output:                f.Resolve(DefaultOutput),
+		IdlemonState:          idlestate.DefaultPath,
+		file:                  f,
+	}
+	common := f.Section("common")
+	c.User, _ = common.String("user")
+	if v, ok := common.String("hosts"); ok {
+		hosts, err := SplitHosts(v)
+		if err != nil {
+			return nil, common.ErrorAt("hosts", "%v", err)
+		}
+		c.Hosts = hosts
+	}
+	c.HostsFile, _ = common.Path("hosts_file")
+	c.HostsCommand, _ = common.String("hosts_command")
+	c.KeyFiles, _ = common.Paths("key_filename")
+	c.SSHConfig, _ = common.Path("ssh_config")
+	c.KnownHosts, _ = common.Paths("known_hosts")
+	if err := readStrict(common, &c.StrictHostKeyChecking); err != nil {
+		return nil, err
+	}
+	err := common.Seconds("timeout", inifile.Limits[time.Duration]{
+		Min: time.Nanosecond, Max: time.Hour, Want: "a number of seconds between 0 and 3600",
+	}, &c.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := common.Int("concurrency", inifile.Limits[int]{Min: 1}, &c.Concurrency); err != nil {
+		return nil, err
+	}
+	if v, _ := common.Path("output"); v != "" {
+		c.Output = v
+	}
+	if v, ok := common.String("idlemon_state"); ok {
+		// a path on the GPU hosts, so not relative to this file; empty: off
+		if v != "" && !strings.HasPrefix(v, "/") {
+			return nil, common.ErrorAt("idlemon_state", "%q is not an absolute path (it is a path on the GPU hosts)", v)
+		}
+		c.IdlemonState = v
+	}
+	if len(c.Hosts) == 0 && c.HostsFile == "" && c.HostsCommand == "" {
+		return nil, common.ErrorAt("hosts", "no hosts: set hosts, hosts_file or hosts_command in [common]")
+	}
+	return c, nil
+}
+
+// readStrict reads strict_host_key_checking, which has no value that skips
+// the check.
+func readStrict(common inifile.Section, dst *string) error {
+	v, ok := common.String("strict_host_key_checking")
+	if !ok {
+		return nil
+	}
+	switch strings.ToLower(v) {
+	case StrictYes:
+		*dst = StrictYes
+	case StrictAcceptNew:
+		*dst = StrictAcceptNew
+	default:
+		e := common.ErrorAt("strict_host_key_checking", "%q is not yes or accept-new", v)
+		if strings.EqualFold(v, "no") || strings.EqualFold(v, "off") {
+			e.HintText = "fetch never skips host key checks; use accept-new to record hosts seen for the first time"
+		}
+		return e
+	}
+	return nil
+}
+
+// errorAt returns an error pointing at a key of [common], for problems
+// found after reading (a hosts_file that cannot be read, say).
+func (c *Config) errorAt(key, format string, args ...any) *inifile.Error {
+	return c.file.ErrorAt("common", key, format, args...)
+}

@@ -1,0 +1,183 @@
+package render
+
+import (
+	"io"
+	"strings"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/ignore"
+	"github.com/gpumon/gpumon/internal/inifile"
+)
+
+// Render's defaults, documented in config.example.ini.
+const (
+	DefaultTitle      = "GPU status"
+	DefaultHTML       = "index.html"
+	DefaultJSON       = "status.json"
+	DefaultProm       = "metrics.prom"
+	DefaultStaleAfter = 15 * time.Minute
+	DefaultRefresh    = 60 * time.Second
+	DefaultFreeMemMiB = 1024
+)
+
+// Config is what the render command reads from config.ini: [render],
+// [host_names] and [gpu_names], and [common] output (fetch's output is
+// render's default input). The rest of the file is checked for unknown
+// keys only; a file without [common] is fine.
+type Config struct {
+	Path string // the file it came from, "" for defaults
+
+	Title        string
+	Input        string        // load_data.csv to read
+	HTML         string        // never "": the page is render's main output
+	JSON         string        // "" means not written; default beside HTML
+	Prom         string        // "" means not written; default beside HTML
+	StaleAfter   time.Duration // data older than this gets a banner
+	Refresh      time.Duration // the page reloads itself this often; 0 never
+	FreeMemMiB   float64       // a GPU using this much memory or more is busy
+	Ignore       []string      // programs that never make a GPU busy: ignore.Default plus ignore_processes
+	Reservations string        // reservations JSON file, "" for none
+
+	// JSONSet and PromSet tell an explicit path (even an empty one) from the
+	// default, which follows HTML (and so -o).
+	JSONSet, PromSet bool
+
+	HostNames map[string]string // lower-case host name -> display name
+	GPUNames  map[string]string // lower-case nvidia-smi name -> short name
+}
+
+// DefaultConfig is the configuration used when there is no config file:
+// every file in the current folder.
+func DefaultConfig() *Config {
+	return &Config{
+		Title:      DefaultTitle,
+		Input:      configini.DefaultOutput,
+		HTML:       DefaultHTML,
+		JSON:       DefaultJSON,
+		Prom:       DefaultProm,
+		StaleAfter: DefaultStaleAfter,
+		Refresh:    DefaultRefresh,
+		FreeMemMiB: DefaultFreeMemMiB,
+		Ignore:     ignore.With(),
+		HostNames:  map[string]string{},
+		GPUNames:   map[string]string{},
+	}
+}
+
+// LoadConfig reads render's settings from the file at path.
+func LoadConfig(path string) (*Config, error) {
+	f, err := inifile.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return configFrom(f)
+}
+
+// ParseConfig reads render's settings from r; name is used in messages and
+// to resolve relative paths (relative to the file's folder).
+func ParseConfig(r io.Reader, name string) (*Config, error) {
+	f, err := inifile.Read(r, name)
+	if err != nil {
+		return nil, err
+	}
+	return configFrom(f)
+}
+
+func configFrom(f *inifile.File) (*Config, error) {
+	if err := f.Check(configini.Layout); err != nil {
+		return nil, err
+	}
+	c := DefaultConfig()
+	c.Path = f.Name
+	c.Input = f.Resolve(configini.DefaultOutput)
+	c.HTML = f.Resolve(DefaultHTML)
+	if v, _ := f.Section("common").Path("output"); v != "" {
+		c.Input = v
+	}
+	if err := readRender(f.Section("render"), c); err != nil {
+		return nil, err
+	}
+	if err := readNames(f.Section("host_names"), c.HostNames); err != nil {
+		return nil, err
+	}
+	if err := readNames(f.Section("gpu_names"), c.GPUNames); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// readRender reads [render] into c.
+func readRender(sec inifile.Section, c *Config) error {
+	if v, _ := sec.String("title"); v != "" {
+		c.Title = v
+	}
+	if v, _ := sec.Path("input"); v != "" {
+		c.Input = v
+	}
+	if v, ok := sec.Path("html"); ok {
+		if v == "" {
+			return sec.ErrorAt("html", "empty: the page is render's main output")
+		}
+		c.HTML = v
+	}
+	// an empty json or prom turns that output off
+	c.JSON, c.JSONSet = pathOr(sec, "json", c.JSON)
+	c.Prom, c.PromSet = pathOr(sec, "prom", c.Prom)
+	err := sec.Duration("stale_after", inifile.Limits[time.Duration]{
+		Min: time.Nanosecond, Want: "a duration (e.g. 900, 900s or 15m)",
+	}, &c.StaleAfter)
+	if err != nil {
+		return err
+	}
+	if err := readRefresh(sec, &c.Refresh); err != nil {
+		return err
+	}
+	err = sec.Float("free_memory_mib", inifile.Limits[float64]{Want: "a number of MiB"}, &c.FreeMemMiB)
+	if err != nil {
+		return err
+	}
+	if names, ok := sec.List("ignore_processes"); ok {
+		c.Ignore = ignore.With(names...)
+	}
+	c.Reservations, _ = sec.Path("reservations")
+	return nil
+}
+
+// pathOr returns the key's path and true when the key is there (even
+// empty), else def and false.
+func pathOr(sec inifile.Section, key, def string) (string, bool) {
+	if v, ok := sec.Path(key); ok {
+		return v, true
+	}
+	return def, false
+}
+
+// readRefresh reads refresh: 0 for never, else a second or more, as a
+// browser reloading faster would hammer the server.
+func readRefresh(sec inifile.Section, dst *time.Duration) error {
+	err := sec.Duration("refresh", inifile.Limits[time.Duration]{
+		Want: "a duration (e.g. 60, 60s or 1m; 0 for never)",
+	}, dst)
+	if err != nil {
+		return err
+	}
+	if *dst > 0 && *dst < time.Second {
+		v, _ := sec.String("refresh")
+		return sec.ErrorAt("refresh", "%q is under a second", v)
+	}
+	return nil
+}
+
+// readNames reads a section of name = display name ([host_names],
+// [gpu_names]) into m, keyed by the lower-case name.
+func readNames(sec inifile.Section, m map[string]string) error {
+	for _, k := range sec.Keys() {
+		v, _ := sec.String(k)
+		if v == "" {
+			return sec.ErrorAt(k, "no name after =")
+		}
+		m[strings.ToLower(strings.TrimSpace(k))] = v
+	}
+	return nil
+}
