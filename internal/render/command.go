@@ -260,6 +260,10 @@ func pendingFile(path string) (*renameio.PendingFile, error) {
 // reservationWarning is the page's line for a problem with the file.
 func reservationWarning(err error, path string) string {
 	var pe *reservations.Error
+	var more *reservations.MoreProblems
+	if errors.As(err, &more) {
+		return fmt.Sprintf("Reservations file %s: %s (render's error output lists the first ones)", filepath.Base(path), strings.TrimSuffix(more.Error(), " in "+more.File))
+	}
 	if errors.As(err, &pe) {
 		return fmt.Sprintf("Reservations file %s:%d:%d: %s", filepath.Base(path), pe.Line, pe.Col, pe.Msg)
 	}
@@ -275,7 +279,10 @@ func reservationError(problems []error, stderr io.Writer) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	for _, p := range problems[1:] {
+	// in the file's order: the last one is the error returned, printed
+	// last with its hint
+	last := len(problems) - 1
+	for _, p := range problems[:last] {
 		fmt.Fprintf(stderr, "render: error: %v\n", p)
 	}
 	hint := "the page was written with a warning; the file's other reservations are shown"
@@ -286,7 +293,7 @@ func reservationError(problems []error, stderr io.Writer) error {
 	if errors.Is(problems[0], os.ErrNotExist) {
 		hint = "the page was written without reservations; create the file (an empty {} will do) or remove [render] reservations"
 	}
-	return cli.WithHint(problems[0], "%s", hint)
+	return cli.WithHint(problems[last], "%s", hint)
 }
 
 // isTerminal reports whether w is a character device (a terminal), unless

@@ -522,3 +522,39 @@ func TestUnknownDataTime(t *testing.T) {
 		}
 	}
 }
+
+// A reservations file full of mistakes is reported in a screenful, in the
+// file's order (the first problem first, the count of the rest last), and
+// the page says how many more there are.
+func TestManyBadReservations(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, "testdata/load_data.csv", filepath.Join(dir, "load_data.csv"))
+	os.WriteFile(filepath.Join(dir, "config.ini"), []byte("[render]\nreservations = r.json\n"), 0o644)
+	var b strings.Builder
+	b.WriteString("{\n")
+	for i := 1; i <= 25; i++ {
+		fmt.Fprintf(&b, "  \"gpu%02d\": [{\"name\": \"x\", \"date\": \"not a date\"}],\n", i)
+	}
+	b.WriteString("  \"last\": [{\"name\": \"x\"}]\n}\n")
+	os.WriteFile(filepath.Join(dir, "r.json"), []byte(b.String()), 0o644)
+
+	err, stderr := run(t, dir)
+	if err == nil {
+		t.Fatal("render succeeded with 25 bad dates")
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if len(lines) != 20 {
+		t.Fatalf("%d lines on stderr before the error, want the first 20 problems (the count of the rest is the error returned):\n%s", len(lines), stderr)
+	}
+	if !strings.Contains(lines[0], "r.json:2:") {
+		t.Errorf("first line is not the file's first problem: %s", lines[0])
+	}
+	if want := "and 5 more problems in r.json"; !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("the error returned (printed last) is %q, want it to end with %q", err, want)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	if !strings.Contains(string(page), "Reservations file r.json: and 5 more problems (render&#39;s error output lists the first ones)") &&
+		!strings.Contains(string(page), "Reservations file r.json: and 5 more problems (render's error output lists the first ones)") {
+		t.Errorf("the page does not say how many more problems there are")
+	}
+}

@@ -81,19 +81,20 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
 }
 
-// A moreProblems stands for the problems past the first maxProblems.
-type moreProblems struct {
-	file string
-	n    int
+// MoreProblems stands for the problems past the first ones listed: a file
+// with 50,000 bad dates is reported in a screenful, not 50,000 lines.
+type MoreProblems struct {
+	File string
+	N    int
 }
 
-func (e *moreProblems) Error() string {
-	s := fmt.Sprintf("and %d more problem", e.n)
-	if e.n != 1 {
+func (e *MoreProblems) Error() string {
+	s := fmt.Sprintf("and %d more problem", e.N)
+	if e.N != 1 {
 		s += "s"
 	}
-	if e.file != "" {
-		s += " in " + e.file
+	if e.File != "" {
+		s += " in " + e.File
 	}
 	return s
 }
@@ -117,12 +118,12 @@ func ReadFile(path string, loc *time.Location) ([]Reservation, []error) {
 	}
 	for _, e := range errs {
 		var pe *Error
-		var more *moreProblems
+		var more *MoreProblems
 		switch {
 		case errors.As(e, &pe):
 			pe.File = path
 		case errors.As(e, &more):
-			more.file = path
+			more.File = path
 		}
 	}
 	return list, errs
@@ -185,7 +186,7 @@ func parse(data []byte, loc *time.Location) ([]Reservation, []error) {
 	}
 	sort.SliceStable(p.out, func(i, j int) bool { return p.out[i].Host < p.out[j].Host })
 	if p.more > 0 {
-		p.errs = append(p.errs, &moreProblems{n: p.more})
+		p.errs = append(p.errs, &MoreProblems{N: p.more})
 	}
 	return p.out, p.errs
 }
