@@ -1,11 +1,11 @@
 package cluster
 
 import (
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )

@@ -3,7 +3,6 @@ package fetch
 import (
 	"bytes"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/captures"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/nvsmi"
 	"github.com/gpumon/gpumon/internal/probe"

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hosttext"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 // maxExpanded bounds what one range may expand to: a typo such as

@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
-	"github.com/gpumon/gpumon/internal/testenv"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/simfleet"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // fleetConfig starts specs as a simulated fleet and returns a config.ini

@@ -2,9 +2,10 @@ package nvsmi
 
 import (
 	"fmt"
+	"strings"
+
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/hosttext"
-	"strings"
 )
 
 // Diagnose looks at one nvidia-smi run's combined output (stdout and stderr)

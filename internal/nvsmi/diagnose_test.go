@@ -1,12 +1,12 @@
 package nvsmi
 
 import (
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
 const notLoaded = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/gpumon/gpumon/internal/captures"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
 // fuzzSeeds are real outputs: every capture's section of the given kind,

@@ -12,13 +12,14 @@ package nvsmi
 
 import (
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
-	"github.com/gpumon/gpumon/internal/hosttext"
 	"math"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 // Number is a reading that may be missing. Missing is never 0.

@@ -2,12 +2,12 @@ package nvsmi
 
 import (
 	"errors"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
 // The header fetch's query produces, with --format=csv,nounits.

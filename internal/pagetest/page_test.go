@@ -2,12 +2,12 @@ package pagetest
 
 import (
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
 

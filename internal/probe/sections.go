@@ -3,9 +3,10 @@ package probe
 import (
 	"errors"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hosttext"
 	"strconv"
 	"strings"
+
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 // A PSProcess is one line of the ps section, which the script makes with

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hosttext"
 	"io"
 	"net"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 // Error is a host's failure in plain words.

@@ -3,7 +3,6 @@ package remote
 import (
 	"errors"
 	"fmt"
-	"github.com/gpumon/gpumon/internal/hosttext"
 	"io"
 	"net"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 // proxyTokens are the tokens ssh_config(5) allows in ProxyCommand.

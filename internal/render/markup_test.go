@@ -2,12 +2,12 @@ package render
 
 import (
 	"bytes"
-	"github.com/gpumon/gpumon/internal/hoststatus"
 	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
