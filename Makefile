@@ -31,6 +31,8 @@ test: vet
 	$(GO) test -run '^$$' -fuzz '^FuzzParseProcesses$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/fetch
 	$(GO) test -run '^$$' -fuzz '^FuzzMarkup$$' -fuzztime $(FUZZTIME) ./internal/render
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePS$$' -fuzztime $(FUZZTIME) ./internal/probe
+	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./internal/inifile
 
 # Every test, then each fuzz target for longer: 100000 inputs apiece (about
 # 10s for the parsers and FuzzBuild, 1 to 3 minutes for FuzzMarkup on 2 cores;
