@@ -159,7 +159,7 @@ func TestProxyCommandSSHD(t *testing.T) {
 			t.Errorf("%s: %q %v", pidFile, b, err)
 			continue
 		}
-		waitGroupGone(t, pgid)
+		sshdtest.WaitGroupGone(t, pgid)
 	}
 }
 
@@ -188,41 +188,5 @@ func TestProxyCommandJumpHostSSHD(t *testing.T) {
 	if err != nil || pgid == 0 {
 		t.Fatalf("the jump host's proxy left no pid: %v", err)
 	}
-	waitGroupGone(t, pgid)
-}
-
-// groupMembers lists the live (not zombie) processes of process group pgid.
-func groupMembers(pgid int) []int {
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// waitGroupGone fails the test unless every process of the group is gone
-// within a generous deadline (the run has returned: it should be at once).
-func waitGroupGone(t testing.TB, pgid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(groupMembers(pgid)) > 0 {
-		if time.Now().After(deadline) {
-			t.Errorf("the proxy's process group %d is still running: %v", pgid, groupMembers(pgid))
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sshdtest.WaitGroupGone(t, pgid)
 }

@@ -5,12 +5,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/sshdtest"
 )
 
 func TestExpandProxyCommand(t *testing.T) {
@@ -81,7 +81,7 @@ func TestProxyConnTransport(t *testing.T) {
 	}
 	pgid := p.cmd.Process.Pid
 	p.Close()
-	waitGroupGone(t, pgid)
+	sshdtest.WaitGroupGone(t, pgid)
 }
 
 // A proxy that fails at once: the host's error is its exit status and the
@@ -119,11 +119,11 @@ func TestProxyConnCloseKillsGroup(t *testing.T) {
 		b, _ := os.ReadFile(pidFile)
 		return strings.TrimSpace(string(b)) != ""
 	})
-	if got := groupMembers(pgid); len(got) < 2 {
+	if got := sshdtest.GroupMembers(pgid); len(got) < 2 {
 		t.Fatalf("the proxy's group %d has %v, want the shell and its sleeps", pgid, got)
 	}
 	p.Close()
-	waitGroupGone(t, pgid)
+	sshdtest.WaitGroupGone(t, pgid)
 }
 
 // A proxy that floods its stderr is not blocked, and only the cap is kept.
@@ -141,35 +141,6 @@ func TestProxyConnStderrBounded(t *testing.T) {
 	if n := len(p.stderr.String()); n != maxProxyStderr {
 		t.Errorf("kept %d bytes of stderr, want %d", n, maxProxyStderr)
 	}
-}
-
-// groupMembers lists the live (not zombie) processes of process group pgid.
-func groupMembers(pgid int) []int {
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// waitGroupGone fails the test unless every process of the group is gone
-// within a generous deadline.
-func waitGroupGone(t testing.TB, pgid int) {
-	t.Helper()
-	waitFor(t, "the proxy's process group to be gone", func() bool { return len(groupMembers(pgid)) == 0 })
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {

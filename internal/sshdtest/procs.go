@@ -19,8 +19,8 @@ import (
 
 // procEntry is what /proc/PID/stat says about a process.
 type procEntry struct {
-	pid, ppid int
-	state     byte
+	pid, ppid, pgrp int
+	state           byte
 }
 
 func readProcs() []procEntry {
@@ -44,13 +44,44 @@ func readProcs() []procEntry {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
+		if len(f) < 3 {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		out = append(out, procEntry{pid: pid, ppid: ppid, state: f[0][0]})
+		pgrp, _ := strconv.Atoi(f[2])
+		out = append(out, procEntry{pid: pid, ppid: ppid, pgrp: pgrp, state: f[0][0]})
 	}
 	return out
+}
+
+// GroupMembers lists the live (not zombie) processes of process group pgid.
+func GroupMembers(pgid int) []int {
+	var out []int
+	for _, p := range readProcs() {
+		if p.pgrp == pgid && p.state != 'Z' {
+			out = append(out, p.pid)
+		}
+	}
+	return out
+}
+
+// WaitGroupGone fails the test unless every process of group pgid is gone
+// within a deadline generous enough for a loaded machine (a killed group
+// goes at once; the deadline only bounds a failing test).
+func WaitGroupGone(t testing.TB, pgid int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := GroupMembers(pgid)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("process group %d is still running: %v", pgid, left)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // descendants lists the live descendants of pid.
