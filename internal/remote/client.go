@@ -200,6 +200,8 @@ func (c *Client) handshake(conn net.Conn, t Target) (*ssh.Client, error) {
 			if len(notes) > 0 {
 				msg += "; " + strings.Join(notes, "; ")
 			}
+			msg += fmt.Sprintf("; check that ~%s/.ssh/authorized_keys on the host holds the public key, that the account is not locked "+
+				"(usermod -p '*' %s; sshd without PAM refuses keys to a locked account), and the host's sshd log", t.User, t.User)
 			return nil, &Error{Status: hoststatus.Auth, Msg: msg}
 		}
 		return nil, err
@@ -307,6 +309,8 @@ func (c *Client) classify(ctx context.Context, phase string, err error, t Target
 	}
 	var hk *HostKeyError
 	if errors.As(err, &hk) {
+		hk.Alias = t.Alias
+		hk.Indirect = len(t.ProxyJump) > 0 || t.ProxyCommand != "" || t.HostKeyAlias != ""
 		return &Error{Status: hoststatus.HostKey, Msg: hk.Error()}
 	}
 	if ctx.Err() != nil {

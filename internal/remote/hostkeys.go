@@ -47,6 +47,11 @@ type HostKeyError struct {
 	KnownAt     []string // file:line of the keys on record, when Changed
 	Files       []string
 	AcceptNewOK bool // the fix for an unknown host is accept-new
+	// Alias and Indirect say how the host was asked for: a host behind a
+	// ProxyJump or ProxyCommand, or under a HostKeyAlias, is out of
+	// ssh-keyscan's reach, and ssh (which follows ~/.ssh/config) records it.
+	Alias    string
+	Indirect bool
 }
 
 func (e *HostKeyError) Error() string {
@@ -59,8 +64,12 @@ func (e *HostKeyError) Error() string {
 	if len(e.Files) > 0 {
 		file = e.Files[0]
 	}
-	return fmt.Sprintf("host key for %s is not in %s (it offered %s); check the fingerprint, then add it: %s >> %s (or set strict_host_key_checking = accept-new)",
-		e.Address, strings.Join(e.Files, " or "), fp, keyscanCommand(e.Address), file)
+	add := keyscanCommand(e.Address) + " >> " + file
+	if e.Indirect && e.Alias != "" {
+		add = "ssh -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=" + file + " " + e.Alias + " true"
+	}
+	return fmt.Sprintf("host key for %s is not in %s (it offered %s); check the fingerprint, then add it: %s (or set strict_host_key_checking = accept-new)",
+		e.Address, strings.Join(e.Files, " or "), fp, add)
 }
 
 // keyscanCommand is the ssh-keyscan line that records the key under the name

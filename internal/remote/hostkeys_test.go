@@ -27,3 +27,17 @@ func TestUnknownHostHint(t *testing.T) {
 		}
 	}
 }
+
+// A host behind a proxy (or under a HostKeyAlias) is out of ssh-keyscan's
+// reach: the hint is ssh itself, which follows ~/.ssh/config.
+func TestUnknownIndirectHostHint(t *testing.T) {
+	key, err := ssh.NewPublicKey(ed25519.PublicKey(make([]byte, ed25519.PublicKeySize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &HostKeyError{Address: "gpu03.internal", Offered: key, Files: []string{"/h/.ssh/known_hosts"}, Alias: "gpu03", Indirect: true}
+	want := "add it: ssh -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/h/.ssh/known_hosts gpu03 true"
+	if got := e.Error(); !strings.Contains(got, want) || strings.Contains(got, "ssh-keyscan") {
+		t.Errorf("%q\nwant it to contain %q and no ssh-keyscan", got, want)
+	}
+}
