@@ -402,11 +402,17 @@ func FuzzBuild(f *testing.F) {
 		if len(r.Rows) == 0 {
 			t.Fatal("no rows")
 		}
+		if len(r.Rows) > 2*nvsmi.MaxGPUs+nvsmi.MaxProcesses {
+			t.Fatalf("%d rows from one host", len(r.Rows))
+		}
 		for _, row := range r.Rows {
-			for _, s := range []string{row.User, row.Command, row.HostError} {
+			for _, s := range []string{row.User, row.Command, row.HostError, row.GPUName, row.GPUUUID, row.GPUBusID, row.GPUError} {
 				if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f }) {
 					t.Errorf("control character in %q", s)
 				}
+			}
+			if len(row.HostError) > MaxHostError || len(row.Command) > probe.MaxCommand || len(row.GPUName) > nvsmi.MaxCell {
+				t.Errorf("cells over their bounds: host_error %d bytes, command %d, gpu_name %d", len(row.HostError), len(row.Command), len(row.GPUName))
 			}
 		}
 		if r.Status == hoststatus.OK {

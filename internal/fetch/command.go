@@ -104,6 +104,10 @@ func pollAndWrite(ctx context.Context, cfg *Config) ([]Result, error) {
 		return nil, err
 	}
 	defer unlock()
+	// A run killed while writing (cron's timeout, a reboot) left its
+	// temporary file; under the lock, nobody else is writing one. One that
+	// cannot be removed costs disk space, not this run.
+	_ = loaddata.RemoveLeftovers(cfg.Output)
 	client, err := newClient(cfg)
 	if err != nil {
 		return nil, err

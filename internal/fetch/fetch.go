@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
@@ -28,6 +29,11 @@ type Runner interface {
 	Run(ctx context.Context, alias, command string, stdin []byte) ([]byte, error)
 }
 
+// MaxRowBytes bounds the rows of one run, all hosts together, in bytes of
+// load_data.csv. A fleet of 10,000 eight-GPU hosts writes some 60 MB; render
+// reads at most 512 MiB.
+const MaxRowBytes = 256 << 20
+
 // Poller polls hosts.
 type Poller struct {
 	Runner      Runner
@@ -35,6 +41,11 @@ type Poller struct {
 	Concurrency int
 	Now         func() time.Time
 	StateFile   string // idlemon's state file on the hosts, "" for none
+	// MaxRowBytes bounds the run's rows (0: the package's MaxRowBytes): a
+	// host whose rows would go past it is failed instead of kept.
+	MaxRowBytes int64
+
+	rowBytes atomic.Int64 // kept so far in this Poll
 }
 
 // Result is one host's outcome.
@@ -55,6 +66,7 @@ func (p *Poller) Poll(ctx context.Context, hosts []string) []Result {
 	if n < 1 || n > len(hosts) {
 		n = len(hosts)
 	}
+	p.rowBytes.Store(0)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for w := 0; w < n; w++ {
@@ -62,17 +74,62 @@ func (p *Poller) Poll(ctx context.Context, hosts []string) []Result {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				results[i] = p.pollHost(ctx, hosts[i])
+				results[i] = p.keep(p.pollHost(ctx, hosts[i]))
 			}
 		}()
 	}
-	for i := range hosts {
-		work <- i
+	// Once ctx is done, the hosts not yet started are not started: each
+	// would only fail at once, and with a long list that alone takes time.
+	next := 0
+feed:
+	for ; next < len(hosts) && ctx.Err() == nil; next++ {
+		select {
+		case work <- next:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(work)
 	wg.Wait()
+	for i := next; i < len(hosts); i++ {
+		results[i] = failed(hosts[i], p.now().UTC().Format(loaddata.TimeFormat),
+			&nvsmi.HostError{Status: hoststatus.Timeout, Message: "not polled: the run was stopped (" + context.Cause(ctx).Error() + ")"})
+	}
 	return results
 }
+
+// keep counts res's rows against the run's bound, and fails the host in
+// their place where they would go past it: one host cannot make the file
+// too big to write or to read, nor fetch's memory grow with it.
+func (p *Poller) keep(res Result) Result {
+	limit := p.MaxRowBytes
+	if limit <= 0 {
+		limit = MaxRowBytes
+	}
+	var size int64
+	for i := range res.Rows {
+		size += rowBytes(&res.Rows[i])
+	}
+	if p.rowBytes.Add(size) <= limit || len(res.Rows) == 1 {
+		return res
+	}
+	p.rowBytes.Add(-size)
+	msg := fmt.Sprintf("its %d rows (%s) would take load_data.csv past %s; fetch keeps the hosts that answered first",
+		len(res.Rows), mib(size), mib(limit))
+	f := failed(res.Host, res.Rows[0].Timestamp, &nvsmi.HostError{Status: hoststatus.Error, Message: msg})
+	p.rowBytes.Add(rowBytes(&f.Rows[0]))
+	f.Took = res.Took
+	return f
+}
+
+// rowBytes is about what r takes in load_data.csv: its text cells, and room
+// for the numbers and separators.
+func rowBytes(r *loaddata.Row) int64 {
+	return int64(len(r.Timestamp)+len(r.Host)+len(r.HostError)+len(r.GPUUUID)+len(r.GPUName)+
+		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)) + 160
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // nvTimeout leaves room for both nvidia-smi runs and the rest of the script
 // inside the host's deadline, so a hung nvidia-smi is reported as such by the
@@ -124,8 +181,9 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Error, Message: err.Error()})
 	}
 	var w warnings
-	w.skipped("nvidia-smi --query-gpu", gpus.Skipped)
+	w.skipped("nvidia-smi --query-gpu", gpus.Skipped, gpus.MoreSkipped)
 	w.duplicateIndexes(gpus.GPUs)
+	w.sharedUUIDs(gpus.GPUs)
 	procs := readApps(po, &w)
 	base := hostRow(ts, host, probe.ParseHost(po.Sections[probe.SectionHost].Body))
 	d := processDetails{ps: readPS(po, len(procs) > 0, &w), jobPIDs: readIdlemon(po, &w)}
@@ -133,7 +191,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	if len(rows) == 0 {
 		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Driver, Message: "nvidia-smi listed no GPU"})
 	}
-	msg := strings.Join(w, "; ")
+	msg := w.String()
 	for i := range rows {
 		rows[i].HostError = msg
 	}
@@ -149,8 +207,9 @@ func hostRow(ts, host string, hi probe.HostInfo) loaddata.Row {
 
 // failed is a host without usable GPU data: one row that says why.
 func failed(host, ts string, why *nvsmi.HostError) Result {
-	return Result{Host: host, Status: why.Status, Error: why.Message, Rows: []loaddata.Row{{
-		Timestamp: ts, Host: host, HostStatus: why.Status, HostError: why.Message,
+	msg := hosttext.Clip(why.Message, MaxHostError)
+	return Result{Host: host, Status: why.Status, Error: msg, Rows: []loaddata.Row{{
+		Timestamp: ts, Host: host, HostStatus: why.Status, HostError: msg,
 	}}}
 }
 
@@ -182,16 +241,53 @@ func hostFailure(po probe.Output, runErr error) *nvsmi.HostError {
 	return nvsmi.Diagnose(g.Body, g.ExitCode)
 }
 
+// Bounds on host_error, which every row of a host repeats: a host that
+// goes wrong in many ways is named for the first few.
+const (
+	MaxHostError = 4096 // bytes of a failed host's message
+	maxWarnings  = 8    // warnings of an ok host named; the rest are counted
+	maxWarning   = 400  // bytes of one warning
+	maxListed    = 5    // GPUs named in one warning
+)
+
 // warnings are what went wrong on a host that still answered: they go into
 // every row's host_error.
-type warnings []string
+type warnings struct {
+	list []string
+	more int
+}
 
-func (w *warnings) add(format string, args ...any) { *w = append(*w, fmt.Sprintf(format, args...)) }
+func (w *warnings) add(format string, args ...any) {
+	if len(w.list) == maxWarnings {
+		w.more++
+		return
+	}
+	w.list = append(w.list, hosttext.Clip(fmt.Sprintf(format, args...), maxWarning))
+}
 
-func (w *warnings) skipped(what string, lines []nvsmi.LineError) {
+func (w *warnings) String() string {
+	s := strings.Join(w.list, "; ")
+	if w.more > 0 {
+		s += fmt.Sprintf("; and %d more warnings", w.more)
+	}
+	return s
+}
+
+func (w *warnings) skipped(what string, lines []nvsmi.LineError, more int) {
 	for _, s := range lines {
 		w.add("%s line %d skipped: %s", what, s.Line, s.Reason)
 	}
+	if more > 0 {
+		w.add("%s: %d more lines skipped", what, more)
+	}
+}
+
+// listed is at most maxListed of names, then how many more.
+func listed(names []string) string {
+	if len(names) <= maxListed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
 }
 
 // duplicateIndexes reports GPUs that nvidia-smi gave the same index: their
@@ -208,7 +304,30 @@ func (w *warnings) duplicateIndexes(gpus []nvsmi.GPU) {
 	}
 	for _, i := range order {
 		if uuids := byIndex[i]; len(uuids) > 1 {
-			w.add("nvidia-smi gave GPU index %d to %d GPUs (%s); their rows differ by gpu_uuid", i, len(uuids), strings.Join(uuids, ", "))
+			w.add("nvidia-smi gave GPU index %d to %d GPUs (%s); their rows differ by gpu_uuid", i, len(uuids), listed(uuids))
+		}
+	}
+}
+
+// sharedUUIDs reports GPUs that nvidia-smi gave the same UUID. A process
+// names its GPU by UUID only, so it cannot say which of them it is on: it
+// is shown on the first (see gpuRows), never on each, which would let one
+// host multiply its rows.
+func (w *warnings) sharedUUIDs(gpus []nvsmi.GPU) {
+	byUUID := map[string][]string{}
+	var order []string
+	for _, g := range gpus {
+		if g.UUID == "" {
+			continue
+		}
+		if len(byUUID[g.UUID]) == 0 {
+			order = append(order, g.UUID)
+		}
+		byUUID[g.UUID] = append(byUUID[g.UUID], fmt.Sprint(g.Index))
+	}
+	for _, u := range order {
+		if idx := byUUID[u]; len(idx) > 1 {
+			w.add("nvidia-smi gave UUID %s to %d GPUs (indexes %s); its processes are shown on the first", u, len(idx), listed(idx))
 		}
 	}
 }
@@ -238,7 +357,7 @@ func readApps(po probe.Output, w *warnings) []nvsmi.Process {
 		w.add("process list unavailable: %s", err.Error())
 		return nil
 	}
-	w.skipped("nvidia-smi --query-compute-apps", rep.Skipped)
+	w.skipped("nvidia-smi --query-compute-apps", rep.Skipped, rep.MoreSkipped)
 	return rep.Processes
 }
 
@@ -260,6 +379,9 @@ func readPS(po probe.Output, hasProcs bool, w *warnings) map[int]probe.PSProcess
 	}
 	for _, s := range rep.Skipped {
 		w.add("ps line %d skipped: %s", s.Line, s.Reason)
+	}
+	if rep.MoreSkipped > 0 {
+		w.add("ps: %d more lines skipped", rep.MoreSkipped)
 	}
 	return rep.Processes
 }
@@ -297,9 +419,12 @@ func gpuRows(base loaddata.Row, gpus nvsmi.GPUReport, procs []nvsmi.Process, d p
 	rows := make([]loaddata.Row, 0, len(gpus.GPUs)+len(procs)+len(gpus.Faults))
 	listed := map[string]bool{}
 	for _, gpu := range gpus.GPUs {
-		listed[gpu.UUID] = true
 		r := gpuRow(base, gpu)
-		on := byUUID[gpu.UUID]
+		var on []nvsmi.Process
+		if !listed[gpu.UUID] {
+			on = byUUID[gpu.UUID] // a second GPU with this UUID shows none
+		}
+		listed[gpu.UUID] = true
 		if len(on) == 0 {
 			rows = append(rows, r)
 		}

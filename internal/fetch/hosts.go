@@ -16,9 +16,10 @@ import (
 	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
-// maxExpanded bounds what one range may expand to: a typo such as
-// gpu[1-1000000] should be an error, not a million SSH connections.
-const maxExpanded = 100000
+// MaxHosts bounds the hosts of one run, and what one range may expand to: a
+// typo such as gpu[1-1000000], or a hosts file of many such ranges, should
+// be an error, not a million SSH connections.
+const MaxHosts = 100000
 
 // SplitHosts splits a hosts value on commas and white space (newlines of a
 // continued value too), keeping commas inside brackets (gpu[1-4,7]) and
@@ -36,6 +37,9 @@ func SplitHosts(v string) ([]string, error) {
 			return err
 		}
 		out = append(out, names...)
+		if len(out) > MaxHosts {
+			return fmt.Errorf("more than %d hosts in all", MaxHosts)
+		}
 		return nil
 	}
 	for i, r := range v {
@@ -108,8 +112,8 @@ func expand(s string) ([]string, error) {
 		if err1 != nil || err2 != nil || a < 0 || b < a {
 			return nil, fmt.Errorf("%q: %q is not a range like 01-16", s, item)
 		}
-		if b-a >= maxExpanded {
-			return nil, fmt.Errorf("%q: range %s expands to more than %d hosts", s, item, maxExpanded)
+		if b-a >= MaxHosts {
+			return nil, fmt.Errorf("%q: range %s expands to more than %d hosts", s, item, MaxHosts)
 		}
 		width := 0
 		if len(lo) > 1 && lo[0] == '0' {
@@ -123,8 +127,8 @@ func expand(s string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(parts)*len(tails) > maxExpanded {
-		return nil, fmt.Errorf("%q expands to more than %d hosts", s, maxExpanded)
+	if len(parts)*len(tails) > MaxHosts {
+		return nil, fmt.Errorf("%q expands to more than %d hosts", s, MaxHosts)
 	}
 	out := make([]string, 0, len(parts)*len(tails))
 	for _, p := range parts {
@@ -186,6 +190,9 @@ func (c *Config) ResolveHosts(ctx context.Context) ([]string, error) {
 	}
 	if len(out) == 0 {
 		return nil, c.errorAt("hosts", "no hosts to poll")
+	}
+	if len(out) > MaxHosts {
+		return nil, c.errorAt("hosts", "%d hosts from hosts, hosts_file and hosts_command together, more than %d", len(out), MaxHosts)
 	}
 	return out, nil
 }
@@ -288,6 +295,9 @@ func parseHostLines(data []byte, name string) ([]string, error) {
 			return nil, fmt.Errorf("%s:%d: %v", name, i+1, err)
 		}
 		out = append(out, hosts...)
+		if len(out) > MaxHosts {
+			return nil, fmt.Errorf("%s:%d: more than %d hosts in all", name, i+1, MaxHosts)
+		}
 	}
 	return out, nil
 }

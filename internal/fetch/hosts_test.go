@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,6 +165,40 @@ func TestHostsFileBounds(t *testing.T) {
 			_, err = c.ResolveHosts(context.Background())
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Ranges that are each under MaxHosts cannot add up past it: a hosts file of
+// a hundred lines pN-[0-99999] is an error naming the line where the run
+// went over, not ten million connections.
+func TestHostsBoundedInAll(t *testing.T) {
+	dir := t.TempDir()
+	var file strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&file, "p%d-[0-99999]\n", i)
+	}
+	hostsFile := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hostsFile, []byte(file.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, config, want string
+	}{
+		{"hosts_file", "[common]\nhosts_file = hosts\n", "hosts:2: more than 100000 hosts in all"},
+		{"hosts value", "[common]\nhosts = a[0-99999], b[0-99999]\n", "more than 100000 hosts in all"},
+		{"sources together", "[common]\nhosts = a[1-60000]\nhosts_command = seq -f b%g 60000\n",
+			"120000 hosts from hosts, hosts_file and hosts_command together, more than 100000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig(strings.NewReader(tt.config), filepath.Join(dir, "config.ini"))
+			if err == nil {
+				_, err = c.ResolveHosts(context.Background())
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}

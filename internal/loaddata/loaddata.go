@@ -5,9 +5,12 @@
 package loaddata
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -171,10 +174,78 @@ func WriteFile(path string, rows []Row) error {
 		return err
 	}
 	defer f.Cleanup()
-	if err := Encode(f, rows); err != nil {
+	w := &limitedWriter{w: f, lim: defaultLimits}
+	if err := Encode(w, rows); err != nil {
+		if w.err != nil {
+			return fmt.Errorf("%w; the previous file is kept", w.err)
+		}
 		return err
 	}
 	return f.CloseAtomicallyReplace()
+}
+
+// RemoveLeftovers removes the temporary files that WriteFile left beside
+// path when a run was killed while writing (".load_data.csv" and digits).
+// Call it only while holding the lock that keeps other writers of path
+// away: it cannot tell a leftover from a file being written.
+func RemoveLeftovers(path string) error {
+	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || rest == "" || strings.Trim(rest, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// A limitedWriter refuses to write what the reader would refuse (a line
+// over the record limit, a file over the file limit), so a file that is
+// written can always be read.
+type limitedWriter struct {
+	w       io.Writer
+	lim     limits
+	written int64
+	line    int64 // bytes since the last newline
+	lines   int
+	err     error
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	if l.written+int64(len(p)) > l.lim.file {
+		l.err = fmt.Errorf("would be more than %s, more than render reads", sizeText(l.lim.file))
+		return 0, l.err
+	}
+	for rest := p; len(rest) > 0; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			l.line += int64(len(rest))
+			break
+		}
+		l.line += int64(i)
+		if l.line > l.lim.record {
+			break
+		}
+		l.line, l.lines, rest = 0, l.lines+1, rest[i+1:]
+	}
+	if l.line > l.lim.record {
+		l.err = fmt.Errorf("line %d would be more than %s, more than render reads", l.lines+1, sizeText(l.lim.record))
+		return 0, l.err
+	}
+	n, err := l.w.Write(p)
+	l.written += int64(n)
+	return n, err
 }
 
 // ReadFile reads path; errors start with the path.

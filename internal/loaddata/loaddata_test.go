@@ -199,3 +199,82 @@ func TestWriteFileTempFileBesideTheOutput(t *testing.T) {
 		t.Errorf("$TMPDIR changed at %v: the temporary file was made there, not beside the output", fi.ModTime())
 	}
 }
+
+// fetch never writes a file that render would refuse: a row longer than a
+// record may be is an error naming the line, the file already there stays,
+// and no temporary file is left.
+func TestWriteFileRefusesWhatRenderRefuses(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "load_data.csv")
+	os.WriteFile(path, []byte("previous"), 0o644)
+	rows := sampleRows()
+	rows[1].Command = strings.Repeat("c", int(defaultLimits.record))
+	err := WriteFile(path, rows)
+	want := "line 3 would be more than 1 MiB, more than render reads; the previous file is kept"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "previous" {
+		t.Errorf("the previous file was replaced by %d bytes", len(b))
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("temporary files left behind: %v", entries)
+	}
+}
+
+func TestLimitedWriter(t *testing.T) {
+	lim := limits{record: 600, file: 4000} // the header is some 400 bytes
+	tests := []struct {
+		name    string
+		rows    int
+		cell    int
+		wantErr string
+	}{
+		{"fits", 5, 50, ""},
+		{"a long line", 2, 700, "line 2 would be more than 600 bytes, more than render reads"},
+		{"a big file", 80, 50, "would be more than 4000 bytes, more than render reads"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rows []Row
+			for range tt.rows {
+				rows = append(rows, Row{Command: strings.Repeat("c", tt.cell)})
+			}
+			var b strings.Builder
+			w := &limitedWriter{w: &b, lim: lim}
+			err := Encode(w, rows)
+			if got := fmt.Sprint(w.err); tt.wantErr == "" && (err != nil || w.err != nil) || tt.wantErr != "" && got != tt.wantErr {
+				t.Fatalf("err %v, writer's %v; want %q", err, w.err, tt.wantErr)
+			}
+			if tt.wantErr == "" {
+				if _, err := stream(strings.NewReader(b.String()), lim, func(*Row) {}); err != nil {
+					t.Errorf("what was written does not read back under the same limits: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// A run killed while writing leaves its temporary file beside the output;
+// the next run removes it, and nothing else.
+func TestRemoveLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "load_data.csv")
+	for _, name := range []string{"load_data.csv", ".load_data.csv8674665223082153551", ".load_data.csv12",
+		".load_data.csv.keep", "load_data.csv.lock", ".load_data.csvx1", "index.html"} {
+		os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644)
+	}
+	os.Mkdir(filepath.Join(dir, ".load_data.csv77"), 0o755)
+	if err := RemoveLeftovers(path); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{".load_data.csv.keep", ".load_data.csv77", ".load_data.csvx1", "index.html", "load_data.csv", "load_data.csv.lock"}
+	if diff := cmp.Diff(want, left); diff != "" {
+		t.Errorf("files left (-want +got):\n%s", diff)
+	}
+}

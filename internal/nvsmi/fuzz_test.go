@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumon/gpumon/internal/captures"
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 // fuzzSeeds are real outputs: every capture's section of the given kind,
@@ -124,9 +125,20 @@ func checkSkipped(t *testing.T, data []byte, skipped []LineError) {
 			t.Fatalf("skipped line %d out of order or range (1..%d, previous %d)", s.Line, nlines, last)
 		}
 		last = s.Line
+		if len(skipped) > MaxSkipped {
+			t.Fatalf("%d skipped lines kept, more than %d", len(skipped), MaxSkipped)
+		}
 		if len(s.Text) > maxLineText || s.Reason == "" {
 			t.Fatalf("skipped line %d: text %d bytes, reason %q", s.Line, len(s.Text), s.Reason)
 		}
+	}
+}
+
+// checkCell: a text field the parser keeps is printable and bounded.
+func checkCell(t *testing.T, s string) {
+	t.Helper()
+	if len(s) > MaxCell || hosttext.Printable(s) != s {
+		t.Fatalf("field %q (%d bytes) not printable or over %d bytes", s, len(s), MaxCell)
 	}
 }
 
@@ -167,6 +179,9 @@ func FuzzParseGPUs(f *testing.F) {
 			if g.Index < 0 {
 				t.Fatalf("index %d", g.Index)
 			}
+			for _, text := range []string{g.UUID, g.Name, g.BusID} {
+				checkCell(t, text)
+			}
 		}
 		checkDiagnose(t, data)
 
@@ -204,6 +219,8 @@ func FuzzParseProcesses(f *testing.F) {
 			if p.PID < 0 {
 				t.Fatalf("pid %d", p.PID)
 			}
+			checkCell(t, p.GPUUUID)
+			checkCell(t, p.Name)
 		}
 		checkDiagnose(t, data)
 

@@ -13,6 +13,7 @@ package nvsmi
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -68,20 +69,34 @@ type LineError struct {
 
 func (e LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
 
+// Bounds on what one host's nvidia-smi output can make fetch hold. The
+// biggest machines have 16 GPUs (a few more counting unreachable ones); a
+// GPU runs at most a few hundred processes. Past these, the answer is not a
+// GPU host's, and the host is reported instead of believed.
+const (
+	MaxGPUs      = 64   // GPUs and unreachable GPUs in --query-gpu
+	MaxProcesses = 4096 // rows of --query-compute-apps
+	MaxSkipped   = 20   // unusable lines kept to be named; the rest are counted
+	MaxCell      = 256  // bytes kept of a text field (name, uuid, bus id)
+)
+
 // GPUReport is what ParseGPUs found.
 type GPUReport struct {
 	GPUs    []GPU
 	Faults  []GPUFault
-	Skipped []LineError
+	Skipped []LineError // the first MaxSkipped, in line order
+	// MoreSkipped counts the unusable lines past the first MaxSkipped.
+	MoreSkipped int
 }
 
 // ProcessReport is what ParseProcesses found. Faults holds the same
 // "GPU is lost" messages ParseGPUs reports, when nvidia-smi printed them
 // among the process rows too.
 type ProcessReport struct {
-	Processes []Process
-	Faults    []GPUFault
-	Skipped   []LineError
+	Processes   []Process
+	Faults      []GPUFault
+	Skipped     []LineError // the first MaxSkipped, in line order
+	MoreSkipped int
 }
 
 // HostError is a failure that makes the whole host's GPU data unusable.
@@ -120,11 +135,11 @@ var (
 // filled when present. It fails only when no header with `index` is found.
 func ParseGPUs(out []byte) (GPUReport, error) {
 	var rep GPUReport
-	t, err := parseTable(out, "index", colName, func(f GPUFault) { rep.Faults = append(rep.Faults, f) })
+	t, err := parseTable(out, "index", colName, MaxGPUs, "GPUs")
 	if err != nil {
 		return rep, err
 	}
-	var bad []LineError
+	rep.Faults = t.faults
 	idx := t.col(colIndex)
 	uuid, name, bus := t.col(colUUID), t.col(colName), t.col(colBusID)
 	utilG, utilM := t.col(colUtilGPU), t.col(colUtilMem)
@@ -133,7 +148,7 @@ func ParseGPUs(out []byte) (GPUReport, error) {
 	for _, r := range t.rows {
 		i, ok := parseInt(r.fields[idx])
 		if !ok {
-			bad = append(bad, r.errorf("index %q is not a GPU index", hosttext.Clip(r.fields[idx], 40)))
+			t.skip(r.errorf("index %q is not a GPU index", hosttext.Clip(r.fields[idx], 40)))
 			continue
 		}
 		rep.GPUs = append(rep.GPUs, GPU{
@@ -151,7 +166,7 @@ func ParseGPUs(out []byte) (GPUReport, error) {
 			FanPct:      r.num(fan),
 		})
 	}
-	rep.Skipped = mergeSkipped(t.skipped, bad)
+	rep.Skipped, rep.MoreSkipped = t.skippedInOrder(), t.moreSkipped
 	return rep, nil
 }
 
@@ -161,17 +176,17 @@ func ParseGPUs(out []byte) (GPUReport, error) {
 // process, not an error.
 func ParseProcesses(out []byte) (ProcessReport, error) {
 	var rep ProcessReport
-	t, err := parseTable(out, "pid", colProcName, func(f GPUFault) { rep.Faults = append(rep.Faults, f) })
+	t, err := parseTable(out, "pid", colProcName, MaxProcesses, "processes")
 	if err != nil {
 		return rep, err
 	}
-	var bad []LineError
+	rep.Faults = t.faults
 	pid := t.col(colPID)
 	uuid, name, used := t.col(colGPUUUID), t.col(colProcName), t.col(colProcUsed)
 	for _, r := range t.rows {
 		p, ok := parseInt(r.fields[pid])
 		if !ok {
-			bad = append(bad, r.errorf("pid %q is not a process id", hosttext.Clip(r.fields[pid], 40)))
+			t.skip(r.errorf("pid %q is not a process id", hosttext.Clip(r.fields[pid], 40)))
 			continue
 		}
 		rep.Processes = append(rep.Processes, Process{
@@ -181,16 +196,35 @@ func ParseProcesses(out []byte) (ProcessReport, error) {
 			UsedMemMiB: r.num(used),
 		})
 	}
-	rep.Skipped = mergeSkipped(t.skipped, bad)
+	rep.Skipped, rep.MoreSkipped = t.skippedInOrder(), t.moreSkipped
 	return rep, nil
 }
 
 // table is a CSV output split into header and rows of exactly len(header)
 // fields, trimmed.
 type table struct {
-	header  map[string]int // column name without unit -> position
-	rows    []row
-	skipped []LineError
+	header      map[string]int // column name without unit -> position
+	rows        []row
+	faults      []GPUFault
+	skipped     []LineError // at most MaxSkipped
+	moreSkipped int
+}
+
+// skip keeps a line that could not be used, or counts it once MaxSkipped
+// are kept: a host printing a million bad lines costs a counter.
+func (t *table) skip(le LineError) {
+	if len(t.skipped) < MaxSkipped {
+		t.skipped = append(t.skipped, le)
+		return
+	}
+	t.moreSkipped++
+}
+
+// skippedInOrder is the kept lines in line order, which is how people read
+// them (the parser skips some lines as it splits them and others later).
+func (t *table) skippedInOrder() []LineError {
+	sort.SliceStable(t.skipped, func(i, j int) bool { return t.skipped[i].Line < t.skipped[j].Line })
+	return t.skipped
 }
 
 type row struct {
@@ -209,11 +243,14 @@ func (t *table) col(names []string) int {
 	return -1
 }
 
+// str is a text field made safe to keep: printable (nvidia-smi prints a GPU
+// name as the driver has it, and a host can print anything) and at most
+// MaxCell bytes.
 func (r row) str(i int) string {
 	if i < 0 {
 		return ""
 	}
-	return r.fields[i]
+	return hosttext.Clip(hosttext.Printable(r.fields[i]), MaxCell)
 }
 
 func (r row) num(i int) Number {
@@ -233,7 +270,9 @@ func (r row) errorf(format string, args ...any) LineError {
 // nvidia-smi prints its per-GPU errors on the same stream as the rows.
 // When a row has more fields than the header, the surplus came from commas
 // inside the free-text column (a process or GPU name), so it goes back there.
-func parseTable(out []byte, required string, freeText []string, fault func(GPUFault)) (*table, error) {
+// More than maxRows rows, or more than maxRows fault messages, is not an
+// answer to believe: the host fails, naming what it listed too much of.
+func parseTable(out []byte, required string, freeText []string, maxRows int, what string) (*table, error) {
 	t := &table{}
 	lines := splitLines(out)
 	var (
@@ -242,14 +281,16 @@ func parseTable(out []byte, required string, freeText []string, fault func(GPUFa
 		freeCol = -1
 		found   bool
 	)
-	var before []LineError
 	for n, line := range lines {
 		trimmed := strings.TrimSpace(line)
 		if trimmed == "" {
 			continue
 		}
 		if f, ok := parseFault(trimmed); ok {
-			fault(f)
+			if len(t.faults) == maxRows {
+				return nil, tooMany(maxRows, "unreachable GPUs")
+			}
+			t.faults = append(t.faults, f)
 			continue
 		}
 		le := LineError{Line: n + 1, Text: hosttext.Clip(hosttext.Printable(trimmed), maxLineText)}
@@ -266,7 +307,7 @@ func parseTable(out []byte, required string, freeText []string, fault func(GPUFa
 				continue
 			}
 			le.Reason = "not a CSV header or row (before the header)"
-			before = append(before, le)
+			t.skip(le)
 			continue
 		}
 		// Split the line as printed: trimming it first would eat the space
@@ -285,8 +326,11 @@ func parseTable(out []byte, required string, freeText []string, fault func(GPUFa
 			default:
 				le.Reason = fmt.Sprintf("%d fields where the header has %d", len(fields), width)
 			}
-			t.skipped = append(t.skipped, le)
+			t.skip(le)
 			continue
+		}
+		if len(t.rows) == maxRows {
+			return nil, tooMany(maxRows, what)
 		}
 		for i := range fields {
 			fields[i] = strings.TrimSpace(fields[i])
@@ -300,25 +344,12 @@ func parseTable(out []byte, required string, freeText []string, fault func(GPUFa
 		}
 		return nil, &HostError{Status: hoststatus.Error, Message: msg}
 	}
-	t.skipped = append(before, t.skipped...)
 	return t, nil
 }
 
-// mergeSkipped merges two lists of skipped lines, each in line order, into
-// one in line order, which is how people read them.
-func mergeSkipped(a, b []LineError) []LineError {
-	if len(b) == 0 {
-		return a
-	}
-	out := make([]LineError, 0, len(a)+len(b))
-	for len(a) > 0 && len(b) > 0 {
-		if a[0].Line <= b[0].Line {
-			out, a = append(out, a[0]), a[1:]
-		} else {
-			out, b = append(out, b[0]), b[1:]
-		}
-	}
-	return append(append(out, a...), b...)
+func tooMany(max int, what string) *HostError {
+	return &HostError{Status: hoststatus.Error,
+		Message: fmt.Sprintf("nvidia-smi listed more than %d %s, more than fetch believes one host has", max, what)}
 }
 
 // splitLines splits on \n and drops a \r before it (Windows hosts).

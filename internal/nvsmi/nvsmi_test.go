@@ -2,6 +2,7 @@ package nvsmi
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -332,3 +333,85 @@ func TestLineErrorText(t *testing.T) {
 		t.Errorf("text is %d bytes (%q), want at most 200 ending in …", len(got), got)
 	}
 }
+
+// A host can print anything in nvidia-smi's place: however much it prints,
+// what the parser keeps is bounded, and too many GPUs or processes fail the
+// host rather than fill load_data.csv.
+func TestParseBounds(t *testing.T) {
+	gpuLine := func(i int) string {
+		return fmt.Sprintf("%d, GPU-%d, NVIDIA H100 80GB HBM3, 00000000:%02x:00.0, 38, 12, 1234, 81559, 42, 71.15, 700.00, [N/A]", i, i, i%256)
+	}
+	many := func(n int, line func(int) string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = line(i)
+		}
+		return out
+	}
+	appLine := func(i int) string { return fmt.Sprintf("%d, GPU-0, , 100", 1000+i) }
+	garbage := func(i int) string { return fmt.Sprintf("garbage line %d", i) }
+
+	t.Run("MaxGPUs GPUs are read", func(t *testing.T) {
+		rep, err := ParseGPUs(lines(append([]string{fetchHeader}, many(MaxGPUs, gpuLine)...)...))
+		if err != nil || len(rep.GPUs) != MaxGPUs {
+			t.Fatalf("got %d GPUs, err %v; want %d, nil", len(rep.GPUs), err, MaxGPUs)
+		}
+	})
+	tests := []struct {
+		name    string
+		parse   func([]byte) error
+		in      []string
+		wantErr string
+	}{
+		{"one GPU too many", gpus, append([]string{fetchHeader}, many(MaxGPUs+1, gpuLine)...),
+			"nvidia-smi listed more than 64 GPUs, more than fetch believes one host has"},
+		{"a million GPUs", gpus, append([]string{fetchHeader}, many(1_000_000, gpuLine)...),
+			"nvidia-smi listed more than 64 GPUs"},
+		{"too many unreachable GPUs", gpus, append([]string{fetchHeader}, many(MaxGPUs+1, func(i int) string {
+			return fmt.Sprintf("Unable to determine the device handle for GPU 0000:%02x:00.0: GPU is lost.", i)
+		})...), "nvidia-smi listed more than 64 unreachable GPUs"},
+		{"one process too many", procs, append([]string{appsHeader}, many(MaxProcesses+1, appLine)...),
+			"nvidia-smi listed more than 4096 processes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.parse(lines(tt.in...))
+			var he *HostError
+			if !errors.As(err, &he) || he.Status != hoststatus.Error || !strings.HasPrefix(he.Message, tt.wantErr) {
+				t.Fatalf("error = %v, want a host error starting %q", err, tt.wantErr)
+			}
+		})
+	}
+	t.Run("skipped lines are counted past MaxSkipped", func(t *testing.T) {
+		in := append([]string{appsHeader}, many(100_000, garbage)...)
+		rep, err := ParseProcesses(lines(append(in, appLine(0))...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Processes) != 1 || len(rep.Skipped) != MaxSkipped || rep.MoreSkipped != 100_000-MaxSkipped {
+			t.Fatalf("got %d processes, %d skipped kept, %d more; want 1, %d, %d",
+				len(rep.Processes), len(rep.Skipped), rep.MoreSkipped, MaxSkipped, 100_000-MaxSkipped)
+		}
+		if rep.Skipped[0].Line != 2 || rep.Skipped[MaxSkipped-1].Line != MaxSkipped+1 {
+			t.Errorf("kept lines %d..%d, want the first ones, 2..%d", rep.Skipped[0].Line, rep.Skipped[MaxSkipped-1].Line, MaxSkipped+1)
+		}
+	})
+	t.Run("text fields printable and clipped", func(t *testing.T) {
+		long := strings.Repeat("x", 1<<20)
+		rep, err := ParseGPUs(lines(fetchHeader,
+			"0, GPU-\x1b[2J, NVIDIA \x9b31m H100\x00, "+long+", 38, 12, 1234, 81559, 42, 71.15, 700.00, [N/A]"))
+		if err != nil || len(rep.GPUs) != 1 {
+			t.Fatalf("got %+v, %v", rep, err)
+		}
+		g := rep.GPUs[0]
+		if g.UUID != "GPU-?[2J" || g.Name != "NVIDIA ?31m H100?" {
+			t.Errorf("uuid %q, name %q: control characters kept", g.UUID, g.Name)
+		}
+		if len(g.BusID) > MaxCell || !strings.HasSuffix(g.BusID, "…") {
+			t.Errorf("bus id of %d bytes kept, want at most %d ending in …", len(g.BusID), MaxCell)
+		}
+	})
+}
+
+func gpus(b []byte) error  { _, err := ParseGPUs(b); return err }
+func procs(b []byte) error { _, err := ParseProcesses(b); return err }

@@ -105,7 +105,9 @@ func (r Request) Script() string {
 // always lists something and exits 0, even when every GPU process ended
 // after nvidia-smi saw it; args comes last, so spaces in it cannot shift the
 // other columns; COLUMNS caps each line (procps alone prints up to 128 KiB of
-// arguments per process, a way to flood the answer).
+// arguments per process, a way to flood the answer). The state file is read
+// through head -c, under the same timeout: a state file grown huge, or one
+// whose reads block, costs 1 MiB and T seconds at most.
 const scriptBody = `export LC_ALL=C
 PATH="$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $T"; else TO=; fi
@@ -136,7 +138,7 @@ while read -r k v u; do
 done </proc/meminfo 2>/dev/null
 printf '%s begin host\ncpus %s\nload %s\nmem_total_kib %s\nmem_available_kib %s\n%s end host 0\n' "$N" "$cpus" "$load" "$mt" "$ma" "$N"
 if [ -n "$SF" ] && [ -f "$SF" ] && [ -r "$SF" ]; then
-  out=$(cat "$SF" 2>&1); rc=$?
+  out=$($TO head -c 1048576 -- "$SF" 2>&1); rc=$?
   printf '%s begin idlemon\n%s\n%s end idlemon %d\n' "$N" "$out" "$N" "$rc"
 fi
 printf '%s done\n' "$N"

@@ -31,11 +31,31 @@ type SkippedLine struct {
 	Reason string
 }
 
+// Bounds on what a ps section can make fetch hold. The script asks ps for
+// its own shell and the GPU processes nvidia-smi listed (at most
+// nvsmi.MaxProcesses), so a longer answer was not made by ps.
+const (
+	MaxPSLines   = 8192
+	MaxSkipped   = 20   // unusable lines kept to be named; the rest are counted
+	MaxCommand   = 4096 // bytes kept of a command line
+	MaxUser      = 64   // ps prints at most 32 (user:32), or the uid
+	maxPSReasons = 40   // bytes of a bad field quoted in a reason
+)
+
 // PSReport is what ParsePS found: the processes by pid, and the lines it
 // could not read.
 type PSReport struct {
-	Processes map[int]PSProcess
-	Skipped   []SkippedLine
+	Processes   map[int]PSProcess
+	Skipped     []SkippedLine // the first MaxSkipped
+	MoreSkipped int
+}
+
+func (r *PSReport) skip(line int, reason string) {
+	if len(r.Skipped) < MaxSkipped {
+		r.Skipped = append(r.Skipped, SkippedLine{Line: line, Reason: reason})
+		return
+	}
+	r.MoreSkipped++
 }
 
 // ParsePS reads the ps section. The error says ps failed (it is missing,
@@ -50,18 +70,22 @@ type PSReport struct {
 func ParsePS(sec Section) (PSReport, error) {
 	rep := PSReport{Processes: map[int]PSProcess{}}
 	seen := map[int]int{} // pid -> its first line
+	read := 0
 	for n, line := range lines(sec.Body) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
+		if read++; read > MaxPSLines {
+			return PSReport{}, fmt.Errorf("ps printed more than %d lines, more than the script asked for", MaxPSLines)
+		}
 		p, err := parsePSLine(line)
 		if err != nil {
-			rep.Skipped = append(rep.Skipped, SkippedLine{Line: n + 1, Reason: err.Error()})
+			rep.skip(n+1, err.Error())
 			continue
 		}
 		if first, dup := seen[p.PID]; dup {
 			delete(rep.Processes, p.PID)
-			rep.Skipped = append(rep.Skipped, SkippedLine{Line: n + 1, Reason: fmt.Sprintf("pid %d listed again (first on line %d): neither line is used", p.PID, first)})
+			rep.skip(n+1, fmt.Sprintf("pid %d listed again (first on line %d): neither line is used", p.PID, first))
 			continue
 		}
 		seen[p.PID] = n + 1
@@ -91,7 +115,7 @@ func parsePSLine(line string) (PSProcess, error) {
 	}
 	pid, err := strconv.Atoi(f[0])
 	if !digits(f[0]) || err != nil || pid <= 0 {
-		return PSProcess{}, fmt.Errorf("%q is not a pid", hosttext.Clip(hosttext.Printable(f[0]), 40))
+		return PSProcess{}, fmt.Errorf("%q is not a pid", hosttext.Clip(hosttext.Printable(f[0]), maxPSReasons))
 	}
 	if f[1] == "" {
 		return PSProcess{}, errors.New("no user")
@@ -100,13 +124,13 @@ func parsePSLine(line string) (PSProcess, error) {
 	// time is then not a number, and the line is not guessed at.
 	elapsed, err := strconv.ParseInt(f[2], 10, 64)
 	if !digits(f[2]) || err != nil {
-		return PSProcess{}, fmt.Errorf("elapsed time %q is not a number of seconds", hosttext.Clip(hosttext.Printable(f[2]), 40))
+		return PSProcess{}, fmt.Errorf("elapsed time %q is not a number of seconds", hosttext.Clip(hosttext.Printable(f[2]), maxPSReasons))
 	}
 	return PSProcess{
 		PID:      pid,
-		User:     hosttext.Printable(f[1]),
+		User:     hosttext.Clip(hosttext.Printable(f[1]), MaxUser),
 		ElapsedS: elapsed,
-		Command:  hosttext.Printable(strings.TrimSpace(rest)),
+		Command:  hosttext.Clip(hosttext.Printable(strings.TrimSpace(rest)), MaxCommand),
 	}, nil
 }
 

@@ -122,11 +122,43 @@ func TestParsePS(t *testing.T) {
 
 // One line longer than bufio.Scanner's limit costs that line's length only:
 // the lines after it are still read.
+// A long command is kept to MaxCommand bytes, ending in an ellipsis.
 func TestParsePSLongLine(t *testing.T) {
 	body := " 10 alice 5 " + strings.Repeat("x", 2<<20) + "\n 11 bob 6 y\n"
 	rep, err := ParsePS(Section{Body: []byte(body)})
 	if err != nil || len(rep.Processes) != 2 || rep.Processes[11].User != "bob" {
 		t.Errorf("err %v, %d processes, 11 = %+v", err, len(rep.Processes), rep.Processes[11])
+	}
+	if c := rep.Processes[10].Command; len(c) > MaxCommand || !strings.HasSuffix(c, "…") {
+		t.Errorf("command of %d bytes kept, want at most %d ending in …", len(c), MaxCommand)
+	}
+}
+
+// However many lines a host prints as ps, what is kept is bounded: past
+// MaxPSLines the section is refused, and bad lines past MaxSkipped are
+// only counted.
+func TestParsePSBounds(t *testing.T) {
+	var many, bad strings.Builder
+	for i := 1; i <= MaxPSLines+1; i++ {
+		fmt.Fprintf(&many, " %d alice 5 x\n", i)
+	}
+	for i := 1; i <= 1000; i++ {
+		fmt.Fprintf(&bad, "garbage %d\n", i)
+	}
+	bad.WriteString(" 7 bob 1 y\n")
+
+	if _, err := ParsePS(Section{Body: []byte(many.String())}); err == nil || err.Error() != "ps printed more than 8192 lines, more than the script asked for" {
+		t.Errorf("%d lines: err %v", MaxPSLines+1, err)
+	}
+	rep, err := ParsePS(Section{Body: []byte(bad.String())})
+	if err != nil || len(rep.Processes) != 1 || len(rep.Skipped) != MaxSkipped || rep.MoreSkipped != 1000-MaxSkipped {
+		t.Errorf("err %v, %d processes, %d skipped, %d more; want nil, 1, %d, %d",
+			err, len(rep.Processes), len(rep.Skipped), rep.MoreSkipped, MaxSkipped, 1000-MaxSkipped)
+	}
+	long := " 8 " + strings.Repeat("u", 1000) + " 1 z\n"
+	rep, _ = ParsePS(Section{Body: []byte(long)})
+	if u := rep.Processes[8].User; len(u) > MaxUser {
+		t.Errorf("user of %d bytes kept, want at most %d", len(u), MaxUser)
 	}
 }
 
@@ -311,6 +343,9 @@ func FuzzParsePS(f *testing.F) {
 		for pid, p := range rep.Processes {
 			if pid != p.PID || pid <= 0 || p.ElapsedS < 0 {
 				t.Errorf("process %d: %+v", pid, p)
+			}
+			if len(p.User) > MaxUser || len(p.Command) > MaxCommand || len(rep.Skipped) > MaxSkipped {
+				t.Errorf("process %d: user %d bytes, command %d, %d skipped kept: over the bounds", pid, len(p.User), len(p.Command), len(rep.Skipped))
 			}
 			for _, s := range []string{p.User, p.Command} {
 				if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
