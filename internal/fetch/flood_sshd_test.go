@@ -21,6 +21,13 @@ func TestRealSSHDFloodingHosts(t *testing.T) {
 	s.add([]string{"flood"}, []string{"127.0.0.62"}, "ForceCommand yes")
 	s.add([]string{"flooderr"}, []string{"127.0.0.63"}, "ForceCommand yes >&2")
 	s.setGPUs("good", realGPUs, "pid, gpu_uuid, used_gpu_memory [MiB]\n")
+	// A small answer that would multiply: 60 GPUs with one UUID and 4,000
+	// processes on it once made 240,000 rows; and more GPUs than a host has.
+	s.add([]string{"sameuuid"}, []string{"127.0.0.64"}, "")
+	s.add([]string{"manygpus"}, []string{"127.0.0.65"}, "")
+	s.setGPUs("sameuuid", gpuHeader+repeat(60, func(i int) string { return gpuLine(i, "GPU-same", "NVIDIA H100") }),
+		realAppsHeader+repeat(4000, func(i int) string { return fmt.Sprintf("%d, GPU-same, 10\n", 100000+i) }))
+	s.setGPUs("manygpus", gpuHeader+repeat(65, func(i int) string { return gpuLine(i, fmt.Sprintf("GPU-%d", i), "x") }), realAppsHeader)
 	// the good host again, as an account whose shell is /bin/false
 	sshdtest.EnsureUserShell(t, "gpmfalse", "/bin/false")
 	good := s.servers["good"]
@@ -33,6 +40,10 @@ func TestRealSSHDFloodingHosts(t *testing.T) {
 		t.Errorf("good host: %+v\n%s", rows, stderr)
 	}
 	wantStatus(t, by["flood"], hoststatus.Error, "the host sent more than 16 MiB of output")
+	if rows := by["sameuuid"]; len(rows) != 4059 || !strings.Contains(rows[0].HostError, "nvidia-smi gave UUID GPU-same to 60 GPUs") {
+		t.Errorf("sameuuid: %d rows (want 4,000 processes on the first GPU and 59 idle GPUs), host_error %q", len(rows), rows[0].HostError)
+	}
+	wantStatus(t, by["manygpus"], hoststatus.Error, "nvidia-smi listed more than 64 GPUs")
 	wantStatus(t, by["flooderr"], hoststatus.Error, "the host sent more than 64 KiB of error output")
 	wantStatus(t, by["falseshell"], hoststatus.Error, "exited with status 1 and printed nothing: is the account's login shell /bin/false?")
 
