@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gpumon/gpumon/internal/cluster"
@@ -94,10 +95,13 @@ func Text(w io.Writer, r *Report, color bool) error {
 
 // oneLine keeps a table cell on one line and drops control characters, so
 // nothing a host printed (a process name with escape sequences) can move the
-// cursor or recolour the terminal.
+// cursor or recolour the terminal: C0 and C1 controls (0x9b is CSI to some
+// terminals, as a raw byte too), invalid UTF-8 and other runes that are not
+// printable (bidi overrides, zero-width ones). Each run of them is a space.
 func oneLine(s string) string {
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
-		return r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0)
+		// a byte that is not UTF-8 decodes as RuneError
+		return r == utf8.RuneError || !unicode.IsPrint(r)
 	}), " ")
 }
 
@@ -140,6 +144,6 @@ func writeTextSummary(b *bufio.Writer, r *Report, color bool) {
 		fmt.Fprintln(b, line)
 	}
 	for _, wmsg := range r.Warnings {
-		fmt.Fprintln(b, "warning: "+wmsg)
+		fmt.Fprintln(b, "warning: "+oneLine(wmsg))
 	}
 }

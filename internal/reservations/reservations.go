@@ -13,6 +13,12 @@
 // entry without a date lasts until it is removed. "user" is read as "name".
 // Other keys are ignored. An empty list, an empty object or null is fine.
 //
+// Every string kept from the file, and every one a problem quotes, is made
+// printable (control characters, terminal escapes and invalid UTF-8 become
+// '?') and cut: host names, user names and other short values to 80 bytes,
+// comments to 256. They reach a terminal through render's error output and
+// its -text table.
+//
 // The file is read only up to 16 MiB, and at most 20 of its problems are
 // reported, then how many more there are: a broken or hostile file costs
 // bounded memory and time, and a screenful of messages.
@@ -30,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 const (
@@ -37,6 +45,10 @@ const (
 	maxFileBytes = 16 << 20
 	// maxProblems is how many problems are reported one by one.
 	maxProblems = 20
+	// maxName bounds a host name, a user name and any other short value
+	// kept or quoted from the file; maxComment bounds a comment.
+	maxName    = 80
+	maxComment = 256
 )
 
 // A Reservation holds GPUs of one host for someone until a time.
@@ -175,7 +187,7 @@ func parse(data []byte, loc *time.Location) ([]Reservation, []error) {
 		}
 	}
 	err := p.walkObject(data, 0, "the file must be a JSON object of host names", func(host string, val []byte, at int) error {
-		return p.host(host, val, at)
+		return p.host(clean(host, maxName), val, at)
 	})
 	if err != nil {
 		var pe *Error
@@ -228,7 +240,13 @@ func (p *parser) errAt(off int, format string, args ...any) *Error {
 	// the last line that starts at or before off
 	line := sort.SearchInts(p.lineStarts, off+1)
 	col := off - p.lineStarts[line-1] + 1
-	return &Error{Line: line, Col: col, Msg: fmt.Sprintf(format, args...)}
+	// the arguments are clean already; this keeps any other text printable
+	return &Error{Line: line, Col: col, Msg: hosttext.Printable(fmt.Sprintf(format, args...))}
+}
+
+// clean makes a string from the file printable and at most n bytes.
+func clean(s string, n int) string {
+	return hosttext.Clip(hosttext.Printable(s), n)
 }
 
 // syntaxErr turns a decoder error for the value starting at base into an
@@ -335,7 +353,7 @@ func (p *parser) host(host string, val []byte, at int) error {
 			if k != "all" && k != "*" && k != "" {
 				n, err := strconv.Atoi(strings.TrimPrefix(k, "gpu"))
 				if err != nil || n < 0 {
-					p.problem(vat, "%s: %q is not a GPU index", host, key)
+					p.problem(vat, "%s: %q is not a GPU index", host, clean(key, maxName))
 					return nil
 				}
 				gpus = []int{n}
@@ -363,11 +381,11 @@ func (p *parser) entry(host string, gpus []int, own bool, val []byte, at int) {
 		return
 	}
 	r := Reservation{Host: host, GPUs: gpus}
-	r.Name = text(e["name"])
+	r.Name = clean(text(e["name"]), maxName)
 	if r.Name == "" {
-		r.Name = text(e["user"])
+		r.Name = clean(text(e["user"]), maxName)
 	}
-	r.Comment = text(e["comment"])
+	r.Comment = clean(text(e["comment"]), maxComment)
 	if own {
 		for _, k := range []string{"gpus", "gpu"} {
 			if raw, ok := e[k]; ok && kind(raw) != 'n' {
@@ -384,7 +402,7 @@ func (p *parser) entry(host string, gpus []int, own bool, val []byte, at int) {
 	if d := text(e["date"]); d != "" {
 		t, err := parseDate(d, p.loc)
 		if err != nil {
-			p.problem(at, "%s: date %q is not YYYY-MM-DD HH:MM", host, d)
+			p.problem(at, "%s: date %q is not YYYY-MM-DD HH:MM", host, clean(d, maxName))
 			return
 		}
 		r.Until = t
@@ -422,7 +440,7 @@ func indexes(raw json.RawMessage) ([]int, error) {
 		for _, f := range strings.FieldsFunc(text(it), func(r rune) bool { return r == ',' || r == ' ' }) {
 			n, err := strconv.Atoi(f)
 			if err != nil || n < 0 {
-				return nil, fmt.Errorf("%q is not a GPU index", f)
+				return nil, fmt.Errorf("%q is not a GPU index", clean(f, maxName))
 			}
 			out = append(out, n)
 		}

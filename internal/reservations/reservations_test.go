@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 func at(t testing.TB, s string) time.Time {
@@ -227,6 +228,84 @@ func BenchmarkParseBadDates(b *testing.B) {
 	for b.Loop() {
 		if _, errs := parse(data, time.UTC); len(errs) != maxProblems+1 {
 			b.Fatalf("%d errors", len(errs))
+		}
+	}
+}
+
+// Everything kept from the file, and every problem that quotes it, is
+// printable and bounded: a name with a terminal escape cannot recolour
+// render's error output or the -text table, and a 15 MiB key is not kept
+// or printed whole.
+func TestParseKeepsPrintableBoundedText(t *testing.T) {
+	huge := strings.Repeat("h", 15<<20)
+	tests := []struct {
+		name string
+		src  string
+		want []Reservation
+		errs []string
+	}{
+		{"escapes in host, name and comment",
+			`{"gpu\u001b[2J01": [{"name": "al\u001b[31mice\u009b", "comment": "ICML\r\n\u0007deadline"}]}`,
+			[]Reservation{{Host: "gpu?[2J01", Name: "al?[31mice?", Comment: "ICML???deadline"}}, nil},
+		{"user read as name is cleaned too", `{"h": [{"user": "bob\u0000"}]}`,
+			[]Reservation{{Host: "h", Name: "bob?"}}, nil},
+		{"long name and comment are clipped",
+			`{"h": [{"name": "` + strings.Repeat("n", 500) + `", "comment": "` + strings.Repeat("c", 5000) + `"}]}`,
+			[]Reservation{{Host: "h", Name: strings.Repeat("n", 77) + "…", Comment: strings.Repeat("c", 253) + "…"}}, nil},
+		{"huge host key", `{"` + huge + `": [{"name": "a"}]}`,
+			[]Reservation{{Host: strings.Repeat("h", 77) + "…", Name: "a"}}, nil},
+		{"bad date quotes clean text", `{"h\u001b]0;x\u0007": [{"date": "\u001b[2J` + strings.Repeat("9", 500) + `"}]}`, nil,
+			[]string{`line 1, column 24: h?]0;x?: date "?[2J` + strings.Repeat("9", 73) + `…" is not YYYY-MM-DD HH:MM`}},
+		{"bad GPU key quotes clean text", `{"h": {"\u009b31m` + strings.Repeat("k", 500) + `": {}}}`, nil,
+			[]string{`line 1, column 521: h: "?31m` + strings.Repeat("k", 73) + `…" is not a GPU index`}},
+		{"bad gpus quote clean text", `{"h": [{"gpus": "0,\u001b[1m"}]}`, nil,
+			[]string{`line 1, column 8: h: gpus: "?[1m" is not a GPU index`}},
+		{"bad entry names the clean host", `{"` + huge + `\u001b": 5}`, nil,
+			[]string{`line 1, column 15728652: ` + strings.Repeat("h", 77) + `…: want a list of reservations or an object keyed by GPU index`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, errs := parse([]byte(tt.src), time.UTC)
+			var msgs []string
+			for _, e := range errs {
+				msgs = append(msgs, e.Error())
+			}
+			if diff := cmp.Diff(tt.errs, msgs); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			for _, r := range got {
+				for _, s := range []string{r.Host, r.Name, r.Comment} {
+					if hosttext.Printable(s) != s || len(s) > maxComment {
+						t.Errorf("kept %.100q: not printable or too long", s)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A file of many problems that each quote a long, hostile value: still the
+// first maxProblems, each bounded, then the count.
+func TestParseBoundsManyHostileProblems(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 30 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "\n\"h%d\\u001b[31m%s\": [{\"date\": \"\\u009b%s\"}]", i, strings.Repeat("x", 1000), strings.Repeat("y", 1000))
+	}
+	b.WriteString("}\n")
+	_, errs := parse([]byte(b.String()), time.UTC)
+	if len(errs) != maxProblems+1 || errs[maxProblems].Error() != "and 10 more problems" {
+		t.Fatalf("%d errors, the last %v", len(errs), errs[len(errs)-1])
+	}
+	for _, e := range errs[:maxProblems] {
+		if s := e.Error(); len(s) > 250 || hosttext.Printable(s) != s || strings.ContainsAny(s, "\x1b\u009b") {
+			t.Errorf("problem %.120q... (%d bytes): not printable or too long", s, len(s))
 		}
 	}
 }
