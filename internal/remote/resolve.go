@@ -66,6 +66,13 @@ const includeMarker = "GpumonInclude"
 
 var includeLine = regexp.MustCompile(`(?i)^(\s*)include(\s*=|\s)`)
 
+// matchLine is a Match line up to its first argument; blockStart is a line
+// that starts a block (Host or Match).
+var (
+	matchLine  = regexp.MustCompile(`(?i)^([ \t]*)match(?:[ \t]*=[ \t]*|[ \t]+|$)`)
+	blockStart = regexp.MustCompile(`(?i)^[ \t]*(?:host|match)(?:[ \t]*=|[ \t]|$)`)
+)
+
 // maxIncludeDepth is OpenSSH's (READCONF_MAX_DEPTH): it stops include loops.
 const maxIncludeDepth = 16
 
@@ -119,7 +126,39 @@ func (sc *SSHConfig) load(path string, system bool, depth int) (*configFile, err
 	f := &configFile{path: path, literal: map[string][]int{}, includes: map[int][]*configFile{}}
 	f.lines = strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
 	masked := make([]string, len(f.lines))
+	skipping := false // in a Match final block of the system's files
 	for i, l := range f.lines {
+		if blockStart.MatchString(l) {
+			skipping = false
+		}
+		if m := matchLine.FindStringSubmatch(l); m != nil {
+			// The library would read "Match host a exec x" as Host a exec x,
+			// and "Match host a,b" as one pattern "a,b": fetch reads Match
+			// lines itself and hands the library only the ones it accepts,
+			// rewritten as the library understands them.
+			args, err := matchArgs(l[len(m[0]):])
+			r := checkMatch(args)
+			switch {
+			case err != nil:
+				return nil, fmt.Errorf("%s:%d: Match: %v", path, i+1, err)
+			case r.final && system:
+				// RHEL's and Fedora's /etc/ssh/ssh_config.d/50-redhat.conf
+				// hold "Match final all", which includes the system-wide
+				// crypto policy: ssh applies such a block in a last pass
+				// over the files, after every other line. fetch makes no
+				// such pass; refusing the block would stop fetch on every
+				// RHEL machine, so in the system's files (only) the whole
+				// block, its Includes with it, is left out.
+				skipping = true
+			case r.refused != "":
+				return nil, fmt.Errorf("%s:%d: %s: %s", path, i+1, shorten(strings.TrimSpace(l)), r.refused)
+			default:
+				l = m[1] + "Match host " + strings.Join(r.patterns, " ")
+			}
+		}
+		if skipping {
+			continue // left empty: the line numbers stay as in the file
+		}
 		masked[i] = includeLine.ReplaceAllString(l, "${1}"+includeMarker+"${2}")
 	}
 	f.cfg, err = ssh_config.DecodeBytes([]byte(strings.Join(masked, "\n")))
@@ -212,11 +251,65 @@ func (f *configFile) blocks(alias string) []*ssh_config.Host {
 		} else {
 			i, wild = wild[0], wild[1:]
 		}
-		if h := f.cfg.Hosts[i]; h.Matches(alias) {
+		if h := f.cfg.Hosts[i]; hostMatches(h, alias) {
 			out = append(out, h)
 		}
 	}
 	return out
+}
+
+// hostMatches says whether a Host block, or a Match all or Match host block
+// (see checkMatch), applies to alias, as OpenSSH's match_pattern_list
+// decides: a negated pattern that matches excludes the host, else any
+// pattern that matches includes it. A pattern's * is any run of characters
+// and ? exactly one (the library's own Matches lets ? match none).
+//
+// fetch matches the name as listed in the host list (user@ and :port
+// removed), for Host and for Match host alike. OpenSSH matches Match host
+// against the HostName when a line read before the Match set one (and
+// against the canonical name in its final pass), else against that same
+// name: the docs (fetch.md, "How a host is reached") say so.
+func hostMatches(h *ssh_config.Host, alias string) bool {
+	found := false
+	for _, p := range h.Patterns {
+		s := p.String()
+		negated := strings.HasPrefix(s, "!")
+		if !wildcardMatch(strings.TrimPrefix(s, "!"), alias) {
+			continue
+		}
+		if negated {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// wildcardMatch is OpenSSH's match_pattern: * matches any run of
+// characters, ? exactly one, every other character itself.
+func wildcardMatch(pattern, s string) bool {
+	// the usual backtracking over the last *: linear in practice
+	p, i, star, mark := 0, 0, -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == s[i]):
+			p++
+			i++
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case star >= 0:
+			p = star + 1
+			mark++
+			i = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
 }
 
 // A setting is one keyword line that applies to the host being resolved.

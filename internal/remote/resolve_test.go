@@ -355,7 +355,7 @@ func TestInclude(t *testing.T) {
 	}
 	bad := writeFile(t, dir, ".ssh/lab/bad.conf", "Host x\n\nMatch exec true\n")
 	top := writeFile(t, dir, ".ssh/top", "Include lab/bad.conf\n")
-	if _, err := LoadSSHConfig(top, ""); err == nil || !strings.Contains(err.Error(), bad+":3: Match Exec is not supported") {
+	if _, err := LoadSSHConfig(top, ""); err == nil || !strings.Contains(err.Error(), bad+":3: Match exec true: fetch cannot evaluate Match exec") {
 		t.Errorf("got %v, want the included file's line", err)
 	}
 }

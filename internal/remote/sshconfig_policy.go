@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -14,6 +15,7 @@ import (
 // stock /etc/ssh/ssh_config and the usual user files load as they are.
 var keywordPolicy = map[string]func(value string) string{
 	// What Resolve and dial implement.
+	// Match lines never reach these rules: load checks them (checkMatch).
 	"host": supported, "match": supported, "hostname": supported, "port": supported,
 	"user": supported, "identityfile": supported, "identitiesonly": supported,
 	"proxyjump": supported, "proxycommand": supported, "userknownhostsfile": supported,
@@ -167,4 +169,154 @@ func atMost1024(v string) string {
 		}
 	}
 	return ""
+}
+
+// matchHint ends every refused Match line's error.
+const matchHint = "use a Host block, or point ssh_config in config.ini at a file for fetch without it"
+
+// matchCriteria are the criteria OpenSSH's ssh_config Match takes (9.2 to
+// 10.2), each with what fetch lacks to evaluate it. all and host are the
+// ones fetch evaluates, and only alone (see matchRule).
+var matchCriteria = map[string]string{
+	"all":          "",
+	"host":         "",
+	"canonical":    " (it does not canonicalize host names)",
+	"final":        " (it does not canonicalize host names and makes no final pass)",
+	"exec":         " (it never runs the command)",
+	"localnetwork": "",
+	"originalhost": "",
+	"user":         "",
+	"localuser":    "",
+	"tagged":       "",
+	"command":      "",
+	"version":      "",
+	"sessiontype":  "",
+}
+
+// A matchRule is what fetch makes of one Match line.
+type matchRule struct {
+	// patterns are the Host patterns of an accepted line: * for Match all,
+	// the comma-separated list of Match host.
+	patterns []string
+	// final: the line has a final criterion (not negated). ssh applies such
+	// a block only in its final pass, after every other line was read.
+	final bool
+	// refused says why fetch cannot evaluate the line ("" when accepted).
+	refused string
+}
+
+// checkMatch reads a Match line's arguments (quotes removed, the comment
+// cut off; see matchArgs). fetch accepts "Match all" and "Match host
+// PATTERN[,PATTERN...]" (keywords in any case, patterns with ! and
+// wildcards) and evaluates them as Host * and Host PATTERN... Every other
+// criterion, and any two together, depends on something fetch does not know
+// or do (the local user, the remote user, a command's exit status, ssh's
+// canonicalisation pass), so a block under it would be applied to hosts ssh
+// would not apply it to, or the other way round: it is refused, for every
+// host, whether the block would apply or not.
+func checkMatch(args []string) matchRule {
+	type criterion struct{ name, arg string }
+	var crits []criterion
+	var r matchRule
+	for i := 0; i < len(args); i++ {
+		c := criterion{name: args[i]}
+		switch name := strings.ToLower(strings.TrimPrefix(c.name, "!")); name {
+		case "all", "canonical":
+		case "final":
+			r.final = r.final || !strings.HasPrefix(c.name, "!")
+		default:
+			if _, known := matchCriteria[name]; known && i+1 < len(args) {
+				i++
+				c.arg = args[i]
+			}
+		}
+		crits = append(crits, c)
+	}
+	if len(crits) == 0 {
+		r.refused = "a Match line needs a criterion: Match all, or Match host PATTERN[,PATTERN...]"
+		return r
+	}
+	for _, c := range crits {
+		name := strings.ToLower(c.name)
+		why, known := matchCriteria[strings.TrimPrefix(name, "!")]
+		switch {
+		case !known:
+			r.refused = fmt.Sprintf("%s is not a Match criterion ssh knows (Match host takes one comma-separated list: Match host a,b)", c.name)
+		case strings.HasPrefix(name, "!"):
+			r.refused = fmt.Sprintf("fetch cannot evaluate Match %s (negate the pattern instead: Match host !a,*); %s", name, matchHint)
+		case name != "all" && name != "host":
+			r.refused = fmt.Sprintf("fetch cannot evaluate Match %s%s; %s", name, why, matchHint)
+		case name == "host" && c.arg == "":
+			r.refused = "Match host needs a pattern list"
+		default:
+			continue
+		}
+		return r
+	}
+	if len(crits) > 1 {
+		r.refused = fmt.Sprintf("fetch cannot evaluate Match %s combined with %s: it takes Match all or Match host alone; %s",
+			strings.ToLower(crits[0].name), strings.ToLower(crits[1].name), matchHint)
+		return r
+	}
+	if strings.EqualFold(crits[0].name, "all") {
+		r.patterns = []string{"*"}
+		return r
+	}
+	for _, p := range strings.Split(crits[0].arg, ",") {
+		switch {
+		case p == "":
+		case strings.ContainsAny(p, " \t\"'\\"):
+			r.refused = fmt.Sprintf("host pattern %q: a host name has no spaces, quotes or backslashes", p)
+			return r
+		default:
+			r.patterns = append(r.patterns, p)
+		}
+	}
+	if len(r.patterns) == 0 {
+		r.refused = "Match host needs a pattern list"
+	}
+	return r
+}
+
+// matchArgs splits the rest of a Match line as OpenSSH does (argv_split):
+// on blanks, with "double" and 'single' quotes and backslash escapes, up to
+// a word that starts with #.
+func matchArgs(s string) ([]string, error) {
+	var out []string
+	for i := 0; i < len(s); {
+		if s[i] == ' ' || s[i] == '\t' {
+			i++
+			continue
+		}
+		if s[i] == '#' {
+			break
+		}
+		var arg strings.Builder
+		var quote byte
+		for ; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case c == '\\' && i+1 < len(s) && (s[i+1] == '\'' || s[i+1] == '"' || s[i+1] == '\\' || (quote == 0 && s[i+1] == ' ')):
+				i++
+				arg.WriteByte(s[i])
+				continue
+			case quote == 0 && (c == ' ' || c == '\t'):
+			case quote == 0 && (c == '"' || c == '\''):
+				quote = c
+				continue
+			case quote != 0 && c == quote:
+				quote = 0
+				continue
+			default:
+				arg.WriteByte(c)
+				continue
+			}
+			break
+		}
+		if quote != 0 {
+			return nil, fmt.Errorf("unterminated quote")
+		}
+		out = append(out, arg.String())
+	}
+	return out, nil
 }
