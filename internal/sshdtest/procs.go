@@ -243,6 +243,13 @@ func StartProcessAs(t testing.TB, username string, args ...string) (pid int) {
 		t.Fatalf("sshdtest: StartProcessAs(%q) without a command", username)
 	}
 	u, err := user.Lookup(username)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		// A test must not depend on another package's test having made the
+		// user first: on a new machine it may run before it.
+		EnsureUser(t, username)
+		u, err = user.Lookup(username)
+	}
 	if err != nil {
 		t.Fatalf("sshdtest: %v", err)
 	}
