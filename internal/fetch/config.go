@@ -102,7 +102,7 @@ func configFrom(f *inifile.File) (*Config, error) {
 		return nil, err
 	}
 	err := common.Seconds("timeout", inifile.Limits[time.Duration]{
-		Min: time.Nanosecond, Max: time.Hour, Want: "a number of seconds between 0 and 3600",
+		Min: time.Nanosecond, Max: time.Hour, Want: "a number of seconds above 0, at most 3600",
 	}, &c.Timeout)
 	if err != nil {
 		return nil, err

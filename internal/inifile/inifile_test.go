@@ -100,7 +100,7 @@ func TestOpenMissingFile(t *testing.T) {
 
 // Each getter, at its limits, on line 3 of a file.
 func TestGetters(t *testing.T) {
-	secs := Limits[time.Duration]{Min: time.Nanosecond, Max: time.Hour, Want: "a number of seconds between 0 and 3600"}
+	secs := Limits[time.Duration]{Min: time.Nanosecond, Max: time.Hour, Want: "a number of seconds above 0, at most 3600"}
 	for _, tc := range []struct {
 		name, value string
 		get         func(Section) (any, error)
@@ -123,11 +123,11 @@ func TestGetters(t *testing.T) {
 		{"seconds with s", "7.5s", secondsIn(secs), 7500 * time.Millisecond, ""},
 		{"seconds, exponent", "1e1s", secondsIn(secs), 10 * time.Second, ""},
 		{"seconds at max", "3600", secondsIn(secs), time.Hour, ""},
-		{"seconds above max", "3601", secondsIn(secs), nil, `f.ini:3: k: "3601" is not a number of seconds between 0 and 3600`},
-		{"seconds at 0, min above", "0", secondsIn(secs), nil, `f.ini:3: k: "0" is not a number of seconds between 0 and 3600`},
-		{"seconds below a nanosecond", "1e-10", secondsIn(secs), nil, `f.ini:3: k: "1e-10" is not a number of seconds between 0 and 3600`},
-		{"seconds NaN", "nan", secondsIn(secs), nil, `f.ini:3: k: "nan" is not a number of seconds between 0 and 3600`},
-		{"seconds, no units", "5m", secondsIn(secs), nil, `f.ini:3: k: "5m" is not a number of seconds between 0 and 3600`},
+		{"seconds above max", "3601", secondsIn(secs), nil, `f.ini:3: k: "3601" is not a number of seconds above 0, at most 3600`},
+		{"seconds at 0, min above", "0", secondsIn(secs), nil, `f.ini:3: k: "0" is not a number of seconds above 0, at most 3600`},
+		{"seconds below a nanosecond", "1e-10", secondsIn(secs), nil, `f.ini:3: k: "1e-10" is not a number of seconds above 0, at most 3600`},
+		{"seconds NaN", "nan", secondsIn(secs), nil, `f.ini:3: k: "nan" is not a number of seconds above 0, at most 3600`},
+		{"seconds, no units", "5m", secondsIn(secs), nil, `f.ini:3: k: "5m" is not a number of seconds above 0, at most 3600`},
 		{"seconds, a millisecond exactly", "0.001", secondsIn(Limits[time.Duration]{Min: time.Millisecond}), time.Millisecond, ""},
 		{"seconds, default message", "-1", secondsIn(Limits[time.Duration]{}), nil, `f.ini:3: k: "-1" is not a number of seconds of at least 0s`},
 

@@ -325,7 +325,13 @@ func (c *Client) classify(ctx context.Context, phase string, err error, t Target
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return &Error{Status: hoststatus.Unreachable, Msg: fmt.Sprintf("no route to %s", t.Addr())}
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
-		return &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("connection closed by %s during %s", t.Addr(), strings.TrimPrefix(phase, "the "))}
+		// the address once: the phase names it too
+		during := strings.Replace(strings.TrimPrefix(phase, "the "), " with "+t.Addr(), "", 1)
+		msg := fmt.Sprintf("connection closed by %s during %s", t.Addr(), during)
+		if strings.HasPrefix(during, "SSH handshake") {
+			msg += " (the host's sshd log says why)"
+		}
+		return &Error{Status: hoststatus.Error, Msg: msg}
 	}
 	msg := strings.TrimPrefix(err.Error(), "ssh: ")
 	if strings.Contains(msg, "jump") || strings.HasPrefix(phase, "connecting") {
