@@ -1,0 +1,262 @@
+package history
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Params are the accounting's settings: [history] in config.ini.
+type Params struct {
+	// MaxGap is how long one snapshot's readings stand for at most: until
+	// the next snapshot, but no longer than this. A longer gap is time
+	// nobody knows about: not counted, and it ends every idle spell.
+	MaxGap time.Duration
+	// IdleUtilPct and IdleAfter: a GPU is idle-held once a user's process
+	// has held it for IdleAfter with its utilization at or under
+	// IdleUtilPct in every reading; one busy reading ends the spell.
+	IdleUtilPct float64
+	IdleAfter   time.Duration
+}
+
+// DefaultParams are the documented defaults.
+var DefaultParams = Params{MaxGap: 15 * time.Minute, IdleUtilPct: 5, IdleAfter: 2 * time.Hour}
+
+// State is what the fold knows after a snapshot, and all the next one
+// needs: the readings whose span is counted when the next snapshot tells
+// how long they stood, the spells in progress, and each host's last known
+// GPUs. It is saved with each snapshot (a checkpoint), so that the fold
+// can go on from any hour's end.
+type State struct {
+	Time   int64                 `json:"t"` // Unix seconds of the last snapshot folded; 0 before the first
+	Prev   Aggregate             `json:"p"`
+	Spells map[string]*Spell     `json:"s"` // by gpuKey: held and idle now, long enough or not yet
+	Hosts  map[string]*HostState `json:"h"`
+}
+
+// NewState is the state before any snapshot.
+func NewState() *State {
+	return &State{Spells: map[string]*Spell{}, Hosts: map[string]*HostState{}}
+}
+
+// Aggregate is one snapshot's readings as the accounting counts them.
+type Aggregate struct {
+	UserShare map[string]float64 `json:"u,omitempty"` // GPUs held: a GPU held by n users is 1/n to each
+	UserGPUs  map[string]int     `json:"g,omitempty"` // GPUs the user holds, shared ones whole (for peaks)
+	States    map[string]int     `json:"s,omitempty"` // GPUs per state
+	IdleJob   int                `json:"j,omitempty"` // GPUs used by idlemon's job and nobody else
+}
+
+// Spell is a GPU held and idle: one holder set, readings no further apart
+// than MaxGap, every one of them at or under the idle limit.
+type Spell struct {
+	Host   string   `json:"h"`
+	GPU    string   `json:"g"`
+	Users  []string `json:"u"`
+	Start  int64    `json:"s"`           // the first idle reading
+	Last   int64    `json:"l"`           // the newest idle reading
+	End    int64    `json:"e,omitempty"` // once over: Last plus the span its reading stood for
+	MemMiB float64  `json:"m"`           // memory its holders use, at the newest reading
+}
+
+// Seconds is how long the spell has lasted: to its end, or while it goes
+// on, to its newest reading.
+func (s *Spell) Seconds() int64 {
+	if s.End != 0 {
+		return s.End - s.Start
+	}
+	return s.Last - s.Start
+}
+
+// HostState is what history remembers of a host between snapshots.
+type HostState struct {
+	DownSince int64      `json:"d,omitempty"` // first snapshot it failed in since it last answered; 0 while up
+	LastUp    int64      `json:"u,omitempty"`
+	GPUs      []KnownGPU `json:"g,omitempty"` // as last seen
+}
+
+// KnownGPU is a GPU as last seen.
+type KnownGPU struct {
+	ID   string `json:"i"`
+	Name string `json:"n"`
+}
+
+// Effects are what folding one snapshot adds to the store.
+type Effects struct {
+	Hour int64 // the hour (Unix seconds) the counted span goes to: the snapshot's
+	// Span is the previous snapshot's span, in seconds, and what it adds.
+	Span           float64
+	UserSeconds    map[string]float64
+	StateSeconds   map[string]float64
+	IdleJobSeconds float64
+	// UserGPUs is this snapshot's GPUs per user, for the hour's peaks.
+	UserGPUs map[string]int
+	// Ended are the idle-held spells that ended here (only those that
+	// lasted IdleAfter), by host, GPU and start.
+	Ended  []Spell
+	Counts Counts // this snapshot, for the fleet's plots
+}
+
+// Counts are one snapshot's totals.
+type Counts struct {
+	Hosts, HostsDown int
+	States           map[string]int // GPUs per state, Down included
+	IdleHeld         int            // GPUs idle-held at this snapshot
+}
+
+func gpuKey(host, id string) string { return host + "\x00" + id }
+
+// hourOf is the start of t's hour.
+func hourOf(t int64) int64 { return t - ((t%3600)+3600)%3600 }
+
+// Step folds snapshot s into st, which it changes, and says what that adds.
+// s must be newer than st.Time: the store replays out-of-order snapshots
+// from an earlier checkpoint instead.
+//
+// The previous snapshot's readings are counted for the time until s, at
+// most MaxGap, into s's hour: a span never goes to an hour before the
+// snapshot that closed it, so replaying from the end of an hour touches
+// no earlier hour.
+func Step(st *State, s *Snapshot, p Params) Effects {
+	t := s.Time.Unix()
+	gap := int64(p.MaxGap / time.Second)
+	eff := Effects{Hour: hourOf(t), UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}}
+	if st.Time != 0 {
+		span := float64(min(t-st.Time, gap))
+		eff.Span = span
+		for u, share := range st.Prev.UserShare {
+			eff.UserSeconds[u] = share * span
+		}
+		for state, n := range st.Prev.States {
+			eff.StateSeconds[state] = float64(n) * span
+		}
+		eff.IdleJobSeconds = float64(st.Prev.IdleJob) * span
+	}
+	eff.Ended = stepSpells(st, s, p, t, gap)
+	stepHosts(st, s, t)
+	st.Prev = aggregate(st, s)
+	st.Time = t
+	eff.UserGPUs = st.Prev.UserGPUs
+	eff.Counts = Counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: len(IdleHeld(st, p))}
+	for _, h := range s.Hosts {
+		if !h.Up {
+			eff.Counts.HostsDown++
+		}
+	}
+	return eff
+}
+
+// stepSpells extends, starts and ends the spells; it returns those that
+// ended having lasted IdleAfter.
+func stepSpells(st *State, s *Snapshot, p Params, t, gap int64) []Spell {
+	var ended []Spell
+	end := func(sp *Spell) {
+		sp.End = sp.Last + min(t-sp.Last, gap)
+		if sp.End-sp.Start >= int64(p.IdleAfter/time.Second) {
+			ended = append(ended, *sp)
+		}
+	}
+	seen := make(map[string]bool, len(st.Spells))
+	for _, h := range s.Hosts {
+		if !h.Up {
+			continue
+		}
+		for i := range h.GPUs {
+			g := &h.GPUs[i]
+			if !g.idle(p.IdleUtilPct) {
+				continue
+			}
+			key := gpuKey(h.Name, g.ID)
+			seen[key] = true
+			users := g.Users()
+			var mem float64
+			for _, hd := range g.Holders {
+				mem += hd.MemMiB
+			}
+			sp, ok := st.Spells[key]
+			if ok && slices.Equal(sp.Users, users) && t-sp.Last <= gap {
+				sp.Last, sp.MemMiB = t, mem
+				continue
+			}
+			if ok {
+				end(sp)
+			}
+			st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: users, Start: t, Last: t, MemMiB: mem}
+		}
+	}
+	for key, sp := range st.Spells {
+		if !seen[key] {
+			end(sp)
+			delete(st.Spells, key)
+		}
+	}
+	slices.SortFunc(ended, func(a, b Spell) int {
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Start, b.Start))
+	})
+	return ended
+}
+
+// stepHosts notes which hosts answered, since when the others are down,
+// and each one's GPUs as last seen. A host no longer in the data is
+// forgotten: it is no longer polled.
+func stepHosts(st *State, s *Snapshot, t int64) {
+	hosts := make(map[string]*HostState, len(s.Hosts))
+	for _, h := range s.Hosts {
+		hs := st.Hosts[h.Name]
+		if hs == nil {
+			hs = &HostState{}
+		}
+		if h.Up {
+			hs.DownSince, hs.LastUp = 0, t
+			hs.GPUs = hs.GPUs[:0]
+			for _, g := range h.GPUs {
+				hs.GPUs = append(hs.GPUs, KnownGPU{ID: g.ID, Name: g.Name})
+			}
+		} else if hs.DownSince == 0 {
+			hs.DownSince = t
+		}
+		hosts[h.Name] = hs
+	}
+	st.Hosts = hosts
+}
+
+// aggregate counts s's GPUs per state and per user; a down host's GPUs as
+// last seen count as Down.
+func aggregate(st *State, s *Snapshot) Aggregate {
+	a := Aggregate{UserShare: map[string]float64{}, UserGPUs: map[string]int{}, States: map[string]int{}}
+	for _, h := range s.Hosts {
+		if !h.Up {
+			if n := len(st.Hosts[h.Name].GPUs); n > 0 {
+				a.States[Down] += n
+			}
+			continue
+		}
+		for i := range h.GPUs {
+			g := &h.GPUs[i]
+			a.States[g.State]++
+			if n := len(g.Holders); n > 0 {
+				for _, hd := range g.Holders {
+					a.UserShare[hd.User] += 1 / float64(n)
+					a.UserGPUs[hd.User]++
+				}
+			} else if g.IdleJob {
+				a.IdleJob++
+			}
+		}
+	}
+	return a
+}
+
+// IdleHeld lists the GPUs idle-held at st's newest snapshot, longest first.
+func IdleHeld(st *State, p Params) []Spell {
+	var out []Spell
+	for _, sp := range st.Spells {
+		if sp.Last == st.Time && sp.Seconds() >= int64(p.IdleAfter/time.Second) {
+			out = append(out, *sp)
+		}
+	}
+	slices.SortFunc(out, func(a, b Spell) int {
+		return cmp.Or(cmp.Compare(b.Seconds(), a.Seconds()), cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU))
+	})
+	return out
+}

@@ -1,0 +1,346 @@
+package history
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Windows are the spans the page and status.json give GPU-hours for.
+var Windows = []Window{{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
+
+// Window is a span back from now, with its name in status.json.
+type Window struct {
+	Name string
+	Span time.Duration
+}
+
+// Summary is what render shows of the history.
+type Summary struct {
+	First     time.Time // the oldest snapshot kept; zero when there is none
+	Newest    time.Time
+	Snapshots int
+	// Users: everyone with GPU-hours in the longest window, by name.
+	Users []UserHours
+	// IdleHeld: GPUs idle-held at the newest snapshot, longest first.
+	IdleHeld []Spell
+	// Hosts that are down at the newest snapshot: since when, and their
+	// GPUs as last seen.
+	Down map[string]*HostState
+	// Totals since the history began, for Prometheus's counters.
+	Totals Totals
+}
+
+// UserHours is one user's GPU-hours and idle-held GPU-hours per window
+// (keyed by Window.Name).
+type UserHours struct {
+	User      string
+	GPUHours  map[string]float64
+	IdleHours map[string]float64
+}
+
+// Totals are GPU-seconds since the history began. They never go down
+// while snapshots come in order.
+type Totals struct {
+	User     map[string]float64 // GPU-seconds held
+	IdleHeld map[string]float64 // idle-held GPU-seconds, the spells going on included
+	State    map[string]float64
+	IdleJob  float64
+}
+
+// Summary reads the figures for the page at now.
+func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	sum := &Summary{Down: map[string]*HostState{}}
+	var first, newest sql.NullInt64
+	if err := tx.QueryRow(`SELECT min(t), max(t), count(*) FROM snapshots`).Scan(&first, &newest, &sum.Snapshots); err != nil {
+		return nil, err
+	}
+	if !newest.Valid {
+		sum.Totals = Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}}
+		return sum, nil
+	}
+	sum.First, sum.Newest = time.Unix(first.Int64, 0).UTC(), time.Unix(newest.Int64, 0).UTC()
+	st, err := (&writer{tx: tx, p: s.params}).checkpoint(newest)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, errors.New("no saved state for the newest snapshot: record a snapshot to rebuild it")
+	}
+	sum.IdleHeld = IdleHeld(st, s.params)
+	for name, h := range st.Hosts {
+		if h.DownSince != 0 {
+			sum.Down[name] = h
+		}
+	}
+	if sum.Users, err = s.userHours(tx, st, now); err != nil {
+		return nil, err
+	}
+	if sum.Totals, err = s.totals(tx, st); err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+func (s *Store) userHours(tx *sql.Tx, st *State, now time.Time) ([]UserHours, error) {
+	byUser := map[string]*UserHours{}
+	get := func(u string) *UserHours {
+		if byUser[u] == nil {
+			byUser[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
+			for _, w := range Windows {
+				byUser[u].GPUHours[w.Name], byUser[u].IdleHours[w.Name] = 0, 0
+			}
+		}
+		return byUser[u]
+	}
+	for _, w := range Windows {
+		from := now.Add(-w.Span)
+		gpu, err := sumUsage(tx, kindUser, from, now)
+		if err != nil {
+			return nil, err
+		}
+		for u, sec := range gpu {
+			get(u).GPUHours[w.Name] = sec / 3600
+		}
+		idle, err := s.idleSeconds(tx, st, from, now)
+		if err != nil {
+			return nil, err
+		}
+		for u, sec := range idle {
+			get(u).IdleHours[w.Name] = sec / 3600
+		}
+	}
+	out := make([]UserHours, 0, len(byUser))
+	for _, u := range byUser {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b UserHours) int { return strings.Compare(a.User, b.User) })
+	return out, nil
+}
+
+// sumUsage sums one kind of the hourly figures per name over the hours
+// that start in [from, to).
+func sumUsage(tx *sql.Tx, kind int, from, to time.Time) (map[string]float64, error) {
+	rows, err := tx.Query(`SELECT name, sum(value) FROM usage WHERE kind = ? AND hour >= ? AND hour < ? GROUP BY name`,
+		kind, hourOf(from.Unix()), to.Unix())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]float64{}
+	for rows.Next() {
+		var name string
+		var v float64
+		if err := rows.Scan(&name, &v); err != nil {
+			return nil, err
+		}
+		out[name] = v
+	}
+	return out, rows.Err()
+}
+
+// idleSeconds is each user's idle-held GPU-seconds within [from, to]: the
+// part of each spell inside it, shared among the spell's users. Spells
+// going on count once they have lasted idle_after.
+func (s *Store) idleSeconds(tx *sql.Tx, st *State, from, to time.Time) (map[string]float64, error) {
+	out := map[string]float64{}
+	add := func(users []string, start, end int64) {
+		lo, hi := max(start, from.Unix()), min(end, to.Unix())
+		if hi <= lo || len(users) == 0 {
+			return
+		}
+		for _, u := range users {
+			out[u] += float64(hi-lo) / float64(len(users))
+		}
+	}
+	rows, err := tx.Query(`SELECT users, start, "end" FROM spells WHERE "end" > ? AND start < ?`, from.Unix(), to.Unix())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var users string
+		var start, end int64
+		if err := rows.Scan(&users, &start, &end); err != nil {
+			return nil, err
+		}
+		var us []string
+		if json.Unmarshal([]byte(users), &us) == nil {
+			add(us, start, end)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, sp := range IdleHeld(st, s.params) {
+		add(sp.Users, sp.Start, sp.Last)
+	}
+	return out, nil
+}
+
+func (s *Store) totals(tx *sql.Tx, st *State) (Totals, error) {
+	t := Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}}
+	for _, state := range States {
+		t.State[state] = 0
+	}
+	rows, err := tx.Query(`SELECT kind, name, value FROM totals`)
+	if err != nil {
+		return t, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind int
+		var name string
+		var v float64
+		if err := rows.Scan(&kind, &name, &v); err != nil {
+			return t, err
+		}
+		v = max(v, 0) // float sums taken back out by a replay may leave -1e-9
+		switch kind {
+		case kindUser:
+			t.User[name] = v
+		case kindState:
+			t.State[name] = v
+		case kindIdleJob:
+			t.IdleJob = v
+		case kindIdleHeld:
+			t.IdleHeld[name] = v
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return t, err
+	}
+	for _, sp := range IdleHeld(st, s.params) {
+		for _, u := range sp.Users {
+			t.IdleHeld[u] += float64(sp.Seconds()) / float64(len(sp.Users))
+		}
+	}
+	return t, nil
+}
+
+// Usage is one user's figures over a span: `render -usage`.
+type Usage struct {
+	User          string
+	GPUHours      float64
+	IdleHeldHours float64
+	PeakGPUs      int     // the most GPUs held at once (a shared GPU counts whole)
+	Share         float64 // of the fleet's GPU-hours known in the span (down hosts' not counted), 0 to 1
+}
+
+// IdleJobUser is the name the idle-time job's GPU-hours go under in Usage:
+// not a possible user name, so it never merges with a user's.
+const IdleJobUser = "(idle-time job)"
+
+// Usage is every user's figures over [from, to), most GPU-hours first; the
+// idle-time job last, under IdleJobUser, when it ran.
+func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	var newest sql.NullInt64
+	if err := tx.QueryRow(`SELECT max(t) FROM snapshots`).Scan(&newest); err != nil {
+		return nil, err
+	}
+	if !newest.Valid {
+		return []Usage{}, nil
+	}
+	st, err := (&writer{tx: tx, p: s.params}).checkpoint(newest)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		st = NewState()
+	}
+	gpu, err := sumUsage(tx, kindUser, from, to)
+	if err != nil {
+		return nil, err
+	}
+	states, err := sumUsage(tx, kindState, from, to)
+	if err != nil {
+		return nil, err
+	}
+	job, err := sumUsage(tx, kindIdleJob, from, to)
+	if err != nil {
+		return nil, err
+	}
+	idle, err := s.idleSeconds(tx, st, from, to)
+	if err != nil {
+		return nil, err
+	}
+	peaks, err := maxUsage(tx, kindUserPeak, from, to)
+	if err != nil {
+		return nil, err
+	}
+	var fleet float64
+	for state, v := range states {
+		if state != Down {
+			fleet += v
+		}
+	}
+	names := map[string]bool{}
+	for u := range gpu {
+		names[u] = true
+	}
+	for u := range idle {
+		names[u] = true
+	}
+	out := make([]Usage, 0, len(names)+1)
+	for u := range names {
+		us := Usage{User: u, GPUHours: gpu[u] / 3600, IdleHeldHours: idle[u] / 3600, PeakGPUs: int(peaks[u])}
+		if fleet > 0 {
+			us.Share = gpu[u] / fleet
+		}
+		out = append(out, us)
+	}
+	slices.SortFunc(out, func(a, b Usage) int {
+		if a.GPUHours != b.GPUHours {
+			if a.GPUHours > b.GPUHours {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.User, b.User)
+	})
+	if v := job[""]; v > 0 {
+		us := Usage{User: IdleJobUser, GPUHours: v / 3600}
+		if fleet > 0 {
+			us.Share = v / fleet
+		}
+		out = append(out, us)
+	}
+	return out, nil
+}
+
+func maxUsage(tx *sql.Tx, kind int, from, to time.Time) (map[string]float64, error) {
+	rows, err := tx.Query(`SELECT name, max(value) FROM usage WHERE kind = ? AND hour >= ? AND hour < ? GROUP BY name`,
+		kind, hourOf(from.Unix()), to.Unix())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]float64{}
+	for rows.Next() {
+		var name string
+		var v float64
+		if err := rows.Scan(&name, &v); err != nil {
+			return nil, err
+		}
+		out[name] = v
+	}
+	return out, rows.Err()
+}
+
+// Ping checks that the database answers (render's check before it counts
+// on it).
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }

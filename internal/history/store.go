@@ -1,0 +1,454 @@
+package history
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" driver: pure Go, no cgo
+)
+
+// SchemaVersion is the database layout this code reads and writes.
+const SchemaVersion = 1
+
+// Year is how long the hourly figures, the fleet's counts per snapshot and
+// the idle-held spells are kept.
+const Year = 366 * 24 * time.Hour
+
+// Kinds of the usage and totals tables' rows.
+const (
+	kindUser     = 0 // a user's GPU-seconds; name: the user
+	kindState    = 1 // GPU-seconds in a state; name: the state
+	kindIdleJob  = 2 // idlemon's job's GPU-seconds; name ""
+	kindUserPeak = 3 // the most GPUs the user held at once in the hour (usage only)
+	kindIdleHeld = 4 // a user's idle-held GPU-seconds of ended spells (totals only)
+)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshots (
+	t INTEGER PRIMARY KEY,
+	hosts INTEGER NOT NULL, hosts_down INTEGER NOT NULL,
+	free INTEGER NOT NULL, busy INTEGER NOT NULL, reserved INTEGER NOT NULL,
+	failed INTEGER NOT NULL, down INTEGER NOT NULL, idle_held INTEGER NOT NULL,
+	data BLOB
+);
+CREATE TABLE IF NOT EXISTS usage (
+	hour INTEGER NOT NULL, kind INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,
+	PRIMARY KEY (hour, kind, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spells (
+	host TEXT NOT NULL, gpu TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+	users TEXT NOT NULL, mem_mib REAL NOT NULL, ended_at INTEGER NOT NULL,
+	PRIMARY KEY (host, gpu, start)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS spells_end ON spells ("end");
+CREATE TABLE IF NOT EXISTS checkpoints (t INTEGER PRIMARY KEY, state BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS totals (
+	kind INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,
+	PRIMARY KEY (kind, name)
+) WITHOUT ROWID;
+`
+
+// Store is the history database.
+type Store struct {
+	db      *sql.DB
+	path    string
+	params  Params
+	keepRaw time.Duration
+}
+
+// Open opens (creating it if need be, mode 0600) the database at path.
+// keepRaw is how long whole snapshots are kept (keep_days); the hourly
+// figures are kept a Year.
+func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	// made here so that it is not world-readable: SQLite would use the
+	// umask, and gives the -wal and -shm files the database's mode
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	}
+	// busy_timeout first: switching to WAL can itself meet a lock. The
+	// transactions are IMMEDIATE: two renders at once take turns instead of
+	// failing on a lock upgrade.
+	dsn := (&url.URL{Scheme: "file", Path: path}).String() +
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db, path: path, params: p, keepRaw: keepRaw}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) init() error {
+	tx, err := s.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(schema); err != nil {
+		return err
+	}
+	var v string
+	err = tx.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.Exec(`INSERT INTO meta VALUES ('schema', ?)`, strconv.Itoa(SchemaVersion)); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case v != strconv.Itoa(SchemaVersion):
+		return fmt.Errorf("database schema %s; this render reads schema %d", v, SchemaVersion)
+	}
+	return tx.Commit()
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Path is the database's file.
+func (s *Store) Path() string { return s.path }
+
+// ErrTooOld is a snapshot that falls among snapshots whose whole readings
+// are no longer kept: it cannot be placed among them.
+var ErrTooOld = errors.New("older than the whole snapshots kept (keep_days): it cannot be placed among them")
+
+// Record adds a snapshot. A snapshot of a time already recorded is not
+// recorded again (recorded is false). One that is older than the newest is
+// placed among the others and what follows it is counted again from the
+// last hour's end before it, so nothing is counted twice.
+func (s *Store) Record(ctx context.Context, snap *Snapshot) (recorded bool, err error) {
+	if snap.Time.IsZero() {
+		return false, errors.New("the data has no time: not recorded")
+	}
+	blob, err := encodeSnapshot(snap)
+	if err != nil {
+		return false, err
+	}
+	t := snap.Time.Unix()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRow(`SELECT count(*) FROM snapshots WHERE t = ?`, t).Scan(&n); err != nil {
+		return false, err
+	}
+	if n > 0 {
+		return false, nil
+	}
+	var newest sql.NullInt64
+	if err := tx.QueryRow(`SELECT max(t) FROM snapshots`).Scan(&newest); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(`INSERT INTO snapshots VALUES (?, 0, 0, 0, 0, 0, 0, 0, 0, ?)`, t, blob); err != nil {
+		return false, err
+	}
+	w := &writer{tx: tx, p: s.params}
+	st, err := w.checkpoint(newest)
+	switch {
+	case err != nil:
+		return false, err
+	case st != nil && t > newest.Int64:
+		err = w.fold(st, snap, true)
+	default:
+		err = w.replay(ctx, t)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := w.prune(max(t, newest.Int64), s.keepRaw); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}
+
+// writer does the work of one Record, in its transaction.
+type writer struct {
+	tx *sql.Tx
+	p  Params
+}
+
+// checkpoint is the state saved at time t, or nil if there is none.
+func (w *writer) checkpoint(t sql.NullInt64) (*State, error) {
+	if !t.Valid {
+		return NewState(), nil
+	}
+	var blob []byte
+	err := w.tx.QueryRow(`SELECT state FROM checkpoints WHERE t = ?`, t.Int64).Scan(&blob)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeState(blob)
+}
+
+// fold steps st by snap and writes what that adds; save keeps the new
+// state as a checkpoint (a replay saves only each hour's last).
+func (w *writer) fold(st *State, snap *Snapshot, save bool) error {
+	eff := Step(st, snap, w.p)
+	if err := w.apply(eff, st.Time); err != nil {
+		return err
+	}
+	c := eff.Counts
+	if _, err := w.tx.Exec(`UPDATE snapshots SET hosts = ?, hosts_down = ?, free = ?, busy = ?, reserved = ?,
+		failed = ?, down = ?, idle_held = ? WHERE t = ?`, c.Hosts, c.HostsDown, c.States[Free], c.States[Busy],
+		c.States[Reserved], c.States[Failed], c.States[Down], c.IdleHeld, st.Time); err != nil {
+		return err
+	}
+	if !save {
+		return nil
+	}
+	return w.saveCheckpoint(st)
+}
+
+// saveCheckpoint keeps st as the state at its time, and drops the one of an
+// earlier snapshot of the same hour: what is kept is each hour's last state,
+// from which a replay can start without touching that hour's figures.
+func (w *writer) saveCheckpoint(st *State) error {
+	blob, err := encodeState(st)
+	if err != nil {
+		return err
+	}
+	if _, err := w.tx.Exec(`DELETE FROM checkpoints WHERE t >= ? AND t < ?`, hourOf(st.Time), st.Time); err != nil {
+		return err
+	}
+	_, err = w.tx.Exec(`INSERT OR REPLACE INTO checkpoints VALUES (?, ?)`, st.Time, blob)
+	return err
+}
+
+func (w *writer) apply(eff Effects, t int64) error {
+	add := func(kind int, name string, v float64) error {
+		if v == 0 {
+			return nil
+		}
+		if _, err := w.tx.Exec(`INSERT INTO usage VALUES (?, ?, ?, ?)
+			ON CONFLICT (hour, kind, name) DO UPDATE SET value = value + excluded.value`, eff.Hour, kind, name, v); err != nil {
+			return err
+		}
+		return w.addTotal(kind, name, v)
+	}
+	for u, v := range eff.UserSeconds {
+		if err := add(kindUser, u, v); err != nil {
+			return err
+		}
+	}
+	for state, v := range eff.StateSeconds {
+		if err := add(kindState, state, v); err != nil {
+			return err
+		}
+	}
+	if err := add(kindIdleJob, "", eff.IdleJobSeconds); err != nil {
+		return err
+	}
+	for u, n := range eff.UserGPUs {
+		if _, err := w.tx.Exec(`INSERT INTO usage VALUES (?, ?, ?, ?)
+			ON CONFLICT (hour, kind, name) DO UPDATE SET value = max(value, excluded.value)`, eff.Hour, kindUserPeak, u, n); err != nil {
+			return err
+		}
+	}
+	for _, sp := range eff.Ended {
+		users, _ := json.Marshal(sp.Users)
+		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t); err != nil {
+			return err
+		}
+		for _, u := range sp.Users {
+			if err := w.addTotal(kindIdleHeld, u, float64(sp.Seconds())/float64(len(sp.Users))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (w *writer) addTotal(kind int, name string, v float64) error {
+	_, err := w.tx.Exec(`INSERT INTO totals VALUES (?, ?, ?)
+		ON CONFLICT (kind, name) DO UPDATE SET value = value + excluded.value`, kind, name, v)
+	return err
+}
+
+// replay counts again everything after the last checkpoint before t's
+// hour: a snapshot arrived out of order (a backfill, or a clock that went
+// back), and the spans and spells around it change. What the replay will
+// count again is first taken out of the hours, the spells and the totals.
+func (w *writer) replay(ctx context.Context, t int64) error {
+	var from sql.NullInt64
+	if err := w.tx.QueryRow(`SELECT max(t) FROM checkpoints WHERE t < ?`, hourOf(t)).Scan(&from); err != nil {
+		return err
+	}
+	st := NewState()
+	if from.Valid {
+		var err error
+		if st, err = w.checkpoint(from); err != nil {
+			return err
+		}
+	} else {
+		from.Int64 = -1 << 62
+	}
+	var gone int
+	if err := w.tx.QueryRow(`SELECT count(*) FROM snapshots WHERE t > ? AND data IS NULL`, from.Int64).Scan(&gone); err != nil {
+		return err
+	}
+	if gone > 0 || !from.Valid && w.rawPruned() {
+		return ErrTooOld
+	}
+	if err := w.undo(from.Int64); err != nil {
+		return err
+	}
+	var times []int64
+	rows, err := w.tx.Query(`SELECT t FROM snapshots WHERE t > ? ORDER BY t`, from.Int64)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var ts int64
+		if err := rows.Scan(&ts); err != nil {
+			rows.Close()
+			return err
+		}
+		times = append(times, ts)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, ts := range times {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var blob []byte
+		if err := w.tx.QueryRow(`SELECT data FROM snapshots WHERE t = ?`, ts).Scan(&blob); err != nil {
+			return err
+		}
+		snap, err := decodeSnapshot(blob)
+		if err != nil {
+			return fmt.Errorf("snapshot of %s: %w", time.Unix(ts, 0).UTC().Format(time.RFC3339), err)
+		}
+		last := i == len(times)-1 || hourOf(times[i+1]) != hourOf(ts)
+		if err := w.fold(st, snap, last); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// undo takes out of the figures what snapshots after from added: the
+// hours after from's (each snapshot adds to its own hour, and from is its
+// hour's last), the spells that ended after it, and the checkpoints.
+func (w *writer) undo(from int64) error {
+	type row struct {
+		kind int
+		name string
+		v    float64
+	}
+	var sub []row
+	rows, err := w.tx.Query(`SELECT kind, name, sum(value) FROM usage WHERE hour > ? AND kind IN (?, ?, ?) GROUP BY kind, name`,
+		hourOf(from), kindUser, kindState, kindIdleJob)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.kind, &r.name, &r.v); err != nil {
+			rows.Close()
+			return err
+		}
+		sub = append(sub, r)
+	}
+	rows.Close()
+	rows, err = w.tx.Query(`SELECT users, start, "end" FROM spells WHERE ended_at > ?`, from)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var users string
+		var start, end int64
+		if err := rows.Scan(&users, &start, &end); err != nil {
+			rows.Close()
+			return err
+		}
+		var us []string
+		if json.Unmarshal([]byte(users), &us) == nil && len(us) > 0 {
+			for _, u := range us {
+				sub = append(sub, row{kindIdleHeld, u, float64(end-start) / float64(len(us))})
+			}
+		}
+	}
+	rows.Close()
+	for _, r := range sub {
+		if err := w.addTotal(r.kind, r.name, -r.v); err != nil {
+			return err
+		}
+	}
+	for _, q := range []string{
+		`DELETE FROM usage WHERE hour > ?`,
+		`DELETE FROM spells WHERE ended_at > ?`,
+		`DELETE FROM checkpoints WHERE t > ?`,
+	} {
+		arg := from
+		if q == `DELETE FROM usage WHERE hour > ?` {
+			arg = hourOf(from)
+		}
+		if _, err := w.tx.Exec(q, arg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rawPruned reports whether whole snapshots were ever dropped for age.
+func (w *writer) rawPruned() bool {
+	var v string
+	return w.tx.QueryRow(`SELECT value FROM meta WHERE key = 'raw_pruned'`).Scan(&v) == nil
+}
+
+// prune drops what is past keeping, counted back from the newest
+// snapshot (not from the clock: a monitor that stopped for a month keeps
+// its history). The totals stay: Prometheus's counters never go down.
+func (w *writer) prune(newest int64, keepRaw time.Duration) error {
+	rawCut := newest - int64(keepRaw/time.Second)
+	res, err := w.tx.Exec(`UPDATE snapshots SET data = NULL WHERE t < ? AND data IS NOT NULL`, rawCut)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('raw_pruned', '1')`); err != nil {
+			return err
+		}
+	}
+	// a checkpoint is of use only while the snapshots after it are whole;
+	// the newest one (the current state) always stays
+	if _, err := w.tx.Exec(`DELETE FROM checkpoints WHERE t < ? AND t < ?`, rawCut, newest); err != nil {
+		return err
+	}
+	yearCut := newest - int64(Year/time.Second)
+	for _, q := range []string{
+		`DELETE FROM usage WHERE hour < ?`,
+		`DELETE FROM snapshots WHERE t < ?`,
+		`DELETE FROM spells WHERE "end" < ?`,
+	} {
+		if _, err := w.tx.Exec(q, yearCut); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func openStore(t testing.TB, path string) *Store {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "history.db")
+	}
+	s, err := Open(path, DefaultParams, 14*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func record(t testing.TB, s *Store, snaps ...*Snapshot) {
+	t.Helper()
+	for _, snap := range snaps {
+		if _, err := s.Record(context.Background(), snap); err != nil {
+			t.Fatalf("record %s: %v", snap.Time.Format(time.RFC3339), err)
+		}
+	}
+}
+
+// days is snapshots every 5 minutes over n days, with a bit of everything:
+// alice trains on gpu01 in the day and holds a GPU idle at night, bob
+// shares a GPU with her for a while, gpu02 goes down for an afternoon and
+// comes back, idlemon's job fills gpu03, and fetch misses a run now and
+// then (gaps of 10 minutes) and once for an hour.
+func days(n int) []*Snapshot {
+	var out []*Snapshot
+	for m := 0.0; m < float64(n)*24*60; m += 5 {
+		if math.Mod(m, 97*5) == 0 || m >= 1500 && m < 1560 {
+			continue // fetch missed a run
+		}
+		hour := math.Mod(m/60, 24)
+		day := hour >= 9 && hour < 18
+		var g0, g1 GPU
+		if day {
+			g0 = held("0", 95, "alice")
+		} else {
+			g0 = held("0", 1, "alice") // left holding it at night
+		}
+		if math.Mod(m/60, 48) < 6 {
+			g1 = held("1", 40, "alice", "bob")
+		} else {
+			g1 = held("1", 0)
+		}
+		h2 := up("gpu02", held("0", 70, "bob"), held("1", 2, "carol"))
+		if m >= 2000 && m < 2300 {
+			h2 = down("gpu02")
+		}
+		out = append(out, snapAt(m, up("gpu01", g0, g1), h2,
+			up("gpu03", GPU{ID: "0", State: Free, IdleJob: true, HasUtil: true, UtilPct: 99})))
+	}
+	return out
+}
+
+type outcome struct {
+	Usage   []Usage
+	Summary *Summary
+}
+
+func outcomeOf(t testing.TB, s *Store) outcome {
+	t.Helper()
+	ctx := context.Background()
+	now := at(2*24*60 + 1)
+	u, err := s.Usage(ctx, now.Add(-30*24*time.Hour), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := s.Summary(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outcome{u, sum}
+}
+
+var approx = cmpopts.EquateApprox(0, 1e-6)
+
+// The same snapshots give the same figures whatever order they come in,
+// and recording one twice changes nothing.
+func TestOrderDoesNotMatter(t *testing.T) {
+	snaps := days(2)
+	inOrder := openStore(t, "")
+	record(t, inOrder, snaps...)
+	want := outcomeOf(t, inOrder)
+
+	shuffled := openStore(t, "")
+	rng := rand.New(rand.NewPCG(1, 2))
+	// the last snapshot first (a clock that jumps back), then the rest in
+	// batches out of order, with every tenth recorded twice
+	mixed := append([]*Snapshot{snaps[len(snaps)-1]}, snaps[:len(snaps)-1]...)
+	rng.Shuffle(len(mixed)-1, func(i, j int) {
+		if i/40 == j/40 { // within runs of 40: an import sorts its files, so long replays are rare
+			mixed[i+1], mixed[j+1] = mixed[j+1], mixed[i+1]
+		}
+	})
+	for i, s := range mixed {
+		record(t, shuffled, s)
+		if i%10 == 0 {
+			if ok, err := shuffled.Record(context.Background(), s); err != nil || ok {
+				t.Fatalf("recording %s again: recorded %v, %v; want false, nil", s.Time, ok, err)
+			}
+		}
+	}
+	got := outcomeOf(t, shuffled)
+	if diff := cmp.Diff(want, got, approx, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("out of order (-in order +shuffled):\n%s", diff)
+	}
+}
+
+// GPU-hours and idle-held spells, counted by hand.
+func TestAccountingExact(t *testing.T) {
+	s := openStore(t, "")
+	// 08:00-11:00: alice holds gpu0 at 2 % (idle), bob holds gpu1 busy
+	// with alice from 09:00; readings every 5 minutes, but 10:00-10:10 was
+	// missed (a 15-minute gap: still within max_gap).
+	var snaps []*Snapshot
+	for m := 0.0; m <= 180; m += 5 {
+		if m == 120 || m == 125 {
+			continue
+		}
+		g1 := held("1", 80, "bob")
+		if m >= 60 {
+			g1 = held("1", 80, "alice", "bob")
+		}
+		snaps = append(snaps, snapAt(m, up("a", held("0", 2, "alice"), g1)))
+	}
+	// 11:05: gpu0 busy: the spell ends, having stood 08:00-11:05
+	snaps = append(snaps, snapAt(185, up("a", held("0", 60, "alice"), held("1", 0))))
+	record(t, s, snaps...)
+
+	u, err := s.Usage(context.Background(), at(-60), at(300))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// alice: gpu0 08:00-11:05 = 3.0833 h; gpu1 09:00-11:05 half = 1.0417 h
+	// bob: gpu1 08:00-09:00 whole = 1 h, 09:00-11:05 half = 1.0417 h
+	want := []Usage{
+		{User: "alice", GPUHours: 185.0/60 + 125.0/60/2, IdleHeldHours: 185.0 / 60, PeakGPUs: 2},
+		{User: "bob", GPUHours: 1 + 125.0/60/2, PeakGPUs: 1},
+	}
+	fleet := 2 * 185.0 / 60
+	want[0].Share = want[0].GPUHours / fleet
+	want[1].Share = want[1].GPUHours / fleet
+	if diff := cmp.Diff(want, u, approx); diff != "" {
+		t.Errorf("usage (-want +got):\n%s", diff)
+	}
+	sum, err := s.Summary(context.Background(), at(186))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.IdleHeld) != 0 {
+		t.Errorf("idle-held now = %+v, want none: gpu0 is busy", sum.IdleHeld)
+	}
+	if got := sum.Totals.IdleHeld["alice"]; got != 185*60 {
+		t.Errorf("alice's idle-held total = %v s, want %v", got, 185*60)
+	}
+	if got := sum.Users[0].IdleHours["24h"]; math.Abs(got-185.0/60) > 1e-9 {
+		t.Errorf("alice's idle-held hours in 24h = %v, want %v", got, 185.0/60)
+	}
+	if sum.Snapshots != len(snaps) || !sum.First.Equal(at(0)) {
+		t.Errorf("history: %d snapshots from %s, want %d from %s", sum.Snapshots, sum.First, len(snaps), at(0))
+	}
+}
+
+func TestTooOldForRawSamples(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(filepath.Join(dir, "h.db"), DefaultParams, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	record(t, s, every5(0, 300, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 90, "alice"))) })...)
+	_, err = s.Record(context.Background(), snapAt(2.5, up("a", held("0", 90, "bob"))))
+	if !errors.Is(err, ErrTooOld) {
+		t.Fatalf("a snapshot among pruned ones: %v, want ErrTooOld", err)
+	}
+	// the refused snapshot left nothing behind
+	u, err := s.Usage(context.Background(), at(-60), at(400))
+	if err != nil || len(u) != 1 || u[0].User != "alice" || math.Abs(u[0].GPUHours-5) > 1e-9 {
+		t.Errorf("usage after a refused snapshot = %+v, %v; want alice's 5 h alone", u, err)
+	}
+}
+
+// Two renders at once on one database: both record, neither fails, and
+// each snapshot is counted once.
+func TestConcurrentWriters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.db")
+	a, b := openStore(t, path), openStore(t, path)
+	snaps := every5(0, 240, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 90, "alice"))) })
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*len(snaps))
+	for _, s := range []*Store{a, b} {
+		wg.Go(func() {
+			for _, snap := range snaps {
+				if _, err := s.Record(context.Background(), snap); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	u, err := a.Usage(context.Background(), at(-60), at(400))
+	if err != nil || len(u) != 1 || math.Abs(u[0].GPUHours-4) > 1e-9 {
+		t.Errorf("usage = %+v, %v; want alice's 4 h counted once", u, err)
+	}
+}
+
+func TestDamagedDatabase(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(garbage, []byte("this is not a database, just text that is long enough to be read as a header"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(garbage, DefaultParams, time.Hour); err == nil {
+		s.Close()
+		t.Error("a file that is not a database opened")
+	}
+	if _, err := Open(dir, DefaultParams, time.Hour); err == nil {
+		t.Error("a folder opened as a database")
+	}
+	made := filepath.Join(dir, "new.db")
+	s := openStore(t, made)
+	s.Close()
+	st, err := os.Stat(made)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("a new database's mode = %v, %v; want 0600", st.Mode().Perm(), err)
+	}
+}
