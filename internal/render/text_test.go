@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -380,5 +381,24 @@ func TestTerminalWidth(t *testing.T) {
 				t.Errorf("terminalWidth = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// -free is a flag of its own, and prints the table.
+func TestFreeFlag(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, "testdata/load_data.csv", filepath.Join(dir, "load_data.csv"))
+	t.Chdir(dir)
+	t.Setenv("COLUMNS", "60")
+	var stdout, stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"-free"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	checkText(t, stdout.String(), TextOptions{Width: 60})
+	if !regexp.MustCompile(`(?m)^\[0\] .*\| free$`).MatchString(stdout.String()) || strings.Contains(stdout.String(), "alice(") {
+		t.Errorf("-free:\n%s", stdout.String())
+	}
+	if _, err := os.Stat("index.html"); err == nil {
+		t.Error("-free wrote the page")
 	}
 }
