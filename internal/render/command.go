@@ -37,6 +37,7 @@ missing or does not parse leaves every previous file as it was.
              status.json and metrics.prom go beside it unless [render]
              json and prom say otherwise
   -text      print a table to stdout instead of writing files
+  -free      print only the free GPUs and their hosts (implies -text)
   -color W   colour in the table: auto (only on a terminal), always, never
 `
 
@@ -60,8 +61,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if opts.text {
-		err = Text(stdout, rep, opts.color == "always" || opts.color == "auto" && isTerminal(stdout))
+	if opts.text || opts.free {
+		err = TextWith(stdout, rep, TextOptions{Color: opts.color == "always" || opts.color == "auto" && isTerminal(stdout),
+			Free: opts.free, Width: terminalWidth(stdout)})
 	} else {
 		err = writeFiles(rep, pathsOf(cfg))
 	}
@@ -74,6 +76,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type options struct {
 	configPath, input, output string
 	text                      bool
+	free                      bool
 	color                     string // auto, always or never
 }
 
@@ -85,6 +88,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.input, "i", "", "")
 	fs.StringVar(&o.output, "o", "", "")
 	fs.BoolVar(&o.text, "text", false, "")
+	fs.BoolVar(&o.free, "free", false, "")
 	fs.StringVar(&o.color, "color", "auto", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -4,10 +4,15 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
+	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpumon/gpumon/internal/cluster"
 )
@@ -19,78 +24,548 @@ var stateColor = map[string]string{
 
 const colorReset = "\x1b[0m"
 
-// Text writes the cluster as a table for a terminal, one line per GPU (and
-// one per host that is down), with the summary first. Colour only when
-// color is set; the words say the same without it.
-func Text(w io.Writer, r *Report, color bool) error {
-	c := r.Cluster
-	b := bufio.NewWriter(w)
-	writeTextSummary(b, r, color)
+// What one string from a host may take on a line, in columns: a broken or
+// hostile host must not flood the terminal even when the width is not
+// limited (a pipe), and a long name must not push every column away.
+const (
+	hostNameMax = 32
+	gpuNameMax  = 24
+	userNameMax = 32
+	reasonMax   = 256 // an error, a note, a reservation
+	numberMax   = 6   // a reading: 1e300 is a number too
+	gpuUsersMax = 8   // users named on one GPU's line; the rest are counted
+	usersShown  = 10  // users named in the summary
+	modelsShown = 3   // models named in a host's header
+	tailMin     = 48  // the columns a GPU line keeps for its users, or its name column goes
+)
 
-	rows := [][]string{{"HOST", "GPU", "NAME", "STATE", "MEMORY", "UTIL", "PROCESSES"}}
-	states := []string{""}
-	for _, h := range c.Hosts {
-		if !h.Up() {
-			rows = append(rows, []string{h.Display, "-", "", "down", "", "", string(h.Status) + ": " + oneLine(h.Error)})
-			states = append(states, cluster.Failed)
-			continue
-		}
-		for _, g := range h.GPUs {
-			var procs []string
-			for _, p := range g.Procs {
-				s := userName(p.User)
-				if p.PID.Valid {
-					s += "(" + strconv.FormatInt(p.PID.Value, 10) + ")"
-				}
-				if p.Preemptible {
-					s += "[idle job]"
-				} else if p.Ignored {
-					s += "[ignored]"
-				}
-				procs = append(procs, s)
-			}
-			extra := strings.Join(procs, " ")
-			notes := append([]string{}, g.Notes...)
-			if g.Error != "" {
-				notes = append([]string{g.Error}, notes...)
-			}
-			if rs := reservationText(g.Reservation, r.Loc); rs != "" {
-				notes = append(notes, rs)
-			}
-			if len(notes) > 0 {
-				extra = strings.TrimSpace(extra + " " + strings.Join(notes, "; "))
-			}
-			util := ""
-			if g.Util.Valid {
-				util = num(g.Util, "%")
-			}
-			rows = append(rows, []string{h.Display, g.ID(), g.Short, g.State,
-				memText(g.MemUsed, g.MemTotal), util, oneLine(extra)})
-			states = append(states, g.State)
-		}
-	}
-	widths := make([]int, len(rows[0]))
-	for _, row := range rows {
-		for i, cell := range row[:len(row)-1] {
-			widths[i] = max(widths[i], utf8.RuneCountInString(oneLine(cell)))
-		}
-	}
-	for n, row := range rows {
-		var line strings.Builder
-		for i, cell := range row {
-			cell = oneLine(cell)
-			pad := ""
-			if i < len(row)-1 {
-				pad = strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell)+2)
-			}
-			if color && i == 3 && states[n] != "" {
-				cell = stateColor[states[n]] + cell + colorReset
-			}
-			line.WriteString(cell + pad)
-		}
-		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+// idleJobNote is cluster's note for a free GPU running the idle-time job;
+// the line names the job's users instead.
+const idleJobNote = "idle-time job running"
+
+// TextOptions are -text's settings.
+type TextOptions struct {
+	Color bool // ANSI colours; the words say the same without them
+	Free  bool // only free GPUs, and the hosts that have some (-free)
+	Width int  // columns a line may take; 0 is no limit
+}
+
+// Text writes the cluster for a terminal at no width limit: see TextWith.
+func Text(w io.Writer, r *Report, color bool) error {
+	return TextWith(w, r, TextOptions{Color: color})
+}
+
+// TextWith writes the cluster for a terminal, as gpustat does: the summary,
+// then per host a header line (model, load, CPUs, RAM) and a line per GPU
+// (index, name, temperature, utilization, memory, and who holds it), or one
+// line for a host that is down. No line is wider than o.Width: the users
+// are cut first, with "…".
+func TextWith(w io.Writer, r *Report, o TextOptions) error {
+	b := bufio.NewWriter(w)
+	writeTextSummary(b, r, o)
+	t := newTextTable(r, o)
+	for _, line := range t.lines() {
+		writeSegs(b, fitSegs(line, o.Width), o.Color)
 	}
 	return b.Flush()
+}
+
+// terminalWidth is the width -text fits w to: $COLUMNS when it is a number
+// (0 for no limit), else the terminal's when w is one (80 when it will not
+// say), else 0, so that a script reading a pipe gets whole lines.
+func terminalWidth(w io.Writer) int {
+	if s, ok := os.LookupEnv("COLUMNS"); ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
+			return n
+		}
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	// through SyscallConn: Fd would put the file in blocking mode
+	var ws *unix.Winsize
+	var err error
+	if rc, cerr := f.SyscallConn(); cerr == nil {
+		cerr = rc.Control(func(fd uintptr) { ws, err = unix.IoctlGetWinsize(int(fd), unix.TIOCGWINSZ) })
+		if cerr == nil && err == nil {
+			if ws.Col > 0 {
+				return int(ws.Col)
+			}
+			return 80
+		}
+	}
+	if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+		return 80
+	}
+	return 0
+}
+
+// A seg is a run of text in one colour ("" for none).
+type seg struct{ text, color string }
+
+// gpuLine is one GPU's line before its columns are padded; a reading is
+// "?" when not known, and the readings are all "" for a failed GPU.
+type gpuLine struct {
+	id, name                string
+	temp, util, used, total string
+	tail                    []seg
+}
+
+// hostLines is one host: its header (or down line), notes and GPUs.
+type hostLines struct {
+	name   string
+	fields []string // header fields after the name, the most useful first
+	down   []seg    // a host that is down: its line after the name
+	notes  []string // an ok host's warnings
+	gpus   []gpuLine
+}
+
+// textTable is the hosts' part of the output, with its column widths.
+type textTable struct {
+	o                                       TextOptions
+	hosts                                   []hostLines
+	host, id, name, temp, util, used, total int // widest of each column
+}
+
+func newTextTable(r *Report, o TextOptions) *textTable {
+	t := &textTable{o: o}
+	for _, h := range r.Cluster.Hosts {
+		if o.Free && (!h.Up() || h.Count[cluster.Free] == 0) {
+			continue
+		}
+		hl := hostLines{name: clean(h.Display, hostNameMax)}
+		if h.Up() {
+			hl.fields = hostFields(h)
+			if h.Error != "" {
+				hl.notes = append(hl.notes, clean(h.Error, reasonMax))
+			}
+		} else {
+			hl.down = downSegs(h, r)
+		}
+		for _, g := range h.GPUs {
+			if o.Free && g.State != cluster.Free {
+				continue
+			}
+			hl.gpus = append(hl.gpus, newGPULine(g, r))
+		}
+		t.add(hl)
+	}
+	return t
+}
+
+func (t *textTable) add(hl hostLines) {
+	t.hosts = append(t.hosts, hl)
+	t.host = max(t.host, strWidth(hl.name))
+	for _, g := range hl.gpus {
+		t.id = max(t.id, strWidth(g.id))
+		t.name = max(t.name, strWidth(g.name))
+		t.temp = max(t.temp, strWidth(g.temp))
+		t.util = max(t.util, strWidth(g.util))
+		t.used = max(t.used, strWidth(g.used))
+		t.total = max(t.total, strWidth(g.total))
+	}
+}
+
+// lines are the hosts' lines, not yet fitted to the width.
+func (t *textTable) lines() [][]seg {
+	if len(t.hosts) == 0 && t.o.Free {
+		return [][]seg{{{text: "no free GPU"}}}
+	}
+	// Who holds a GPU matters more than its name, which the host's header
+	// says: the name column goes when it would leave the users too little
+	// room (80 columns, with H100 80GB HBM3).
+	showName := t.name > 0
+	if w := t.o.Width; w > 0 && showName && w-t.prefixWidth(true) < tailMin {
+		showName = false
+	}
+	var out [][]seg
+	for _, h := range t.hosts {
+		name := pad(h.name, t.host)
+		if h.down != nil {
+			out = append(out, append([]seg{{text: name + "  "}}, h.down...))
+			continue
+		}
+		out = append(out, []seg{{text: t.header(name, h.fields)}})
+		for _, n := range h.notes {
+			out = append(out, []seg{{text: "  note: " + n}})
+		}
+		for _, g := range h.gpus {
+			out = append(out, append([]seg{{text: t.prefix(g, showName)}}, g.tail...))
+		}
+	}
+	return out
+}
+
+// header is the host's line: its fields, the last ones left out while the
+// line is too wide (the model is kept, and cut if it must be).
+func (t *textTable) header(name string, fields []string) string {
+	for n := len(fields); ; n-- {
+		s := strings.TrimRight(name+"  "+strings.Join(fields[:n], "  "), " ")
+		if n <= 1 || t.o.Width <= 0 || strWidth(s) <= t.o.Width {
+			return s
+		}
+	}
+}
+
+// prefix is a GPU line up to its users: "[0] H100 | 45°C  98% | 62/80 GB | ",
+// or without the name "[0] 45°C  98% | 62/80 GB | ".
+func (t *textTable) prefix(g gpuLine, showName bool) string {
+	var b strings.Builder
+	b.WriteString(pad(g.id, t.id) + " ")
+	if showName {
+		b.WriteString(pad(g.name, t.name) + " | ")
+	}
+	deg, pct, slash, unit := "°C", "%", "/", " GB"
+	if g.temp == "" { // a failed GPU: blanks keep the columns
+		deg, pct, slash, unit = "  ", " ", " ", "   "
+	}
+	b.WriteString(lpad(g.temp, t.temp) + deg + " " + lpad(g.util, t.util) + pct + " | ")
+	b.WriteString(lpad(g.used, t.used) + slash + pad(g.total+unit, t.total+3) + " | ")
+	return b.String()
+}
+
+// prefixWidth is the width of every GPU line's prefix.
+func (t *textTable) prefixWidth(showName bool) int {
+	w := t.id + 1 + t.temp + 2 + 1 + t.util + 1 + 3 + t.used + 1 + t.total + 3 + 3
+	if showName {
+		w += t.name + 3
+	}
+	return w
+}
+
+// hostFields are the header's fields: "H100 80GB HBM3 x8", "load 3.2",
+// "cpus 64", "ram 120/512 GB".
+func hostFields(h *cluster.Host) []string {
+	var f []string
+	if m := hostModels(h); m != "" {
+		f = append(f, m)
+	}
+	if h.Load1.Valid {
+		f = append(f, "load "+clip(strconv.FormatFloat(h.Load1.Value, 'f', 1, 64), numberMax))
+	}
+	if h.CPUs.Valid {
+		f = append(f, "cpus "+clip(strconv.FormatInt(h.CPUs.Value, 10), numberMax))
+	}
+	if h.MemUsed.Valid || h.MemTotal.Valid {
+		used, total := memPair(h.MemUsed.Value, h.MemUsed.Valid, h.MemTotal.Value, h.MemTotal.Valid)
+		f = append(f, "ram "+used+"/"+total+" GB")
+	}
+	return f
+}
+
+// hostModels counts the host's GPUs per model: "H100 80GB HBM3 x8", or
+// "A100 x2 + V100 x1". A GPU the driver lost counts under the host's model.
+func hostModels(h *cluster.Host) string {
+	common := ""
+	for _, g := range h.GPUs {
+		if g.Name == h.ModelName && h.ModelName != "" {
+			common = g.Short
+			break
+		}
+	}
+	var names []string
+	count := map[string]int{}
+	for _, g := range h.GPUs {
+		name := g.Short
+		if g.Name == "" {
+			name = common
+		}
+		if name == "" {
+			name = "unknown"
+		}
+		if count[name] == 0 {
+			names = append(names, name)
+		}
+		count[name]++
+	}
+	var parts []string
+	for i, n := range names {
+		if i == modelsShown && len(names) > modelsShown+1 {
+			parts = append(parts, fmt.Sprintf("%d more", len(names)-i))
+			break
+		}
+		parts = append(parts, clean(n, gpuNameMax)+" x"+strconv.Itoa(count[n]))
+	}
+	return strings.Join(parts, " + ")
+}
+
+// downSegs is a down host's line after its name: "down (timeout): no
+// complete answer in 20s", and its reservation.
+func downSegs(h *cluster.Host, r *Report) []seg {
+	s := "down (" + clean(string(h.Status), 16) + ")"
+	if e := clean(h.Error, reasonMax); e != "" {
+		s += ": " + e
+	}
+	segs := []seg{{s, stateColor[cluster.Failed]}}
+	if rs := clean(reservationText(h.Reserved, r.Loc), reasonMax); rs != "" {
+		segs = append(segs, seg{text: " · " + rs})
+	}
+	return segs
+}
+
+func newGPULine(g *cluster.GPU, r *Report) gpuLine {
+	l := gpuLine{id: "[?]", name: clean(g.Short, gpuNameMax)}
+	if g.HasIndex {
+		l.id = "[" + strconv.Itoa(g.Index) + "]"
+	}
+	if g.State != cluster.Failed {
+		l.temp, l.util = reading(g.Temp.Value, g.Temp.Valid), reading(g.Util.Value, g.Util.Valid)
+		l.used, l.total = memPair(g.MemUsed.Value, g.MemUsed.Valid, g.MemTotal.Value, g.MemTotal.Valid)
+	}
+	l.tail = gpuTail(g, r)
+	return l
+}
+
+// gpuTail says who holds the GPU, in its state's colour, then its notes:
+// "alice(62G) bob(3G)", "free · idle job: sweep(20G)", "reserved by carol
+// until ...", "failed: GPU is lost; ...". Ignored processes are not named.
+func gpuTail(g *cluster.GPU, r *Report) []seg {
+	users, idle := gpuUsers(g)
+	var main string
+	var notes []string
+	switch g.State {
+	case cluster.Failed:
+		main = "failed"
+		if !g.HasIndex && g.ID() != "?" {
+			main += " (" + clean(g.ID(), 48) + ")"
+		}
+		if e := clean(g.Error, reasonMax); e != "" {
+			main += ": " + e
+		}
+	case cluster.Free:
+		main = "free"
+	case cluster.Reserved:
+		main = clean(reservationText(g.Reservation, r.Loc), reasonMax)
+	default:
+		main = users
+		if main == "" {
+			main = "busy"
+		}
+	}
+	if !g.HasIndex && g.ID() != "?" && g.State != cluster.Failed {
+		notes = append(notes, "GPU "+clean(g.ID(), 48)) // its line says [?]
+	}
+	if idle != "" {
+		notes = append(notes, "idle job: "+idle)
+	}
+	for _, n := range g.Notes {
+		if n != idleJobNote || idle == "" {
+			notes = append(notes, clean(n, reasonMax))
+		}
+	}
+	if g.State == cluster.Busy && g.Reservation != nil {
+		notes = append(notes, clean(reservationText(g.Reservation, r.Loc), reasonMax))
+	}
+	segs := []seg{{main, stateColor[g.State]}}
+	if len(notes) > 0 {
+		segs = append(segs, seg{text: " · " + strings.Join(notes, " · ")})
+	}
+	return segs
+}
+
+// gpuUsers are the users holding g with their memory, the most first,
+// "alice(62G) bob(3G)", and apart those of the idle-time job.
+func gpuUsers(g *cluster.GPU) (holders, idle string) {
+	type use struct {
+		name  string
+		mib   float64
+		known bool
+	}
+	var hold, job []*use
+	find := func(list *[]*use, name string) *use {
+		for _, u := range *list {
+			if u.name == name {
+				return u
+			}
+		}
+		u := &use{name: name}
+		*list = append(*list, u)
+		return u
+	}
+	for _, p := range g.Procs {
+		var u *use
+		switch {
+		case p.Preemptible:
+			u = find(&job, p.User)
+		case p.Ignored:
+			continue
+		default:
+			u = find(&hold, p.User)
+		}
+		if p.MemMiB.Valid {
+			u.mib += p.MemMiB.Value
+			u.known = true
+		}
+	}
+	text := func(list []*use) string {
+		sort.SliceStable(list, func(i, j int) bool { return list[i].mib > list[j].mib })
+		var parts []string
+		for i, u := range list {
+			if i == gpuUsersMax && len(list) > gpuUsersMax+1 {
+				parts = append(parts, fmt.Sprintf("+%d more", len(list)-i))
+				break
+			}
+			s := clean(userName(u.name), userNameMax)
+			if u.known {
+				s += "(" + memG(u.mib) + ")"
+			}
+			parts = append(parts, s)
+		}
+		return strings.Join(parts, " ")
+	}
+	return text(hold), text(job)
+}
+
+// memG is an amount for a user: "62G", "3G", "2.5G", "0.4G".
+func memG(mib float64) string {
+	g := mib / 1024
+	if g < 9.95 {
+		return strings.TrimSuffix(strconv.FormatFloat(g, 'f', 1, 64), ".0") + "G"
+	}
+	return clip(strconv.FormatFloat(g, 'f', 0, 64), numberMax) + "G"
+}
+
+// memPair is used and total in GiB, both with a decimal when the total is
+// under 10 GiB ("0.4", "8.0"), else whole ("62", "80"); "?" when unknown.
+func memPair(used float64, usedOK bool, total float64, totalOK bool) (string, string) {
+	prec := 0
+	if totalOK && total/1024 < 9.95 || !totalOK && used/1024 < 9.95 {
+		prec = 1
+	}
+	f := func(v float64, ok bool) string {
+		if !ok {
+			return "?"
+		}
+		return clip(strconv.FormatFloat(v/1024, 'f', prec, 64), numberMax)
+	}
+	return f(used, usedOK), f(total, totalOK)
+}
+
+// reading is a whole number, or "?".
+func reading(v float64, ok bool) string {
+	if !ok || math.IsNaN(v) {
+		return "?"
+	}
+	return clip(strconv.FormatFloat(math.Round(v), 'f', 0, 64), numberMax)
+}
+
+// writeTextSummary writes the lines above the hosts: the counts per model,
+// the data's age, the stale warning, the page's warnings and the users. A
+// width wraps the summary between its items and cuts the other lines.
+func writeTextSummary(b *bufio.Writer, r *Report, o TextOptions) {
+	c := r.Cluster
+	items := []string{fmt.Sprintf("%d free of %d GPUs", c.Count[cluster.Free], c.GPUs)}
+	models, more := modelsView(c.Models)
+	for _, m := range models {
+		items = append(items, fmt.Sprintf("%s: %d free of %d", clean(m.Name, gpuNameMax), m.Free, m.Total))
+	}
+	if more != nil {
+		items = append(items, fmt.Sprintf("+%d more: %d free of %d", more.N, more.Free, more.Total))
+	}
+	if c.Down > 0 {
+		items = append(items, fmt.Sprintf("%d host%s down", c.Down, plural(c.Down)))
+	}
+	age := r.Age()
+	if age >= 0 {
+		items = append(items, "data "+ageText(age)+" old")
+	} else {
+		items = append(items, "data time unknown")
+	}
+	for _, line := range wrapItems(items, o.Width) {
+		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
+	}
+	if r.Stale() {
+		line := "STALE: " + noTimeText
+		if age >= 0 {
+			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
+		}
+		writeSegs(b, fitSegs([]seg{{line, "\x1b[1;31m"}}, o.Width), o.Color)
+	}
+	for _, wmsg := range r.Warnings {
+		writeSegs(b, fitSegs([]seg{{text: "warning: " + oneLine(wmsg)}}, o.Width), false)
+	}
+	if o.Free || len(c.Users) == 0 {
+		return // -free is for a GPU to run on, not for who holds the others
+	}
+	items = items[:0]
+	for i, u := range c.Users {
+		if i == usersShown && len(c.Users) > usersShown+1 {
+			items = append(items, fmt.Sprintf("+%d more", len(c.Users)-i))
+			break
+		}
+		items = append(items, fmt.Sprintf("%s %d GPU%s %s", clean(userName(u.Name), userNameMax), u.GPUs, plural(u.GPUs), memG(u.MemMiB)))
+	}
+	items[0] = "users: " + items[0]
+	for _, line := range wrapItems(items, o.Width) {
+		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
+	}
+}
+
+// wrapItems joins items with " · " into lines of at most width columns (0:
+// one line), breaking only between items; a line after the first is
+// indented. An item wider than a line is cut when written.
+func wrapItems(items []string, width int) []string {
+	var lines []string
+	line := ""
+	for _, it := range items {
+		switch {
+		case line == "":
+			line = it
+		case width <= 0 || strWidth(line)+3+strWidth(it) <= width:
+			line += " · " + it
+		default:
+			lines = append(lines, line)
+			line = "  " + it
+		}
+	}
+	return append(lines, line)
+}
+
+// fitSegs cuts a line to width columns, ending it with "…" (width 0: no
+// limit).
+func fitSegs(line []seg, width int) []seg {
+	if width <= 0 {
+		return line
+	}
+	total := 0
+	for _, s := range line {
+		total += strWidth(s.text)
+	}
+	if total <= width {
+		return line
+	}
+	var out []seg
+	room := width - 1 // for "…"
+	for _, s := range line {
+		if w := strWidth(s.text); w <= room {
+			out = append(out, s)
+			room -= w
+			continue
+		}
+		out = append(out, seg{cutWidth(s.text, room) + "…", s.color})
+		break
+	}
+	return out
+}
+
+// writeSegs writes a line, without trailing blanks; colour only if color.
+func writeSegs(b *bufio.Writer, line []seg, color bool) {
+	for len(line) > 0 && strings.TrimRight(line[len(line)-1].text, " ") == "" {
+		line = line[:len(line)-1]
+	}
+	for i, s := range line {
+		text := s.text
+		if i == len(line)-1 {
+			text = strings.TrimRight(text, " ")
+		}
+		if color && s.color != "" {
+			b.WriteString(s.color + text + colorReset)
+		} else {
+			b.WriteString(text)
+		}
+	}
+	b.WriteByte('\n')
 }
 
 // oneLine keeps a table cell on one line and drops control characters, so
@@ -105,45 +580,144 @@ func oneLine(s string) string {
 	}), " ")
 }
 
+// clean is s from a host made safe for a terminal (oneLine) and cut to n
+// columns. Only s's first bytes are looked at: a 1 MiB name costs no more
+// than a short one.
+func clean(s string, n int) string {
+	cut := false
+	if limit := 4*n + 16; len(s) > limit { // a rune is at most 4 bytes
+		s, cut = s[:limit], true
+	}
+	s = oneLine(s)
+	if cut {
+		return cutWidth(s, n-1) + "…"
+	}
+	return clip(s, n)
+}
+
+// clip cuts s to n columns, the last one "…", when it is wider.
+func clip(s string, n int) string {
+	if strWidth(s) <= n {
+		return s
+	}
+	return cutWidth(s, n-1) + "…"
+}
+
+// cutWidth is the longest start of s that takes at most n columns.
+func cutWidth(s string, n int) string {
+	w := 0
+	for i, r := range s {
+		rw := runeWidth(r)
+		if w+rw > n {
+			return s[:i]
+		}
+		w += rw
+	}
+	return s
+}
+
+// pad fills s with spaces to n columns; lpad puts them before it.
+func pad(s string, n int) string  { return s + strings.Repeat(" ", max(0, n-strWidth(s))) }
+func lpad(s string, n int) string { return strings.Repeat(" ", max(0, n-strWidth(s))) + s }
+
+// strWidth is the columns s takes on a terminal.
+func strWidth(s string) int {
+	w := 0
+	for _, r := range s {
+		w += runeWidth(r)
+	}
+	return w
+}
+
+// runeWidth is the columns r takes on a terminal: 2 for east Asian wide and
+// full-width runes and most emoji, 0 for combining marks, else 1. Ambiguous
+// runes ("°", "·", "…") are 1, as terminals outside east Asian locales show
+// them. Only printable runes reach it (oneLine).
+func runeWidth(r rune) int {
+	switch {
+	case r < 0x300:
+		return 1
+	case unicode.In(r, unicode.Mn, unicode.Me):
+		return 0
+	case unicode.Is(wideRunes, r):
+		return 2
+	}
+	return 1
+}
+
+// wideRunes are Unicode's east Asian wide (W) and full-width (F) runes, in
+// blocks: CJK, Hangul, kana, full-width forms, emoji. Our own small table
+// rather than a library: close enough for names.
+var wideRunes = &unicode.RangeTable{
+	R16: []unicode.Range16{
+		{Lo: 0x1100, Hi: 0x115f, Stride: 1}, // Hangul Jamo initials
+		{Lo: 0x231a, Hi: 0x231b, Stride: 1},
+		{Lo: 0x2329, Hi: 0x232a, Stride: 1},
+		{Lo: 0x23e9, Hi: 0x23ec, Stride: 1},
+		{Lo: 0x23f0, Hi: 0x23f0, Stride: 1},
+		{Lo: 0x23f3, Hi: 0x23f3, Stride: 1},
+		{Lo: 0x25fd, Hi: 0x25fe, Stride: 1},
+		{Lo: 0x2614, Hi: 0x2615, Stride: 1},
+		{Lo: 0x2648, Hi: 0x2653, Stride: 1},
+		{Lo: 0x267f, Hi: 0x267f, Stride: 1},
+		{Lo: 0x2693, Hi: 0x2693, Stride: 1},
+		{Lo: 0x26a1, Hi: 0x26a1, Stride: 1},
+		{Lo: 0x26aa, Hi: 0x26ab, Stride: 1},
+		{Lo: 0x26bd, Hi: 0x26be, Stride: 1},
+		{Lo: 0x26c4, Hi: 0x26c5, Stride: 1},
+		{Lo: 0x26ce, Hi: 0x26ce, Stride: 1},
+		{Lo: 0x26d4, Hi: 0x26d4, Stride: 1},
+		{Lo: 0x26ea, Hi: 0x26ea, Stride: 1},
+		{Lo: 0x26f2, Hi: 0x26f3, Stride: 1},
+		{Lo: 0x26f5, Hi: 0x26f5, Stride: 1},
+		{Lo: 0x26fa, Hi: 0x26fa, Stride: 1},
+		{Lo: 0x26fd, Hi: 0x26fd, Stride: 1},
+		{Lo: 0x2705, Hi: 0x2705, Stride: 1},
+		{Lo: 0x270a, Hi: 0x270b, Stride: 1},
+		{Lo: 0x2728, Hi: 0x2728, Stride: 1},
+		{Lo: 0x274c, Hi: 0x274c, Stride: 1},
+		{Lo: 0x274e, Hi: 0x274e, Stride: 1},
+		{Lo: 0x2753, Hi: 0x2755, Stride: 1},
+		{Lo: 0x2757, Hi: 0x2757, Stride: 1},
+		{Lo: 0x2795, Hi: 0x2797, Stride: 1},
+		{Lo: 0x27b0, Hi: 0x27b0, Stride: 1},
+		{Lo: 0x27bf, Hi: 0x27bf, Stride: 1},
+		{Lo: 0x2b1b, Hi: 0x2b1c, Stride: 1},
+		{Lo: 0x2b50, Hi: 0x2b50, Stride: 1},
+		{Lo: 0x2b55, Hi: 0x2b55, Stride: 1},
+		{Lo: 0x2e80, Hi: 0x303e, Stride: 1}, // CJK radicals, symbols and punctuation
+		{Lo: 0x3041, Hi: 0x33ff, Stride: 1}, // kana, bopomofo, Hangul compatibility, CJK compatibility
+		{Lo: 0x3400, Hi: 0x4dbf, Stride: 1}, // CJK extension A
+		{Lo: 0x4e00, Hi: 0x9fff, Stride: 1}, // CJK unified ideographs
+		{Lo: 0xa000, Hi: 0xa4cf, Stride: 1}, // Yi
+		{Lo: 0xa960, Hi: 0xa97f, Stride: 1}, // Hangul Jamo extended A
+		{Lo: 0xac00, Hi: 0xd7a3, Stride: 1}, // Hangul syllables
+		{Lo: 0xf900, Hi: 0xfaff, Stride: 1}, // CJK compatibility ideographs
+		{Lo: 0xfe10, Hi: 0xfe19, Stride: 1}, // vertical forms
+		{Lo: 0xfe30, Hi: 0xfe6f, Stride: 1}, // CJK compatibility and small forms
+		{Lo: 0xff00, Hi: 0xff60, Stride: 1}, // full-width forms
+		{Lo: 0xffe0, Hi: 0xffe6, Stride: 1},
+	},
+	R32: []unicode.Range32{
+		{Lo: 0x16fe0, Hi: 0x18cff, Stride: 1}, // Tangut, Khitan
+		{Lo: 0x1b000, Hi: 0x1b2ff, Stride: 1}, // kana supplement, Nüshu
+		{Lo: 0x1f004, Hi: 0x1f004, Stride: 1},
+		{Lo: 0x1f0cf, Hi: 0x1f0cf, Stride: 1},
+		{Lo: 0x1f18e, Hi: 0x1f18e, Stride: 1},
+		{Lo: 0x1f191, Hi: 0x1f19a, Stride: 1},
+		{Lo: 0x1f200, Hi: 0x1f251, Stride: 1},
+		{Lo: 0x1f300, Hi: 0x1f64f, Stride: 1}, // emoji: pictographs, emoticons
+		{Lo: 0x1f680, Hi: 0x1f6ff, Stride: 1}, // transport and map
+		{Lo: 0x1f900, Hi: 0x1f9ff, Stride: 1}, // supplemental pictographs
+		{Lo: 0x1fa70, Hi: 0x1faff, Stride: 1},
+		{Lo: 0x20000, Hi: 0x2fffd, Stride: 1}, // CJK extensions B to F
+		{Lo: 0x30000, Hi: 0x3fffd, Stride: 1}, // CJK extension G and on
+	},
+}
+
 func plural(n int) string {
 	if n == 1 {
 		return ""
 	}
 	return "s"
-}
-
-// writeTextSummary writes the lines above the table: the counts, the data's
-// age, the stale warning and the page's warnings.
-func writeTextSummary(b *bufio.Writer, r *Report, color bool) {
-	c := r.Cluster
-	fmt.Fprintf(b, "%d free of %d GPUs", c.Count[cluster.Free], c.GPUs)
-	models, more := modelsView(c.Models)
-	for _, m := range models {
-		fmt.Fprintf(b, " · %s: %d free of %d", oneLine(m.Name), m.Free, m.Total)
-	}
-	if more != nil {
-		fmt.Fprintf(b, " · +%d more: %d free of %d", more.N, more.Free, more.Total)
-	}
-	if c.Down > 0 {
-		fmt.Fprintf(b, " · %d host%s down", c.Down, plural(c.Down))
-	}
-	age := r.Age()
-	if age >= 0 {
-		fmt.Fprintf(b, " · data %s old\n", ageText(age))
-	} else {
-		fmt.Fprintln(b, " · data time unknown")
-	}
-	if r.Stale() {
-		line := "STALE: " + noTimeText
-		if age >= 0 {
-			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
-		}
-		if color {
-			line = "\x1b[1;31m" + line + colorReset
-		}
-		fmt.Fprintln(b, line)
-	}
-	for _, wmsg := range r.Warnings {
-		fmt.Fprintln(b, "warning: "+oneLine(wmsg))
-	}
 }
