@@ -156,11 +156,16 @@ var systemSSHConfig = "/etc/ssh/ssh_config"
 // lockFile takes an exclusive, non-blocking flock on path. The lock goes
 // with the process, so a killed run never leaves a stale lock behind.
 func lockFile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	// O_NOFOLLOW: a link planted in a folder others can write must not
+	// make fetch truncate the file it points to
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		out := strings.TrimSuffix(path, ".lock")
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("cannot write %s: folder %s does not exist", out, filepath.Dir(out))
+		}
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, cli.WithHint(fmt.Errorf("cannot write %s: %s is a symbolic link", out, path), "remove the link; fetch makes the lock file itself")
 		}
 		return nil, fmt.Errorf("cannot write %s: %w", out, err)
 	}

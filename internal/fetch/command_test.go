@@ -36,3 +36,25 @@ func TestOverlappingRunsDoNotClobber(t *testing.T) {
 	}
 	unlock()
 }
+
+// A link in the lock file's place (planted in a web folder others can
+// write) is refused: fetch used to follow it and truncate its target.
+func TestLockFileLinkRefused(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	os.WriteFile(victim, []byte("IMPORTANT DATA"), 0o644)
+	out := filepath.Join(dir, "load_data.csv")
+	if err := os.Symlink(victim, out+".lock"); err != nil {
+		t.Fatal(err)
+	}
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[common]\nhosts = local\n"), 0o644)
+	var stderr bytes.Buffer
+	err := Main(context.Background(), []string{"-c", ini, "-o", out}, &stderr, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Errorf("run with a linked lock file: %v, want an error saying it is a link", err)
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "IMPORTANT DATA" {
+		t.Errorf("the link's target changed: %q", got)
+	}
+}

@@ -25,7 +25,7 @@ const MaxHosts = 100000
 // continued value too), keeping commas inside brackets (gpu[1-4,7]) and
 // expanding ranges.
 func SplitHosts(v string) ([]string, error) {
-	var out []string
+	var set hostSet
 	depth, start := 0, 0
 	flush := func(end int) error {
 		item := strings.TrimSpace(v[start:end])
@@ -36,8 +36,7 @@ func SplitHosts(v string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		out = append(out, names...)
-		if len(out) > MaxHosts {
+		if !set.add(names) {
 			return fmt.Errorf("more than %d hosts in all", MaxHosts)
 		}
 		return nil
@@ -64,7 +63,28 @@ func SplitHosts(v string) ([]string, error) {
 	if err := flush(len(v)); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return set.names, nil
+}
+
+// hostSet is names in the order first seen, each once: a name listed twice
+// does not count twice against MaxHosts.
+type hostSet struct {
+	names []string
+	seen  map[string]bool
+}
+
+// add adds names; false when that makes more than MaxHosts.
+func (s *hostSet) add(names []string) bool {
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	for _, n := range names {
+		if !s.seen[n] {
+			s.seen[n] = true
+			s.names = append(s.names, n)
+		}
+	}
+	return len(s.names) <= MaxHosts
 }
 
 // ExpandRange expands Slurm-style ranges: gpu[01-16] keeps the zero padding,
@@ -112,8 +132,10 @@ func expand(s string) ([]string, error) {
 		if err1 != nil || err2 != nil || a < 0 || b < a {
 			return nil, fmt.Errorf("%q: %q is not a range like 01-16", s, item)
 		}
-		if b-a >= MaxHosts {
-			return nil, fmt.Errorf("%q: range %s expands to more than %d hosts", s, item, MaxHosts)
+		// counted before anything is made: many ranges of one bracket
+		// must not add up to millions of names first
+		if b-a >= MaxHosts || len(parts)+(b-a+1) > MaxHosts {
+			return nil, fmt.Errorf("%q: expands to more than %d hosts", s, MaxHosts)
 		}
 		width := 0
 		if len(lo) > 1 && lo[0] == '0' {
@@ -283,7 +305,7 @@ func (b *cappedBuffer) String() string { return b.buf.String() }
 
 // parseHostLines reads one host (or range) a line; '#' starts a comment.
 func parseHostLines(data []byte, name string) ([]string, error) {
-	var out []string
+	var set hostSet
 	for i, raw := range strings.Split(string(data), "\n") {
 		line, _, _ := strings.Cut(raw, "#")
 		line = strings.TrimSpace(line)
@@ -294,10 +316,9 @@ func parseHostLines(data []byte, name string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %v", name, i+1, err)
 		}
-		out = append(out, hosts...)
-		if len(out) > MaxHosts {
+		if !set.add(hosts) {
 			return nil, fmt.Errorf("%s:%d: more than %d hosts in all", name, i+1, MaxHosts)
 		}
 	}
-	return out, nil
+	return set.names, nil
 }
