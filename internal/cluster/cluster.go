@@ -201,7 +201,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 	}
 	if r.PID.Valid || r.Command != "" {
 		g.Procs = append(g.Procs, &Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
-			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Match(ignore.Process{Args: r.Command}, b.o.Ignore)})
+			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Ignored(ignore.Process{Args: r.Command, UID: ignore.Unknown, MemMiB: memOr(r.ProcessMemMiB, ignore.Unknown)}, b.o.Ignore)})
 	}
 }
 
@@ -557,4 +557,12 @@ func lookup(m map[string]string, key, def string) string {
 		return v
 	}
 	return def
+}
+
+// memOr is n's value, or def when it is not known.
+func memOr(n loaddata.Number, def float64) float64 {
+	if !n.Valid {
+		return def
+	}
+	return n.Value
 }

@@ -69,8 +69,11 @@ func TestClassify(t *testing.T) {
 			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 600), "root", "/usr/bin/nvidia-persistenced --user nvidia-persistenced", 0, false)}
 		}, nil, Free, nil},
 		{"ignored Xorg's memory is not counted", func(t testing.TB) []loaddata.Row {
-			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 1500), "root", "/usr/lib/xorg/Xorg vt1 -displayfd 3", 1200, false)}
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 1500), "root", "/usr/lib/xorg/Xorg vt1 -displayfd 3", 600, false)}
 		}, nil, Free, nil},
+		{"a process named like a daemon but holding a training run's memory is busy", func(t testing.TB) []loaddata.Row {
+			return []loaddata.Row{withProc(gpuRow(t, "h", 0, 70500), "mallory", "nvidia-persistenced", 70000, false)}
+		}, nil, Busy, nil},
 		{"ignored plus a real process", func(t testing.TB) []loaddata.Row {
 			return []loaddata.Row{
 				withProc(gpuRow(t, "h", 0, 1500), "root", "Xorg", 200, false),

@@ -145,11 +145,11 @@ func (d *Daemon) stopStray(m supervisor.Mark) {
 // ignored says whether p, running command, is a program that never makes
 // gpu busy.
 func (d *Daemon) ignored(p *holders.Proc, command string, gpu int) bool {
-	ip := ignore.Process{Comm: p.Comm, Args: command}
+	ip := ignore.Process{Comm: p.Comm, Args: command, UID: p.UID, MemMiB: ignore.Unknown}
 	if exe, err := os.Readlink(d.scanner.Root + "/" + strconv.Itoa(p.PID) + "/exe"); err == nil {
 		ip.Exe = strings.TrimSuffix(exe, " (deleted)")
 	}
-	return ignore.Match(ip, d.plan.Ignore[gpu])
+	return ignore.Ignored(ip, d.plan.Ignore[gpu])
 }
 
 // listProcs keeps job i's process list for the state file (fetch marks

@@ -42,6 +42,40 @@ type Process struct {
 	Comm string // /proc/PID/comm: the kernel cuts it to 15 bytes
 	Exe  string // the executable's path (/proc/PID/exe), " (deleted)" already removed
 	Args string // the command line, arguments separated by spaces
+
+	UID    int     // real uid, or Unknown
+	MemMiB float64 // GPU memory it holds, or Unknown
+}
+
+// Whoever starts a process chooses its name: `exec -a nvidia-persistenced
+// python train.py` matches the list. So a listed name is not enough where
+// more is known: a process is ignored only if it could be one of these
+// programs, run by root or a system account (they all are) and holding
+// less GPU memory than any of them does.
+const (
+	// FirstUserUID is the first uid of a person's account (SYS_UID_MAX is
+	// 999 on Debian, Ubuntu and RHEL).
+	FirstUserUID = 1000
+	// MaxMemMiB is more GPU memory than any listed program holds: the
+	// daemons hold next to none, a display server a few hundred MiB.
+	MaxMemMiB = 1024
+)
+
+// Unknown marks UID or MemMiB as not known.
+const Unknown = -1
+
+// Ignored is the one rule: p matches one of programs (Match), its real uid
+// is root's or a system account's when known, and it holds under
+// MaxMemMiB of GPU memory when that is known. render knows the command
+// line and the memory, idlemon the names and the uid.
+func Ignored(p Process, programs []string) bool {
+	if p.UID != Unknown && p.UID >= FirstUserUID {
+		return false
+	}
+	if p.MemMiB != Unknown && p.MemMiB >= MaxMemMiB {
+		return false
+	}
+	return Match(p, programs)
 }
 
 // commLen is the most bytes the kernel keeps of a process name

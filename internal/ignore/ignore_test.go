@@ -138,3 +138,33 @@ func TestRenderAndIdlemonAgree(t *testing.T) {
 		}
 	}
 }
+
+// A name is chosen by whoever starts the process: a person's process, or
+// one holding a training run's memory, is never ignored, whatever its name.
+func TestIgnoredNeedsMoreThanAName(t *testing.T) {
+	disguised := ignore.Process{Comm: "nvidia-persiste", Args: "nvidia-persistenced", UID: ignore.Unknown, MemMiB: ignore.Unknown}
+	tests := []struct {
+		name      string
+		uid       int
+		mem       float64
+		wantIgnor bool
+	}{
+		{"nothing more known: the name decides", ignore.Unknown, ignore.Unknown, true},
+		{"root", 0, ignore.Unknown, true},
+		{"a system account", 998, ignore.Unknown, true},
+		{"a person's account", 1000, ignore.Unknown, false},
+		{"a little memory", ignore.Unknown, 300, true},
+		{"a training run's memory", ignore.Unknown, 70000, false},
+		{"exactly the limit", ignore.Unknown, ignore.MaxMemMiB, false},
+		{"root with a training run's memory", 0, 70000, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := disguised
+			p.UID, p.MemMiB = tt.uid, tt.mem
+			if got := ignore.Ignored(p, ignore.Default); got != tt.wantIgnor {
+				t.Errorf("Ignored(uid %d, %v MiB) = %v, want %v", tt.uid, tt.mem, got, tt.wantIgnor)
+			}
+		})
+	}
+}
