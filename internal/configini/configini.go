@@ -24,12 +24,16 @@ var RenderKeys = []string{
 	"ignore_processes", "refresh", "reservations",
 }
 
+// HistoryKeys are the keys of [history] (render's history database).
+var HistoryKeys = []string{"db", "max_gap", "idle_util_pct", "idle_after", "keep_days"}
+
 // Layout is config.ini's layout. [host_names] and [gpu_names] take any
 // key: their keys are host and GPU names, not settings.
 var Layout = inifile.Layout{
 	Sections: []inifile.SectionRule{
 		{Name: "common", Keys: CommonKeys},
 		{Name: "render", Keys: RenderKeys},
+		{Name: "history", Keys: HistoryKeys},
 		{Name: "host_names", AnyKey: true},
 		{Name: "gpu_names", AnyKey: true},
 	},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -79,7 +80,11 @@ func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
 	// busy_timeout first: switching to WAL can itself meet a lock. The
 	// transactions are IMMEDIATE: two renders at once take turns instead of
 	// failing on a lock upgrade.
-	dsn := (&url.URL{Scheme: "file", Path: path}).String() +
+	abs, err := filepath.Abs(path) // a relative path in a file: URI would be its authority
+	if err != nil {
+		return nil, err
+	}
+	dsn := (&url.URL{Scheme: "file", Path: abs}).String() +
 		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {

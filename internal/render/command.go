@@ -23,12 +23,15 @@ import (
 	"github.com/gpumon/gpumon/internal/reservations"
 )
 
-const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html] [-text] [-color auto|always|never]
+const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
+       render -text [-free] [-color auto|always|never]
+       render -usage SPAN [-format text|csv|json]
+       render -import FILE...
 
-Reads load_data.csv (fetch's output) and writes a self-contained status page,
-status.json and metrics.prom beside it, each replaced atomically. With -text
-it prints the cluster as a table instead and writes nothing. A CSV that is
-missing or does not parse leaves every previous file as it was.
+Reads load_data.csv (fetch's output), records it in the history database
+([history] db) and writes a self-contained status page, status.json and
+metrics.prom beside it, each replaced atomically. A CSV that is missing or
+does not parse leaves every previous file as it was.
 
   -c FILE    config file (default config.ini; if missing, defaults are used)
   -i FILE    input CSV (default: [render] input, else [common] output,
@@ -36,9 +39,14 @@ missing or does not parse leaves every previous file as it was.
   -o FILE    output page (default: [render] html, else index.html);
              status.json and metrics.prom go beside it unless [render]
              json and prom say otherwise
-  -text      print a table to stdout instead of writing files
+  -text      print a table to stdout instead of writing files (records nothing)
   -free      print only the free GPUs and their hosts (implies -text)
   -color W   colour in the table: auto (only on a terminal), always, never
+  -usage SPAN
+             print each user's GPU-hours, idle-held GPU-hours, peak GPUs
+             and share of the fleet over the last SPAN (24h, 7d, 1d12h)
+  -format F  -usage's format: text (default), csv or json
+  -import    record the named load_data.csv files (a backfill, any order)
 `
 
 // Main is the render command.
@@ -57,9 +65,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if opts.output != "" {
 		cfg.HTML = opts.output
 	}
-	rep, problems, err := buildReport(cfg, time.Now())
+	now := time.Now()
+	switch {
+	case opts.usage != "":
+		return usageReport(ctx, cfg, opts.usage, opts.format, now, stdout)
+	case opts.imports:
+		return importFiles(ctx, cfg, opts.files, stdout, stderr)
+	}
+	rep, problems, err := buildReport(cfg, now)
 	if err != nil {
 		return err
+	}
+	var histErr error
+	if !opts.text && !opts.free {
+		// -text only looks: it records nothing (it may run as anyone)
+		histErr = recordHistory(ctx, rep)
 	}
 	if opts.text || opts.free {
 		err = TextWith(stdout, rep, TextOptions{Color: opts.color == "always" || opts.color == "auto" && isTerminal(stdout),
@@ -70,6 +90,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if histErr != nil {
+		if len(problems) > 0 {
+			fmt.Fprintf(stderr, "render: error: %v\n", histErr)
+		} else {
+			return histErr
+		}
+	}
 	return reservationError(problems, stderr)
 }
 
@@ -77,6 +104,9 @@ type options struct {
 	configPath, input, output string
 	text                      bool
 	free                      bool
+	usage, format             string // -usage SPAN, -format text|csv|json
+	imports                   bool   // -import: the arguments are files to record
+	files                     []string
 	color                     string // auto, always or never
 }
 
@@ -89,6 +119,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.output, "o", "", "")
 	fs.BoolVar(&o.text, "text", false, "")
 	fs.BoolVar(&o.free, "free", false, "")
+	fs.StringVar(&o.usage, "usage", "", "")
+	fs.StringVar(&o.format, "format", "text", "")
+	fs.BoolVar(&o.imports, "import", false, "")
 	fs.StringVar(&o.color, "color", "auto", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -97,8 +130,18 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		}
 		return nil, &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
 	}
-	if fs.NArg() > 0 {
+	if o.imports {
+		o.files = fs.Args()
+		if len(o.files) == 0 {
+			return nil, &cli.UsageError{Msg: "-import: name the load_data.csv files to record"}
+		}
+	} else if fs.NArg() > 0 {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
+	}
+	switch o.format {
+	case "text", "csv", "json":
+	default:
+		return nil, &cli.UsageError{Msg: fmt.Sprintf("-format %q: want text, csv or json", o.format)}
 	}
 	switch o.color {
 	case "auto", "always", "never":

@@ -43,6 +43,8 @@ type Config struct {
 	// default, which follows HTML (and so -o).
 	JSONSet, PromSet bool
 
+	History HistoryConfig
+
 	HostNames map[string]string // lower-case host name -> display name
 	GPUNames  map[string]string // lower-case nvidia-smi name -> short name
 }
@@ -60,6 +62,7 @@ func DefaultConfig() *Config {
 		Refresh:    DefaultRefresh,
 		FreeMemMiB: DefaultFreeMemMiB,
 		Ignore:     ignore.With(),
+		History:    defaultHistory(),
 		HostNames:  map[string]string{},
 		GPUNames:   map[string]string{},
 	}
@@ -96,6 +99,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 		c.Input = v
 	}
 	if err := readRender(f.Section("render"), c); err != nil {
+		return nil, err
+	}
+	if err := readHistory(f.Section("history"), &c.History, f); err != nil {
 		return nil, err
 	}
 	if err := readNames(f.Section("host_names"), c.HostNames); err != nil {

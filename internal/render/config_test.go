@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/ignore"
 )
 
@@ -21,6 +22,7 @@ func TestRenderDefaults(t *testing.T) {
 	want.Path = "/etc/gpumon/config.ini"
 	want.Input = "/etc/gpumon/load_data.csv"
 	want.HTML = "/etc/gpumon/index.html"
+	want.History.DB = "/etc/gpumon/history.db"
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -49,6 +51,13 @@ gpu01 = GPU 1 (rack A)
 
 [gpu_names]
 NVIDIA H100 80GB HBM3 = H100
+
+[history]
+db = /var/lib/gpumon/history.db
+max_gap = 20m
+idle_util_pct = 2.5
+idle_after = 1d
+keep_days = 30
 `), "/etc/gpumon/config.ini")
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +70,8 @@ NVIDIA H100 80GB HBM3 = H100
 		Reservations: "/etc/gpumon/reservations.json",
 		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
 		GPUNames:     map[string]string{"nvidia h100 80gb hbm3": "H100"},
+		History: HistoryConfig{DB: "/var/lib/gpumon/history.db", KeepDays: 30,
+			Params: history.Params{MaxGap: 20 * time.Minute, IdleUtilPct: 2.5, IdleAfter: 24 * time.Hour}},
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
@@ -21,6 +22,7 @@ type Report struct {
 	Warnings []string       // shown on the page (a bad reservations file)
 	JSONLink string         // status.json's name when it sits beside the page
 	PromLink string
+	History  *history.Summary // nil when history is off or could not be read
 }
 
 // Age is how old the newest reading is; negative when unknown.

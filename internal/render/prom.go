@@ -109,6 +109,7 @@ func Prom(w io.Writer, r *Report) error {
 	}
 	family("gpumon_render_warnings", "gauge", "Problems render found besides the data (a bad reservations file).")
 	sample("gpumon_render_warnings", nil, float64(len(r.Warnings)))
+	promHistory(family, sample, r.History)
 	return b.Flush()
 }
 

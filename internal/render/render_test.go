@@ -271,11 +271,17 @@ func TestMainWritesAtomically(t *testing.T) {
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Name())
-		if info, _ := e.Info(); e.Name() != "load_data.csv" && info.Mode().Perm() != 0o644 {
-			t.Errorf("%s: mode %v, want 0644 (nginx must read it)", e.Name(), info.Mode())
+		want := os.FileMode(0o644) // nginx must read it
+		if strings.HasPrefix(e.Name(), "history.db") {
+			want = 0o600 // the history is for render alone
+		}
+		if info, _ := e.Info(); e.Name() != "load_data.csv" && info.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", e.Name(), info.Mode(), want)
 		}
 	}
-	if diff := cmp.Diff([]string{"index.html", "load_data.csv", "metrics.prom", "status.json"}, names); diff != "" {
+	// no config: the history in the current folder (dir); WAL's
+	// files are gone once the database is closed
+	if diff := cmp.Diff([]string{"history.db", "index.html", "load_data.csv", "metrics.prom", "status.json"}, names); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)
 	}
 	var st Status
@@ -466,7 +472,9 @@ func statusOf(r *Report) *Status {
 	st := &Status{Version: s.Version, Generated: s.Generated, DataTime: s.DataTime, AgeSeconds: s.AgeSeconds,
 		Stale: s.Stale, StaleAfterS: s.StaleAfterS, Summary: s.Summary,
 		Hosts: make([]StatusHost, 0, len(c.Hosts)), Users: statusUsers(c),
-		Warnings: append([]string{}, r.Warnings...), States: cluster.States}
+		Warnings: append([]string{}, r.Warnings...), States: cluster.States,
+		IdleHeld: statusIdleHeld(r.History), History: statusHistory(r.History)}
+	st.Users = withHistoryUsers(st.Users, r.History)
 	for _, h := range c.Hosts {
 		st.Hosts = append(st.Hosts, statusHostOf(h))
 	}

@@ -27,8 +27,10 @@ type Status struct {
 	Summary     StatusSummary `json:"summary"`
 	Hosts       []StatusHost  `json:"hosts"`
 	Users       []StatusUser  `json:"users"`
-	Warnings    []string      `json:"warnings"`
-	States      []string      `json:"states"` // the values "state" takes
+	Warnings    []string         `json:"warnings"`
+	States      []string         `json:"states"` // the values "state" takes
+	IdleHeld    []StatusIdleHeld `json:"idle_held"`
+	History     *StatusHistory   `json:"history"`
 }
 
 // StatusSummary counts GPUs by state; GPUs of hosts that are down are not
@@ -119,6 +121,9 @@ type StatusUser struct {
 	MemMiB    float64  `json:"mem_mib"`
 	Processes int      `json:"processes"` // distinct: a pid on several GPUs of a host is one
 	Hosts     []string `json:"hosts"`
+	// GPU-hours over the last 24h, 7d and 30d; null without history
+	GPUHoursByWindow *StatusHours `json:"gpu_hours"`
+	IdleGPUHours     *StatusHours `json:"idle_gpu_hours"`
 }
 
 // statusPrefix is Status up to its hosts, in the same order.
@@ -219,7 +224,8 @@ func JSON(w io.Writer, r *Report) error {
 	for _, part := range []struct {
 		name string
 		v    any
-	}{{"", statusUsers(r.Cluster)}, {"warnings", append([]string{}, r.Warnings...)}, {"states", cluster.States}} {
+	}{{"", withHistoryUsers(statusUsers(r.Cluster), r.History)}, {"warnings", append([]string{}, r.Warnings...)},
+		{"states", cluster.States}, {"idle_held", statusIdleHeld(r.History)}, {"history", statusHistory(r.History)}} {
 		if part.name != "" {
 			bw.WriteString(`,"` + part.name + `":`)
 		}

@@ -1,0 +1,157 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// csvAt is testdata/load_data.csv moved to m minutes after 14:05 (every
+// row's time shifted alike).
+func csvAt(t testing.TB, dir string, m int) string {
+	t.Helper()
+	data, err := os.ReadFile("testdata/load_data.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 11, 23, 14, 5, 0, 0, time.UTC)
+	s := string(data)
+	for _, old := range []string{"2026-11-23T14:04:58Z", "2026-11-23T14:05:00Z", "2026-11-23T14:05:20Z"} {
+		tt, _ := time.Parse(time.RFC3339, old)
+		s = strings.ReplaceAll(s, old, tt.Add(time.Duration(m)*time.Minute).Format(time.RFC3339))
+	}
+	path := filepath.Join(dir, fmt.Sprintf("load_data-%s.csv", base.Add(time.Duration(m)*time.Minute).Format("150405")))
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func renderMain(t testing.TB, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	err = Main(context.Background(), args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+// cron's fetch && render, every 5 minutes for an hour: each run records
+// its snapshot; status.json and metrics.prom carry the hours; the same
+// CSV rendered twice is counted once; -usage prints them.
+func TestHistoryThroughRender(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	for m := 0; m <= 60; m += 5 {
+		in := csvAt(t, dir, m)
+		for range 2 { // the second run of the same data records nothing
+			if _, stderr, err := renderMain(t, "-c", ini, "-i", in); err != nil {
+				t.Fatalf("render at minute %d: %v\n%s", m, err, stderr)
+			}
+		}
+	}
+	var st Status
+	data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.History == nil || st.History.Snapshots != 13 {
+		t.Fatalf("history = %+v, want 13 snapshots", st.History)
+	}
+	hours := map[string]float64{}
+	for _, u := range st.Users {
+		if u.GPUHoursByWindow == nil {
+			t.Fatalf("user %q has no gpu_hours", u.User)
+		}
+		hours[u.User] = u.GPUHoursByWindow.D30
+	}
+	// for the hour (12 spans of 5 min), alice shares gpu01's GPU 1 with
+	// bob and mig01's GPU 0 with a user ps could not name (testdata)
+	if hours["alice"] != 1 || hours["bob"] != 0.5 || hours[""] != 0.5 {
+		t.Errorf("GPU-hours in 30d = %v, want alice 1, bob 0.5, unknown 0.5", hours)
+	}
+	prom, _ := os.ReadFile(filepath.Join(dir, "metrics.prom"))
+	if !bytes.Contains(prom, []byte(`gpumon_user_gpu_seconds_total{user="alice"} 3600`)) {
+		t.Errorf("metrics.prom lacks alice's 3600 GPU-seconds:\n%s", grepLines(string(prom), "gpu_seconds_total"))
+	}
+	// -usage at the data's time: the clock is the test's, so look far back
+	out, stderr, err := renderMain(t, "-c", ini, "-usage", "3650d", "-format", "csv")
+	if err != nil {
+		t.Fatalf("-usage: %v\n%s", err, stderr)
+	}
+	if want := "user,gpu_hours,idle_held_gpu_hours,peak_gpus,share\nalice,1.000,0.000,2,"; !strings.HasPrefix(out, want) {
+		t.Errorf("-usage csv:\n%s\nwant it to start with\n%s", out, want)
+	}
+}
+
+// A backfill in any order with a bad file among them: the others are
+// recorded, the bad one is named, the exit is an error; importing again
+// records nothing twice.
+func TestImport(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	var files []string
+	for m := 60; m >= 0; m -= 5 { // newest first
+		files = append(files, csvAt(t, dir, m))
+	}
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("not,a,load_data\n1,2,3\n"), 0o644)
+	args := append([]string{"-c", ini, "-import", bad}, files...)
+	out, stderr, err := renderMain(t, args...)
+	if err == nil || !strings.Contains(stderr, "render: error: "+bad) {
+		t.Errorf("import with a bad file: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "13 recorded, 0 already recorded, 1 failed") {
+		t.Errorf("import said %q", out)
+	}
+	out, _, err = renderMain(t, append([]string{"-c", ini, "-import"}, files...)...)
+	if err != nil || !strings.Contains(out, "0 recorded, 13 already recorded, 0 failed") {
+		t.Errorf("second import: %v, %q", err, out)
+	}
+	out, _, err = renderMain(t, "-c", ini, "-usage", "3650d", "-format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u struct{ Users []UsageRow }
+	if err := json.Unmarshal([]byte(out), &u); err != nil || len(u.Users) < 2 || u.Users[0].GPUHours != 1 {
+		t.Errorf("usage after import: %v %s", err, out)
+	}
+}
+
+// A history database that is not one: the page is still written, it says
+// why history is missing, and render exits 1 for cron's mail.
+func TestBrokenHistoryKeepsThePage(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "history.db"), bytes.Repeat([]byte("garbage "), 512), 0o600)
+	_, stderr, err := renderMain(t, "-c", ini, "-i", csvAt(t, dir, 0))
+	if err == nil || !strings.Contains(err.Error(), "history") {
+		t.Errorf("render with a broken history: %v, want an error naming the history", err)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	if !bytes.Contains(page, []byte("History (")) {
+		t.Errorf("the page does not say why history is missing; stderr:\n%s", stderr)
+	}
+	var st Status
+	data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+	if err := json.Unmarshal(data, &st); err != nil || st.History != nil || st.Summary.GPUs == 0 {
+		t.Errorf("status.json without history: %v, history %+v, %d GPUs", err, st.History, st.Summary.GPUs)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
