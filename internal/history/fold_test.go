@@ -16,7 +16,7 @@ func at(m float64) time.Time { return t0.Add(time.Duration(m * float64(time.Minu
 func snapAt(m float64, hosts ...Host) *Snapshot { return &Snapshot{Time: at(m), Hosts: hosts} }
 
 func up(name string, gpus ...GPU) Host { return Host{Name: name, Up: true, GPUs: gpus} }
-func down(name string) Host          { return Host{Name: name} }
+func down(name string) Host            { return Host{Name: name} }
 
 // held is GPU id at util % held by users (each with 1000 MiB); no users is
 // a free GPU.

@@ -428,3 +428,28 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"7d", 7 * 24 * time.Hour, true},
+		{"1d12h", 36 * time.Hour, true},
+		{"90m", 90 * time.Minute, true},
+		{"0d", 0, true},
+		{"d", 0, false},
+		{"-1d", 0, false},
+		{"1.5d", 0, false},
+		{"1d-2h", 0, false},
+		{"999999d", 0, false},
+		{"7 days", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := ParseDuration(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}

@@ -213,6 +213,28 @@ func parseDuration(v string, units bool) (time.Duration, bool) {
 	if !units {
 		return 0, false
 	}
+	return ParseDuration(v)
+}
+
+// ParseDuration reads a Go duration (15m, 1h30m, 500ms) that may start
+// with whole days (7d, 1d12h): the spans of history are days long. A
+// command line's durations (render -usage 7d) use it too, so a span reads
+// the same in the file and on the command line.
+func ParseDuration(v string) (time.Duration, bool) {
+	var days int64
+	if i := strings.IndexByte(v, 'd'); i > 0 {
+		n, err := strconv.ParseInt(v[:i], 10, 64)
+		if err != nil || n < 0 || n > 100*366 {
+			return 0, false
+		}
+		days, v = n, v[i+1:]
+		if v == "" {
+			return time.Duration(days) * 24 * time.Hour, true
+		}
+	}
 	d, err := time.ParseDuration(v)
-	return d, err == nil
+	if err != nil || d < 0 && days > 0 {
+		return 0, false
+	}
+	return time.Duration(days)*24*time.Hour + d, true
 }

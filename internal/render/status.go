@@ -18,15 +18,15 @@ const StatusVersion = 1
 // Status is status.json: the cluster for scripts. A reading that is not
 // known is null, never 0. Times are RFC 3339 in UTC.
 type Status struct {
-	Version     int           `json:"version"`
-	Generated   string        `json:"generated"`   // when render ran
-	DataTime    *string       `json:"data_time"`   // the CSV's newest timestamp
-	AgeSeconds  *float64      `json:"age_seconds"` // generated - data_time
-	Stale       bool          `json:"stale"`       // age over stale_after, or no time
-	StaleAfterS float64       `json:"stale_after_seconds"`
-	Summary     StatusSummary `json:"summary"`
-	Hosts       []StatusHost  `json:"hosts"`
-	Users       []StatusUser  `json:"users"`
+	Version     int              `json:"version"`
+	Generated   string           `json:"generated"`   // when render ran
+	DataTime    *string          `json:"data_time"`   // the CSV's newest timestamp
+	AgeSeconds  *float64         `json:"age_seconds"` // generated - data_time
+	Stale       bool             `json:"stale"`       // age over stale_after, or no time
+	StaleAfterS float64          `json:"stale_after_seconds"`
+	Summary     StatusSummary    `json:"summary"`
+	Hosts       []StatusHost     `json:"hosts"`
+	Users       []StatusUser     `json:"users"`
 	Warnings    []string         `json:"warnings"`
 	States      []string         `json:"states"` // the values "state" takes
 	IdleHeld    []StatusIdleHeld `json:"idle_held"`
