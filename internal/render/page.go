@@ -90,12 +90,12 @@ func pageViewOf(r *Report) map[string]any {
 		"CSS":            template.CSS(assets.CSS),
 		"JS":             template.JS(assets.JS),
 		"Refresh":        int(cfg.Refresh / time.Second),
-		"RefreshText":    durText(cfg.Refresh),
+		"RefreshText":    settingText(cfg.Refresh),
 		"DataTime":       "",
 		"DataTimeText":   timeText(c.DataTime, r.Loc),
 		"Generated":      timeText(r.Now, r.Loc),
 		"StaleAfterS":    int(cfg.StaleAfter / time.Second),
-		"StaleAfterText": durText(cfg.StaleAfter),
+		"StaleAfterText": settingText(cfg.StaleAfter),
 		"Stale":          r.Stale(),
 		"Age":            "", // known age only; the page says unknown otherwise
 		"NoTimeText":     noTimeText,
@@ -478,6 +478,15 @@ func spanText(s int64) string {
 		return strconv.FormatInt(d, 10) + " d"
 	}
 	return strconv.FormatInt(d, 10) + " d " + strconv.FormatInt(h%24, 10) + " h"
+}
+
+// settingText is a setting's duration in the page's one format (spanText),
+// or in seconds when it is not whole minutes, which spanText would round.
+func settingText(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return spanText(int64(d / time.Second))
+	}
+	return durText(d)
 }
 
 // pageReservation is "reserved by carol until 2026-11-30 18:00 UTC: ICML",

@@ -26,6 +26,20 @@ func TestSpanText(t *testing.T) {
 	}
 }
 
+func TestSettingText(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{60 * time.Second, "1 min"}, {90 * time.Second, "90 s"}, {15 * time.Minute, "15 min"},
+		{90 * time.Minute, "1 h 30 min"}, {time.Hour, "1 h"}, {72 * time.Hour, "3 d"},
+	} {
+		if got := settingText(tt.d); got != tt.want {
+			t.Errorf("settingText(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
 // cellOf is the markup writeGPU writes for g alone, on a host of g's model.
 func cellOf(g *cluster.GPU) string {
 	var b strings.Builder
