@@ -6,28 +6,79 @@
   var stale = document.getElementById("stale");
   var age = document.getElementById("age");
 
-  function fmt(ms) {
-    var m = Math.floor(ms / 60000);
-    if (m < 1) return "under a minute";
+  // span writes a duration as the page's Go side does (render.spanText):
+  // "45 s", "12 min", "3 h 5 min", "2 d 4 h".
+  function span(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000)), m = Math.floor(s / 60), h = Math.floor(s / 3600), d = Math.floor(s / 86400);
+    if (s < 60) return s + " s";
     if (m < 60) return m + " min";
-    var h = Math.floor(m / 60);
-    if (h < 48) return h + " h " + (m % 60) + " min";
-    return Math.floor(h / 24) + " days";
+    if (h < 48) return h + " h" + (m % 60 ? " " + (m % 60) + " min" : "");
+    return d + " d" + (h % 24 ? " " + (h % 24) + " h" : "");
   }
 
   // The page may stay open for hours: re-check the data's age.
   function tick() {
     if (isNaN(t)) return;
     var a = Date.now() - t;
-    if (age) age.textContent = fmt(a);
+    if (age) age.textContent = span(a);
     if (stale && a > limit) {
       var s = stale.querySelector(".age");
-      if (s) s.textContent = fmt(a);
+      if (s) s.textContent = span(a);
       stale.hidden = false;
     }
   }
   tick();
   setInterval(tick, 15000);
+
+  // A cell's detail shows on hover, focus or tap (the style sheet). Here it
+  // gets a title naming its host and GPU (on a phone it is a sheet at the
+  // bottom of the screen, away from the cell), and it is moved left, or
+  // above the cell, where it would leave the window.
+  function title(cell, d) {
+    if (d.firstChild && d.firstChild.className === "t") return;
+    var card = cell.closest(".host"), h2 = card && card.querySelector("h2");
+    var name = h2 && h2.firstChild ? h2.firstChild.textContent.trim() : "";
+    var gpu = cell.getAttribute("data-gpu");
+    var t = document.createElement("p");
+    t.className = "t";
+    t.textContent = name + (gpu ? " · GPU " + gpu : "");
+    d.insertBefore(t, d.firstChild);
+  }
+
+  function place(cell) {
+    var d = cell.querySelector(":scope > aside");
+    if (!d) return;
+    title(cell, d);
+    var s = d.style;
+    s.left = s.top = s.bottom = s.maxHeight = "";
+    if (getComputedStyle(d).position === "fixed") return; // the phone's sheet
+    var r = d.getBoundingClientRect();
+    if (!r.width) return; // not shown
+    var m = 4, W = document.documentElement.clientWidth, H = innerHeight;
+    if (r.right > W - m) s.left = -Math.min(r.right - (W - m), r.left - m) + "px";
+    if (r.bottom > H - m) {
+      var c = cell.getBoundingClientRect(), above = c.top - m, below = H - c.bottom - m;
+      if (above > below) {
+        s.top = "auto";
+        s.bottom = "100%";
+        if (r.height > above) s.maxHeight = above + "px";
+      } else {
+        s.maxHeight = below + "px";
+      }
+    }
+  }
+
+  var main = document.getElementById("hosts");
+  if (main) {
+    main.addEventListener("mouseover", function (e) {
+      var cell = e.target.closest && e.target.closest(".gpu");
+      if (cell && !cell.contains(e.relatedTarget)) place(cell);
+    });
+    main.addEventListener("focusin", function (e) {
+      var cell = e.target.closest && e.target.closest(".gpu");
+      if (cell) place(cell);
+    });
+  }
 
   // Filters: only free GPUs, only one user's. Kept across reloads.
   var filters = document.getElementById("filters");
@@ -48,7 +99,7 @@
 
   function users(cell) {
     var out = {};
-    var tds = cell.querySelectorAll(".gpu-detail td:first-child");
+    var tds = cell.querySelectorAll("aside tr > td:first-child");
     for (var j = 0; j < tds.length; j++) out[tds[j].textContent] = true;
     return out;
   }

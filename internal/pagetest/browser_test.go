@@ -380,13 +380,21 @@ type box struct {
 // viewport and returns its box.
 func (tb *tab) scrollTo(sel string) box {
 	tb.t.Helper()
+	return tb.scrollToAt(sel, "center")
+}
+
+// scrollToAt scrolls the element that matches sel into the viewport, its
+// top at the top ("start"), its bottom at the bottom ("end") or in the
+// middle ("center"), as far as the page can scroll, and returns its box.
+func (tb *tab) scrollToAt(sel, block string) box {
+	tb.t.Helper()
 	b := eval[box](tb, fmt.Sprintf(`(() => {
 		const e = document.querySelector(%s);
 		if (!e) return {Found: false};
-		e.scrollIntoView({block: "center", inline: "center"});
+		e.scrollIntoView({block: %s, inline: "nearest"});
 		const r = e.getBoundingClientRect();
 		return {X: r.x, Y: r.y, W: r.width, H: r.height, Found: true};
-	})()`, jsString(sel)))
+	})()`, jsString(sel), jsString(block)))
 	if !b.Found {
 		tb.t.Fatalf("no element matches %s", sel)
 	}
@@ -400,8 +408,15 @@ func (tb *tab) scrollTo(sel string) box {
 // element that matches sel, as a person's pointer would.
 func (tb *tab) hover(sel string) {
 	tb.t.Helper()
+	tb.hoverAt(sel, "center")
+}
+
+// hoverAt is hover with the element scrolled to block (see scrollToAt):
+// "end" puts it at the bottom of the window.
+func (tb *tab) hoverAt(sel, block string) {
+	tb.t.Helper()
 	tb.unhover()
-	b := tb.scrollTo(sel)
+	b := tb.scrollToAt(sel, block)
 	x, y := b.X+b.W/2, b.Y+b.H/2
 	// The centre must be the element itself (or inside it), not something
 	// drawn over it.

@@ -2,6 +2,7 @@ package pagetest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,8 @@ const (
 	aliceCmd  = "python train.py"
 	bobCmd    = "torchrun --nproc-per-node 8 finetune.py"
 	lostError = "GPU is lost; reboot the system to recover this GPU"
+
+	aside = " > aside" // a cell's detail (hover, focus, tap), after the cell's selector
 )
 
 func gpuRow(ts, host string, idx int64) loaddata.Row {
@@ -119,6 +122,9 @@ func TestPageLoadsCleanAndColoursStates(t *testing.T) {
 	if st := eval[string](tb, `[...document.querySelectorAll('.host[data-host="gpu03"] .gpu')].map(e => e.dataset.state).join()`); st != "" && st != "failed" {
 		t.Errorf("the unreachable host's cells are %q, want failed", st)
 	}
+	if c := eval[string](tb, `getComputedStyle(document.querySelector('.host[data-host="gpu03"] .gpu'), "::after").content`); c != "none" && c != "normal" {
+		t.Errorf("the unreachable host's row shows %s after its text, as a GPU cell would", c)
+	}
 	host := eval[string](tb, `(document.querySelector('.host[data-host="gpu03"]') || {innerText: "<no .host card>"}).innerText`)
 	if !strings.Contains(strings.ToLower(host), "unreachable") && !strings.Contains(host, "connection refused") {
 		t.Errorf("host gpu03's card says %q, want it unreachable (or its error)", host)
@@ -145,7 +151,7 @@ func TestPageLoadsCleanAndColoursStates(t *testing.T) {
 
 func TestHoverShowsWhoHoldsTheGPU(t *testing.T) {
 	tb := openFleet(t, tabOptions{}, fleet(time.Now()))
-	detail := busyGPU + " .gpu-detail"
+	detail := busyGPU + aside
 	tb.unhover()
 	if tb.isVisible(detail) {
 		t.Errorf("%s is shown before any hover", detail)
@@ -177,7 +183,7 @@ func TestHoverShowsWhoHoldsTheGPU(t *testing.T) {
 
 func TestKeyboardFocusShowsWhoHoldsTheGPU(t *testing.T) {
 	tb := openFleet(t, tabOptions{}, fleet(time.Now()))
-	detail := busyGPU + " .gpu-detail"
+	detail := busyGPU + aside
 	tb.tabTo(busyGPU, 60)
 	tb.waitVisible(detail)
 	txt := eval[string](tb, `document.querySelector(`+jsString(detail)+`).innerText`)
@@ -195,7 +201,7 @@ func TestKeyboardFocusShowsWhoHoldsTheGPU(t *testing.T) {
 	// Moving on hides it again.
 	tb.tabTo(bobGPU, 60)
 	tb.waitHidden(detail)
-	tb.waitVisible(bobGPU + " .gpu-detail")
+	tb.waitVisible(bobGPU + aside)
 	tb.noProblems("keyboard focus")
 }
 
@@ -211,6 +217,15 @@ var payloads = []string{
 	`{{.}} ${alert(5)} <!--`,
 }
 
+// userPayloads are user names as a hostile host could report them: ps
+// prints what /etc/passwd or NSS says.
+var userPayloads = []string{
+	`a"b'c`,
+	"new\nline<script>alert(8)</script>",
+	`</b></p><img src=x onerror=alert(9)>`,
+	`<b onmouseover=alert(10)>x`,
+}
+
 func xssFleet(at time.Time) []loaddata.Row {
 	ts := at.UTC().Format(loaddata.TimeFormat)
 	var rows []loaddata.Row
@@ -221,6 +236,10 @@ func xssFleet(at time.Time) []loaddata.Row {
 		rows = append(rows, r)
 		// the same user on a second GPU, with an ordinary command
 		rows = append(rows, withProcess(gpuRow(ts, host, 1), int64(2000+i), p, "python "+p, 2048, 120))
+	}
+	// user names with quotes, newlines and markup, named on their cells
+	for i, u := range userPayloads {
+		rows = append(rows, withProcess(gpuRow(ts, "users", int64(i)), int64(3000+i), u, aliceCmd, 1024, 60))
 	}
 	// markup in a host name, in a failed host's error, and in a lost GPU's error
 	rows = append(rows,
@@ -265,6 +284,16 @@ func TestUntrustedTextIsShownAndRunsNothing(t *testing.T) {
 		t.Errorf("no .host card has data-host=\"<b>h</b>\" (found %d)", n)
 	}
 
+	// A user's name on a cell is that name, as text, whole (the style sheet
+	// may cut it on screen, not in the document).
+	names := eval[[]string](tb, `[...document.querySelectorAll('.host[data-host="users"] .gpu > .u > b')].map(e => e.textContent)`)
+	if !slices.Equal(names, userPayloads) {
+		t.Errorf("the user names on the cells are %q, want %q", names, userPayloads)
+	}
+	if n := eval[int](tb, `document.querySelectorAll('.host[data-host="users"] .u *:not(b)').length`); n != 0 {
+		t.Errorf("%d elements inside the user lines besides the names' <b>", n)
+	}
+
 	// Every payload is shown as text: in the page, or in a GPU's detail
 	// while it is hovered.
 	shown := eval[string](tb, `document.body.innerText`)
@@ -275,9 +304,9 @@ func TestUntrustedTextIsShownAndRunsNothing(t *testing.T) {
 	for i := 0; i < n; i++ {
 		sel := fmt.Sprintf(`.gpu[data-pagetest="%d"]`, i)
 		tb.hover(sel)
-		if eval[bool](tb, `!!document.querySelector(`+jsString(sel+" .gpu-detail")+`)`) {
-			tb.waitVisible(sel + " .gpu-detail")
-			shown += "\n" + eval[string](tb, `document.querySelector(`+jsString(sel+" .gpu-detail")+`).innerText`)
+		if eval[bool](tb, `!!document.querySelector(`+jsString(sel+aside)+`)`) {
+			tb.waitVisible(sel + aside)
+			shown += "\n" + eval[string](tb, `document.querySelector(`+jsString(sel+aside)+`).innerText`)
 		}
 	}
 	for _, p := range payloads {
@@ -287,6 +316,10 @@ func TestUntrustedTextIsShownAndRunsNothing(t *testing.T) {
 	}
 	if !strings.Contains(shown, "<b>h</b>") {
 		t.Errorf("the host name <b>h</b> is not shown as text")
+	}
+	// the script names the host in each detail's title, as text too
+	if title := eval[string](tb, `(document.querySelector('.host[data-host="<b>h</b>"] aside > .t') || {}).textContent || ""`); title != "<b>h</b> · GPU 0" {
+		t.Errorf("the title of the <b>h</b> host's detail is %q, want %q", title, "<b>h</b> · GPU 0")
 	}
 	check("after hovering every GPU")
 
@@ -372,7 +405,7 @@ func TestPageWorksWithoutJavaScript(t *testing.T) {
 	}
 	// The hover detail is CSS, so it works without JavaScript too.
 	tb.hover(busyGPU)
-	tb.waitVisible(busyGPU + " .gpu-detail")
+	tb.waitVisible(busyGPU + aside)
 	tb.noProblems("without JavaScript")
 }
 
@@ -388,13 +421,21 @@ func TestStaleBanner(t *testing.T) {
 	if txt := eval[string](old, `document.querySelector("#stale").innerText.trim()`); txt == "" {
 		t.Errorf("the stale banner is empty")
 	}
+	// The script rewrites the age as render wrote it: 50 hours are "2 d 2 h"
+	// with and without it.
+	oldNoJS := openFleet(t, tabOptions{noScript: true}, fleet(time.Now().Add(-50*time.Hour)))
+	for _, tb := range []*tab{old, oldNoJS} {
+		if age := eval[string](tb, `document.querySelector("#age").textContent + " | " + document.querySelector("#stale .age").textContent`); age != "2 d 2 h | 2 d 2 h" {
+			t.Errorf("the data's age (summary | banner) is %q, want \"2 d 2 h\" in both", age)
+		}
+	}
 	fresh.noProblems("fresh data")
 	old.noProblems("stale data")
 }
 
 func TestPhoneTapShowsWhoHoldsTheGPU(t *testing.T) {
 	tb := openFleet(t, tabOptions{width: 390, height: 844, mobile: true}, fleet(time.Now()))
-	detail := busyGPU + " .gpu-detail"
+	detail := busyGPU + aside
 	if err := chromedp.Do(tb.ctx, chromedp.Tap(chromedp.CSS(busyGPU))); err != nil {
 		t.Fatalf("tapping the busy GPU: %v", err)
 	}
@@ -404,6 +445,13 @@ func TestPhoneTapShowsWhoHoldsTheGPU(t *testing.T) {
 		if !strings.Contains(txt, w) {
 			t.Errorf("the tapped busy GPU's detail lacks %q:\n%s", w, txt)
 		}
+	}
+	// The sheet is away from the cell: its title names the host and GPU.
+	if title := eval[string](tb, `(document.querySelector(`+jsString(detail+" > .t")+`) || {}).innerText || ""`); title != "gpu01 · GPU 1" {
+		t.Errorf("the tapped detail's title is %q, want %q", title, "gpu01 · GPU 1")
+	}
+	if y := eval[float64](tb, `document.querySelector(`+jsString(detail+" > .t")+`).getBoundingClientRect().top - document.querySelector(`+jsString(detail)+`).getBoundingClientRect().top`); y > 20 {
+		t.Errorf("the title is %g px below the top of the detail, want it first", y)
 	}
 	var r box
 	r = eval[box](tb, `(() => { const r = document.querySelector(`+jsString(detail)+`).getBoundingClientRect();

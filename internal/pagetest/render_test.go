@@ -16,6 +16,13 @@ import (
 // holds index.html, status.json and metrics.prom.
 func renderPage(t *testing.T, rows []loaddata.Row) string {
 	t.Helper()
+	return renderPageWith(t, rows, "")
+}
+
+// renderPageWith is renderPage with a reservations file (JSON) when resv
+// is not "".
+func renderPageWith(t *testing.T, rows []loaddata.Row, resv string) string {
+	t.Helper()
 	dir := t.TempDir()
 	csv := filepath.Join(dir, "load_data.csv")
 	if err := loaddata.WriteFile(csv, rows); err != nil {
@@ -27,6 +34,16 @@ func renderPage(t *testing.T, rows []loaddata.Row) string {
 	}
 	var stdout, stderr bytes.Buffer
 	args := []string{"-i", csv, "-o", filepath.Join(out, "index.html")}
+	if resv != "" {
+		conf := filepath.Join(dir, "config.ini")
+		if err := os.WriteFile(filepath.Join(dir, "reservations.json"), []byte(resv), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(conf, []byte("[render]\nreservations = "+filepath.Join(dir, "reservations.json")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-c", conf)
+	}
 	if err := render.Main(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("render %q: %v\nstdout:\n%s\nstderr:\n%s", args, err, &stdout, &stderr)
 	}

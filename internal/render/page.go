@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumon/gpumon/assets"
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/reservations"
 	"github.com/gpumon/gpumon/templates"
 )
 
@@ -89,12 +90,12 @@ func pageViewOf(r *Report) map[string]any {
 		"CSS":            template.CSS(assets.CSS),
 		"JS":             template.JS(assets.JS),
 		"Refresh":        int(cfg.Refresh / time.Second),
-		"RefreshText":    durText(cfg.Refresh),
+		"RefreshText":    settingText(cfg.Refresh),
 		"DataTime":       "",
 		"DataTimeText":   timeText(c.DataTime, r.Loc),
 		"Generated":      timeText(r.Now, r.Loc),
 		"StaleAfterS":    int(cfg.StaleAfter / time.Second),
-		"StaleAfterText": durText(cfg.StaleAfter),
+		"StaleAfterText": settingText(cfg.StaleAfter),
 		"Stale":          r.Stale(),
 		"Age":            "", // known age only; the page says unknown otherwise
 		"NoTimeText":     noTimeText,
@@ -115,7 +116,7 @@ func pageViewOf(r *Report) map[string]any {
 		v["DataTime"] = c.DataTime.UTC().Format(time.RFC3339)
 	}
 	if a := r.Age(); a >= 0 {
-		v["Age"] = ageText(a)
+		v["Age"] = spanText(int64(a / time.Second))
 	}
 	models, more := modelsView(c.Models)
 	v["Models"] = models
@@ -131,20 +132,21 @@ func pageViewOf(r *Report) map[string]any {
 	return v
 }
 
-var stateText = map[string]string{
-	cluster.Free: "free", cluster.Busy: "busy", cluster.Reserved: "reserved", cluster.Failed: "failed",
-}
+// migNote says why a GPU that reports its memory has no utilization: the
+// driver gives none for a GPU in MIG mode (every utilization.* is [N/A]),
+// and the CSV has no other way to tell.
+const migNote = "utilization not reported under MIG"
 
 // writeHosts writes one card per host:
 //
-//	<section class=host data-host=NAME><h2>DISPLAY <small>INFO</small></h2>
+//	<section class=host data-host=NAME><h2>DISPLAY <small>INFO</small></h2><p class=hs>CPUS · LOAD · RAM
 //	<ul>
-//	<li class=gpu data-state=busy data-gpu=0 tabindex=0>...</li>
+//	<li class=gpu data-state=busy data-gpu=0 tabindex=0>...
 //	</ul></section>
 //
-// A GPU cell names its model only when the card's header does not (a host
-// with mixed models); its detail (shown on hover, focus or tap) holds the
-// sensors, notes and processes.
+// The markup leans on HTML's optional end tags to stay small at 8,000
+// cells: a <p> is closed by the <ul>, <p>, <aside> or <li> after it, and a
+// <li> by the next <li> or the </ul>. None of them is a parse error.
 func writeHosts(w *bufio.Writer, r *Report) {
 	var scratch []byte // for numbers
 	for _, h := range r.Cluster.Hosts {
@@ -159,28 +161,30 @@ func writeHosts(w *bufio.Writer, r *Report) {
 			w.WriteString("</small>")
 		}
 		w.WriteString("</h2>")
+		if s := hostStats(h); s != "" {
+			w.WriteString("<p class=hs>")
+			w.WriteString(s) // numbers and fixed words only
+		}
 		if h.Up() && h.Error != "" { // an ok host's warnings
 			w.WriteString("<p class=hn>")
 			esc(w, h.Error)
-			w.WriteString("</p>")
 		}
 		w.WriteString("\n<ul>")
 		if !h.Up() {
-			w.WriteString("\n<li class=\"gpu w\" data-state=failed data-gpu=\"\" tabindex=0><i>down</i> <b>")
+			// no data-gpu: the row stands for the host's GPUs, which are not known
+			w.WriteString("\n<li class=\"gpu w\" data-state=failed tabindex=0><i>down</i> <b>")
 			esc(w, string(h.Status))
 			w.WriteString("</b><p class=why>")
 			short := shorten(h.Error, hostErrorMax)
 			esc(w, short)
-			w.WriteString("</p>")
-			if s := reservationText(h.Reserved, r.Loc); s != "" {
+			if s := pageReservation(h.Reserved, r.Loc); s != "" {
 				w.WriteString("<p>")
 				esc(w, s)
-				w.WriteString("</p>")
 			}
 			if short != h.Error {
-				w.WriteString("<div class=gpu-detail><p>")
+				w.WriteString("<aside><p>")
 				esc(w, h.Error)
-				w.WriteString("</p></div>")
+				w.WriteString("</aside>")
 			}
 		}
 		for _, g := range h.GPUs {
@@ -210,62 +214,85 @@ func hostInfo(h *cluster.Host) string {
 		info = append(info, strconv.Itoa(n)+"× "+h.ModelName)
 	}
 	if h.Count[cluster.Free] > 0 {
-		info = append(info, strconv.Itoa(h.Count[cluster.Free])+" free")
+		info = append(info, strconv.Itoa(h.Count[cluster.Free])+"\u00a0free") // not cut from its number
 	}
 	return strings.Join(info, " · ")
 }
 
+// hostStats is the card's second line: "64 CPUs · load 3.5 · RAM 117/503G",
+// leaving out what the host did not say. It is made of numbers only, so it
+// needs no escaping.
+func hostStats(h *cluster.Host) string {
+	var parts []string
+	if h.CPUs.Valid {
+		s := strconv.FormatInt(h.CPUs.Value, 10) + " CPUs"
+		if h.CPUs.Value == 1 {
+			s = "1 CPU"
+		}
+		parts = append(parts, s)
+	}
+	if h.Load1.Valid {
+		parts = append(parts, "load "+strconv.FormatFloat(h.Load1.Value, 'f', -1, 64))
+	}
+	if h.MemUsed.Valid || h.MemTotal.Valid {
+		parts = append(parts, "RAM "+memText(h.MemUsed, h.MemTotal))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// writeGPU writes one cell:
+//
+//	<li class=gpu data-state=busy data-gpu=1 tabindex=0><p style=--m:75%>60/80G · 98%<p class=u><b>alice, bob</b> 60G<aside>31°C · 71/700W<table>...</table></aside>
+//
+// A cell names its model only when the card's header does not (a host
+// with mixed models). Its second line says who holds it (busy) or for
+// whom it is kept (reserved), so that nobody has to hover to know; the
+// detail (<aside>, shown on hover, focus or tap) holds the sensors, notes
+// and every process.
 func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scratch []byte) []byte {
 	id := g.ID()
 	w.WriteString("\n<li class=gpu data-state=")
 	w.WriteString(g.State) // one of cluster.States
 	// the host is the card's data-host: 8,000 cells need not repeat it
 	attr(w, "data-gpu", id)
-	w.WriteString(" tabindex=0>") // the style sheet shows data-gpu first
-	if g.Name != h.ModelName || h.ModelName == "" {
+	// The style sheet writes the index and the state, as a symbol and a
+	// word, from data-gpu and data-state: 13 bytes less in each cell.
+	w.WriteString(" tabindex=0>")
+	if g.Short != "" && (g.Name != h.ModelName || h.ModelName == "") {
 		esc(w, g.Short)
-		w.WriteString(" ")
 	}
-	w.WriteString("<i>")
-	w.WriteString(stateText[g.State])
-	w.WriteString("</i>")
 	if g.Error != "" {
 		w.WriteString("<p class=why>")
 		esc(w, reasonText(g.Error, gpuErrorMax))
-		w.WriteString("</p>")
 	}
+	mig := !g.Util.Valid && g.MemUsed.Valid && g.Error == ""
 	if mem := memText(g.MemUsed, g.MemTotal); mem != "" {
 		// the bar above the text is the style sheet's, from --m
 		if p := memPct(g.MemUsed, g.MemTotal); p > 0 {
-			w.WriteString("<small style=--m:")
+			w.WriteString("<p style=--m:")
 			scratch = strconv.AppendInt(scratch[:0], int64(p), 10)
 			w.Write(scratch)
 			w.WriteString("%>")
 		} else {
-			w.WriteString("<small>")
+			w.WriteString("<p>")
 		}
-		esc(w, mem)
+		w.WriteString(mem) // numbers only
 		if g.Util.Valid {
 			w.WriteString(" · ")
-			esc(w, num(g.Util, "%"))
+			w.WriteString(num(g.Util, "%"))
+		} else if mig {
+			w.WriteString("<span class=mig>no util (MIG)</span>") // a line of its own
 		}
-		w.WriteString("</small>")
 	}
-	idle := false
-	for _, p := range g.Procs {
-		idle = idle || p.Preemptible
-	}
-	if idle {
-		w.WriteString(" <span class=tag>idle job</span>")
-	}
+	writeWho(w, g)
 	sens := sensors(g)
 	if g.Name != h.ModelName && g.Name != "" {
 		sens = strings.TrimSuffix(g.Name+" · "+sens, " · ")
 	}
-	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil {
+	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig {
 		return scratch // nothing to tell
 	}
-	w.WriteString("<div class=gpu-detail>")
+	w.WriteString("<aside>")
 	esc(w, sens) // the first line; notes and the table are blocks
 	note := func(s string) {
 		w.WriteString("<p class=n>")
@@ -275,14 +302,19 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 	if g.Error != "" {
 		note(g.Error)
 	}
+	if mig {
+		note(migNote)
+	}
 	for _, n := range g.Notes {
 		note(n)
 	}
-	if s := reservationText(g.Reservation, r.Loc); s != "" {
+	if s := pageReservation(g.Reservation, r.Loc); s != "" {
 		note(s)
 	}
 	if len(g.Procs) > 0 {
-		// no processes: the style sheet says so
+		// The column headers are the style sheet's (the first row's
+		// cells' ::before): a header row in each of 4,000 tables would
+		// cost 200 kB. No processes: the style sheet says so.
 		w.WriteString("<table>")
 		for _, p := range g.Procs {
 			mark := ""
@@ -304,13 +336,6 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 				w.Write(scratch)
 			}
 			w.WriteString("<td>")
-			esc(w, commandText(p.Command))
-			if mark != "" {
-				w.WriteString(" <em>")
-				w.WriteString(mark)
-				w.WriteString("</em>")
-			}
-			w.WriteString("<td>")
 			if p.MemMiB.Valid {
 				w.WriteString(gib(p.MemMiB.Value))
 				w.WriteString("G")
@@ -318,12 +343,169 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 				w.WriteString("?")
 			}
 			w.WriteString("<td>")
-			w.WriteString(elapsedText(p.ElapsedS))
+			if p.ElapsedS.Valid {
+				w.WriteString(spanText(p.ElapsedS.Value))
+			} else {
+				w.WriteString("?")
+			}
+			w.WriteString("<td>")
+			esc(w, commandText(p.Command))
+			if mark != "" {
+				w.WriteString(" <em>")
+				w.WriteString(mark)
+				w.WriteString("</em>")
+			}
 		}
 		w.WriteString("</table>")
 	}
-	w.WriteString("</div>") // </li> is implied by the next <li> or </ul>
+	w.WriteString("</aside>") // </li> is implied by the next <li> or </ul>
 	return scratch
+}
+
+// whoMax is how many users a cell names; the style sheet cuts the line
+// with "…" where it is too long anyway, and the detail lists them all.
+const whoMax = 4
+
+// writeWho writes a cell's second line, which says who holds it: "alice
+// 62G", "alice, bob 58G" (the biggest holder first, and the memory their
+// processes hold together), or for whom it is reserved ("carol: ICML"), or
+// that idlemon's idle-time job runs on it.
+func writeWho(w *bufio.Writer, g *cluster.GPU) {
+	open := false // a <p class=u> was written
+	switch g.State {
+	case cluster.Busy:
+		type holder struct {
+			name string
+			mib  float64
+		}
+		var hs [whoMax]holder
+		n, more := 0, false
+		total, known := 0.0, false
+		for _, p := range g.Procs {
+			if !p.Holds() {
+				continue
+			}
+			if p.MemMiB.Valid {
+				total += p.MemMiB.Value
+				known = true
+			}
+			name := userName(p.User)
+			i := 0
+			for i < n && hs[i].name != name {
+				i++
+			}
+			switch {
+			case i < n:
+			case n < whoMax:
+				hs[n] = holder{name: name}
+				n++
+			default:
+				more = true
+				continue
+			}
+			hs[i].mib += p.MemMiB.Value // 0 when unknown
+		}
+		if n == 0 {
+			w.WriteString("<p class=u>no process visible")
+			open = true
+			break
+		}
+		// the biggest holder first (a stable insertion sort: n ≤ whoMax)
+		for i := 1; i < n; i++ {
+			for j := i; j > 0 && hs[j].mib > hs[j-1].mib; j-- {
+				hs[j], hs[j-1] = hs[j-1], hs[j]
+			}
+		}
+		w.WriteString("<p class=u><b>")
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				w.WriteString(", ")
+			}
+			esc(w, hs[i].name)
+		}
+		if more {
+			w.WriteString(", …")
+		}
+		w.WriteString("</b>")
+		open = true
+		if known {
+			w.WriteString(" ")
+			w.WriteString(gib(total))
+			w.WriteString("G")
+		}
+	case cluster.Reserved:
+		r := g.Reservation
+		s := r.Name
+		if r.Comment != "" {
+			s = strings.TrimPrefix(s+": "+r.Comment, ": ")
+		}
+		if s != "" {
+			w.WriteString("<p class=u><b>")
+			esc(w, s)
+			w.WriteString("</b>")
+			open = true
+		}
+	}
+	for _, p := range g.Procs {
+		if p.Preemptible {
+			if open {
+				w.WriteString(" <span class=tag>idle job</span>")
+			} else {
+				w.WriteString("<p class=u><span class=tag>idle job</span>")
+			}
+			return
+		}
+	}
+}
+
+// spanText is a duration as the page writes every one (a process's running
+// time, the data's age): "45 s", "12 min", "3 h", "3 h 5 min", "2 d",
+// "2 d 4 h". page.js's span() writes the same.
+func spanText(s int64) string {
+	m, h, d := s/60, s/3600, s/86400
+	switch {
+	case s < 60:
+		return strconv.FormatInt(max(s, 0), 10) + " s"
+	case m < 60:
+		return strconv.FormatInt(m, 10) + " min"
+	case h < 48:
+		if m%60 == 0 {
+			return strconv.FormatInt(h, 10) + " h"
+		}
+		return strconv.FormatInt(h, 10) + " h " + strconv.FormatInt(m%60, 10) + " min"
+	}
+	if h%24 == 0 {
+		return strconv.FormatInt(d, 10) + " d"
+	}
+	return strconv.FormatInt(d, 10) + " d " + strconv.FormatInt(h%24, 10) + " h"
+}
+
+// settingText is a setting's duration in the page's one format (spanText),
+// or in seconds when it is not whole minutes, which spanText would round.
+func settingText(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return spanText(int64(d / time.Second))
+	}
+	return durText(d)
+}
+
+// pageReservation is "reserved by carol until 2026-11-30 18:00 UTC: ICML",
+// the end written as every time on the page is (timeText).
+func pageReservation(r *reservations.Reservation, loc *time.Location) string {
+	if r == nil {
+		return ""
+	}
+	s := "reserved"
+	if r.Name != "" {
+		s += " by " + r.Name
+	}
+	if !r.Until.IsZero() {
+		s += " until " + timeText(r.Until, loc)
+	}
+	if r.Comment != "" {
+		s += ": " + r.Comment
+	}
+	return s
 }
 
 // commandText is a command line as the page shows it: its program by base

@@ -90,7 +90,7 @@ func TestPageStructure(t *testing.T) {
 	}
 	page := b.String()
 	// each cell's host is its card's
-	tags := regexp.MustCompile(`<section class=host data-host=([\w-]+)>|<li class=(?:gpu|"gpu w") data-state=(\w+) data-gpu=("?[\w:.]*"?) tabindex=0>`).FindAllStringSubmatch(page, -1)
+	tags := regexp.MustCompile(`<section class=host data-host=([\w-]+)>|<li class=(?:gpu|"gpu w") data-state=(\w+)(?: data-gpu=([\w:.]+))? tabindex=0>`).FindAllStringSubmatch(page, -1)
 	var got []string
 	host := ""
 	for _, c := range tags {
@@ -103,7 +103,7 @@ func TestPageStructure(t *testing.T) {
 	want := []string{
 		"gpu01/0=free", "gpu01/1=busy", "gpu01/2=reserved", "gpu01/3=free",
 		"ws01/0=free", "ws01/1=busy",
-		`gpu03/""=failed`,
+		"gpu03/=failed", // the down host's one row
 		"mig01/0=busy", "mig01/0000:9a:00.0=failed",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -112,24 +112,34 @@ func TestPageStructure(t *testing.T) {
 	for _, s := range []string{
 		`<p id="summary"><b>3 free</b> of 8 GPUs`,
 		`H100 80GB HBM3: 2 free of 6`, // the lost GPU counts under its host's model
-		`<span class=tag>idle job</span>`,
-		`<p class=why>no complete answer in 20s</p>`, // a down host's reason, on its card
-		`<p class=why>GPU is lost</p>`,               // a lost GPU's, in its cell
+		`<p class=u><span class=tag>idle job</span><aside>`,
+		`<p class=why>no complete answer in 20s<p>`, // a down host's reason, on its card
+		`<p class=why>GPU is lost<aside>`,           // a lost GPU's, in its cell
 		`<span class="down">1 host down</span>`,
 		`<p id="stale" role="alert" hidden>`,
 		`<table id="users">`,
 		`<section class=host data-host=gpu01>`,
-		`<h2>MIG box <small>mig01 · 1× NVIDIA H100 80GB HBM3</small></h2>`,
+		`<h2>MIG box <small>mig01 · 1× NVIDIA H100 80GB HBM3</small></h2><p class=hs>64 CPUs · load 3.5 · RAM 117/503G` + "\n<ul>",
 		`<meta http-equiv="refresh" content="60">`,
 		`<link rel="icon" href="data:,">`,
 		`<meta name="viewport"`,
-		`reserved by carol until 2026-11-30 18:00: ICML deadline`,
-		`reserved by erin until 2026-11-25 00:00`,
-		`<p>reserved by frank: whole host</p>`,
+		// who holds a GPU, on the cell: the biggest holder first
+		`<p class=u><b>alice, bob</b> 60G<aside>`,
+		`<p class=u><b>carol: ICML deadline</b><aside>`, // for whom it is reserved
+		`<p class=u>no process visible<aside>`,
+		// MIG: why there is no utilization
+		`<p style=--m:14%>11/80G<span class=mig>no util (MIG)</span>`,
+		`<p class=n>utilization not reported under MIG</p>`,
+		// one time format: the zone on every time, durations as "26 h 3 min"
+		`reserved by carol until 2026-11-30 18:00 UTC: ICML deadline`,
+		`reserved by erin until 2026-11-25 00:00 UTC`,
+		`<p>reserved by frank: whole host` + "\n</ul>",
 		`idle-time job running`,
 		`GPU is lost; reboot the system to recover this GPU`,
 		`no complete answer in 20s`,
-		`<td>alice<td>4101<td>python -u train.py --config`, // the program by base name
+		// user, pid, memory, elapsed, command; the program by base name
+		`<tr><td>alice<td>4101<td>39G<td>26 h 3 min<td>python -u train.py --config`,
+		`data <span id="age">4 min</span> old`, // the newest reading, 14:05:20, at 14:10
 	} {
 		if !strings.Contains(page, s) {
 			t.Errorf("page lacks %q", s)
