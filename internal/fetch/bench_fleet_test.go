@@ -140,7 +140,7 @@ func (fp *fleetProcess) cpu(b *testing.B) time.Duration {
 // dead+hung has one host that accepts and never speaks, and one that opens
 // the session and never answers, with timeout = 5: the run should take one
 // timeout, not two, and not the sum of the others. flood has one host that
-// answers with endless output, with timeout = 10: it is cut off at 16 MiB,
+// answers with endless output, with timeout = 10: it is cut off at 4 MiB (remote.MaxOutput),
 // long before the timeout. peak-MB is fetch's peak resident memory during
 // the runs (VmHWM, reset before them).
 func BenchmarkFetch(b *testing.B) {
