@@ -80,7 +80,11 @@ func TestRealSSHDFloodRSS(t *testing.T) {
 	}
 	csv := filepath.Join(s.dir, "load_data.csv")
 	start := time.Now()
-	out, err := exec.Command("/usr/bin/time", "-v", bin, "-c", ini, "-o", csv).CombinedOutput()
+	cmd := exec.Command("/usr/bin/time", "-v", bin, "-c", ini, "-o", csv)
+	out, err := cmd.CombinedOutput()
+	if os.Getenv("GPUMON_FLOOD_RSS_LOG") != "" {
+		os.WriteFile(os.Getenv("GPUMON_FLOOD_RSS_LOG"), out, 0o644)
+	}
 	wall := time.Since(start)
 	if err != nil {
 		t.Logf("fetch: %v", err)

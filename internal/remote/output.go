@@ -23,7 +23,7 @@ const (
 // run, on top of each host's Guaranteed: 1,000 hosts that all flood at once
 // cost at most this much plus 1,000 × Guaranteed, not 1,000 × MaxOutput.
 // A variable for tests.
-var DefaultBudget int64 = 64 << 20
+var DefaultBudget int64 = 32 << 20
 
 // Guaranteed is what every host may hold whatever the others do: a
 // typical answer (8 GPUs, a few dozen processes) fits in it, so no flood
@@ -38,6 +38,27 @@ const (
 	chunkMax = 256 << 10
 )
 
+// chunks of chunkMax bytes that a host no longer needs (cut off, or copied
+// into its answer) are used again by the next, so floods that follow each
+// other do not leave the garbage collector a trail of buffers.
+var chunkPool = sync.Pool{New: func() any { return new([chunkMax]byte) }}
+
+func newChunk(size int) []byte {
+	if size == chunkMax {
+		return chunkPool.Get().(*[chunkMax]byte)[:0:chunkMax]
+	}
+	return make([]byte, 0, size)
+}
+
+// recycle hands full-size chunks back; chunks must not be used after.
+func recycle(chunks [][]byte) {
+	for _, ch := range chunks {
+		if cap(ch) == chunkMax {
+			chunkPool.Put((*[chunkMax]byte)(ch[:chunkMax]))
+		}
+	}
+}
+
 // A Budget is memory shared by every host's output in one run. nil and a
 // budget of 0 are unlimited.
 //
@@ -46,7 +67,7 @@ const (
 // first, and is cut off itself only when no host holds more. A host that
 // floods therefore only ever cuts off hosts that sent more than it did; an
 // answer of S bytes is refused only if hosts holding S or more each fill
-// the whole budget at that moment (a 1 MB answer: 64 such hosts at once).
+// the whole budget at that moment (a 1 MB answer: 32 such hosts at once).
 type Budget struct {
 	max int64
 
@@ -180,7 +201,7 @@ func (c *capture) Write(p []byte) (int, error) {
 			if e := c.acct.grow(size); e != nil {
 				return 0, c.fail(e)
 			}
-			c.chunks = append(c.chunks, make([]byte, 0, size))
+			c.chunks = append(c.chunks, newChunk(size))
 			last++
 		}
 		k := min(len(p), cap(c.chunks[last])-len(c.chunks[last]))
@@ -195,6 +216,7 @@ func (c *capture) Write(p []byte) (int, error) {
 // fail records why the host was cut off, drops what it sent and cuts it off.
 func (c *capture) fail(e *Error) error {
 	c.err = e
+	recycle(c.chunks)
 	c.chunks = nil
 	if c.acct.abort != nil {
 		c.acct.abort()
@@ -209,6 +231,7 @@ func (c *capture) failed() *Error {
 	if c.err == nil {
 		if e := c.acct.cut.Load(); e != nil {
 			c.err = e
+			recycle(c.chunks)
 			c.chunks = nil
 		}
 	}
@@ -230,6 +253,7 @@ func (c *capture) bytes() []byte {
 	for _, ch := range c.chunks {
 		out = append(out, ch...)
 	}
+	recycle(c.chunks)
 	c.chunks = [][]byte{out}
 	return out
 }
