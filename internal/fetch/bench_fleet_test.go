@@ -51,6 +51,12 @@ func serveFleet(spec string) error {
 			specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
 		case "flood":
 			specs[n/2].Failure = simfleet.Flood // prints without end
+		default: // floodN: N hosts spread over the fleet print without end
+			if k, err := strconv.Atoi(strings.TrimPrefix(f[2], "flood")); err == nil && k > 0 {
+				for i := range k {
+					specs[i*n/k].Failure = simfleet.Flood
+				}
+			}
 		}
 	}
 	fleet, err := simfleet.Launch(specs)
@@ -140,8 +146,9 @@ func (fp *fleetProcess) cpu(b *testing.B) time.Duration {
 // dead+hung has one host that accepts and never speaks, and one that opens
 // the session and never answers, with timeout = 5: the run should take one
 // timeout, not two, and not the sum of the others. flood has one host that
-// answers with endless output, with timeout = 10: it is cut off at 16 MiB,
-// long before the timeout. peak-MB is fetch's peak resident memory during
+// answers with endless output, with timeout = 10: it is cut off at 4 MiB (remote.MaxOutput),
+// long before the timeout; flood40 has 40 such hosts, and every other host
+// must still be ok. peak-MB is fetch's peak resident memory during
 // the runs (VmHWM, reset before them).
 func BenchmarkFetch(b *testing.B) {
 	for _, bc := range []struct {
@@ -156,6 +163,7 @@ func BenchmarkFetch(b *testing.B) {
 		{"hosts=1000", 1000, "", 20, "1000 hosts: 1000 ok"},
 		{"hosts=1000/dead+hung", 1000, "faulty", 5, "1000 hosts: 998 ok, 2 failed"},
 		{"hosts=1000/flood", 1000, "flood", 10, "1000 hosts: 999 ok, 1 failed: gpu-0501 error"},
+		{"hosts=1000/flood40", 1000, "flood40", 20, "1000 hosts: 960 ok, 40 failed"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			fp := startFleetProcess(b, bc.hosts, bc.fault, bc.timeoutS)

@@ -3,11 +3,13 @@ package fetch
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/remote"
 	"github.com/gpumon/gpumon/internal/sshdtest"
 )
 
@@ -39,7 +41,7 @@ func TestRealSSHDFloodingHosts(t *testing.T) {
 	if rows := by["good"]; len(rows) != 2 || rows[0].HostStatus != hoststatus.OK {
 		t.Errorf("good host: %+v\n%s", rows, stderr)
 	}
-	wantStatus(t, by["flood"], hoststatus.Error, "the host sent more than 16 MiB of output")
+	wantStatus(t, by["flood"], hoststatus.Error, "the host sent more than 4 MiB of output")
 	if rows := by["sameuuid"]; len(rows) != 4059 || !strings.Contains(rows[0].HostError, "nvidia-smi gave UUID GPU-same to 60 GPUs") {
 		t.Errorf("sameuuid: %d rows (want 4,000 processes on the first GPU and 59 idle GPUs), host_error %q", len(rows), rows[0].HostError)
 	}
@@ -65,6 +67,74 @@ func TestRealSSHDFloodingHosts(t *testing.T) {
 				t.Fatalf("%s: yes still runs on the host (pids %v)", name, left)
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// Many hosts that flood in every way at once, with a budget small enough
+// that they fill it many times over: hosts that send just under the cap
+// and then hold it, `yes`, and answers that look valid to the end (the
+// nonce read from the script). Every healthy host beside them is ok, the
+// ones with a 4,000-process answer (well past remote.Guaranteed) too: a
+// host that floods only ever cuts off itself or a larger one.
+func TestRealSSHDFloodsSpareHealthyHosts(t *testing.T) {
+	old := remote.DefaultBudget
+	remote.DefaultBudget = 8 << 20
+	t.Cleanup(func() { remote.DefaultBudget = old })
+	s := newRealSite(t)
+	script := filepath.Join(s.bin, "hostile.sh")
+	if err := os.WriteFile(script, []byte(hostileProbe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var healthy []string
+	for i := range 8 {
+		name := fmt.Sprintf("healthy%d", i)
+		s.add([]string{name}, []string{fmt.Sprintf("127.0.4.%d", 10+i)}, "")
+		apps := realAppsHeader
+		if i%2 == 1 {
+			apps += repeat(4000, func(j int) string { return fmt.Sprintf("%d, GPU-real-%d, 10\n", 200000+j, j%2) })
+		}
+		s.setGPUs(name, realGPUs, apps)
+		healthy = append(healthy, name)
+	}
+	floods := map[string]string{
+		"hold":  "head -c 4000000 /dev/zero; sleep 30",
+		"yes":   "yes",
+		"valid": "sh " + script + " 3000000",
+	}
+	var flooding []string
+	n := 0
+	for kind, cmd := range floods {
+		for i := range 4 {
+			name := fmt.Sprintf("%s%d", kind, i)
+			s.add([]string{name}, []string{fmt.Sprintf("127.0.4.%d", 100+n)}, "ForceCommand "+cmd)
+			flooding = append(flooding, name)
+			n++
+		}
+	}
+	ini := s.writeFiles("")
+	data, _ := os.ReadFile(ini)
+	os.WriteFile(ini, []byte(strings.Replace(string(data), "timeout = 6", "timeout = 10", 1)), 0o644)
+
+	by, stderr := s.fetch(ini)
+	for _, name := range healthy {
+		if rows := by[name]; len(rows) == 0 || rows[0].HostStatus != hoststatus.OK {
+			t.Errorf("healthy host %s: %v\n%s", name, firstErr(rows), stderr)
+		}
+	}
+	for _, name := range flooding {
+		rows := by[name]
+		if strings.HasPrefix(name, "valid") {
+			// 3 MB of junk process lines: ok or not, its rows stay few
+			if len(rows) > 10 {
+				t.Errorf("%s: %d rows", name, len(rows))
+			}
+			continue
+		}
+		if len(rows) != 1 || rows[0].HostStatus == hoststatus.OK {
+			t.Errorf("flooding host %s: %v", name, firstErr(rows))
+		} else if !strings.Contains(rows[0].HostError, "sent more than") && rows[0].HostStatus != hoststatus.Timeout {
+			t.Errorf("flooding host %s: %v, want it cut off for sending too much", name, firstErr(rows))
 		}
 	}
 }

@@ -16,7 +16,6 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -93,40 +92,87 @@ func (r Request) Script() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\n",
 		markerPrefix, r.Nonce, strings.Join(r.GPUFields, ","), strings.Join(r.AppFields, ","), r.NVTimeout, r.StateFile)
-	b.WriteString(scriptBody)
+	b.WriteString(script)
 	return b.String()
 }
+
+// What the script lets each command print on the host before it cuts it
+// off: the shell holds a command's output in a variable, so without these a
+// host whose nvidia-smi prints without end (or a `yes` in its place) fills
+// the host's memory first, and then fetch's. Each is several times what a
+// real host prints (about 250 bytes a GPU, 70 bytes a process line, and ps
+// lines at most psBudget/processes wide); a command that prints more fails
+// the host with "the host sent too much: ... printed more than N bytes".
+const (
+	MaxGPUsOutput = 64 << 10   // nvidia-smi --query-gpu: 64 GPUs take about 16 KiB
+	MaxAppsOutput = 512 << 10  // nvidia-smi --query-compute-apps: 4,096 processes take about 280 KiB
+	MaxPSOutput   = 1536 << 10 // ps: 4,096 processes take about 1 MiB (psBudget)
+	MaxStateFile  = 1 << 20    // idlemon's state file (head -c)
+	// psBudget is what the script asks of ps in all: each line is
+	// psBudget / processes columns wide, between 256 and 4,096 (a line holds
+	// pid, user and elapsed time too).
+	psBudget = 1 << 20
+	// MaxAnswer is the most a host running the script can send: the
+	// sections above and a few KiB of framing and host lines. fetch's own
+	// per-host cap (remote.MaxOutput) is above it.
+	MaxAnswer = MaxGPUsOutput + MaxAppsOutput + MaxPSOutput + MaxStateFile + 16<<10
+)
 
 // The body is one function called with stdin from /dev/null: sh has read the
 // whole function before it runs anything, so no command can swallow the rest
 // of the script from stdin.
 //
+// run keeps at most LIMIT bytes of a command's output (head -c in the
+// pipeline: the command dies of SIGPIPE once head has enough) and still
+// learns its exit status, through file descriptor 3, in POSIX sh without
+// pipefail or a temporary file. Its parameter expansions only ever strip a
+// few bytes from the end of the output, which sh does in linear time.
+//
 // ps lists the shell itself ($$) beside the GPU processes, so a working ps
 // always lists something and exits 0, even when every GPU process ended
 // after nvidia-smi saw it; args comes last, so spaces in it cannot shift the
 // other columns; COLUMNS caps each line (procps alone prints up to 128 KiB of
-// arguments per process, a way to flood the answer). The state file is read
+// arguments per process, a way to flood the answer), at 4,096 bytes for up
+// to 256 processes and less beyond (see psBudget). The state file is read
 // through head -c, under the same timeout: a state file grown huge, or one
 // whose reads block, costs 1 MiB and T seconds at most.
 const scriptBody = `export LC_ALL=C
 PATH="$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $T"; else TO=; fi
-out=$($TO nvidia-smi --query-gpu="$GF" --format=csv,nounits 2>&1); rc=$?
+NL='
+'
+run() {
+  lim=$1; what=$2; shift 2
+  out=$( { rc=$( { { "$@" 2>&1; echo "$?" >&3; } | head -c "$((lim + 1))" >&4; } 3>&1 ); printf '\n%s' "$rc"; } 4>&1 )
+  rc=${out##*"$NL"}
+  out=${out%"$NL"*}
+  if [ "${#out}" -gt "$lim" ]; then
+    echo "gpumon probe: the host sent too much: $what printed more than $lim bytes (cut off on the host)" >&2
+    exit 3
+  fi
+  while :; do case $out in *"$NL") out=${out%"$NL"} ;; *) break ;; esac; done
+}
+run @GPUS@ "nvidia-smi --query-gpu" $TO nvidia-smi --query-gpu="$GF" --format=csv,nounits
 printf '%s begin gpus\n%s\n%s end gpus %d\n' "$N" "$out" "$N" "$rc"
-pids=
+pids= np=1
 if [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
-  out=$($TO nvidia-smi --query-compute-apps="$AF" --format=csv,nounits 2>&1); rc=$?
+  run @APPS@ "nvidia-smi --query-compute-apps" $TO nvidia-smi --query-compute-apps="$AF" --format=csv,nounits
   printf '%s begin apps\n%s\n%s end apps %d\n' "$N" "$out" "$N" "$rc"
   while IFS= read -r line; do
     pid=${line%%,*}
     case $pid in ''|*[!0-9]*) continue ;; esac
     pids="$pids${pids:+,}$pid"
+    np=$((np + 1))
+    [ "$np" -gt 4097 ] && break
   done <<EOF
 $out
 EOF
 fi
 if [ -n "$pids" ]; then
-  out=$(COLUMNS=4096 ps -o pid=,user:32=,etimes=,args= -p "$$,$pids" 2>&1); rc=$?
+  cols=$((@PSBUDGET@ / np))
+  [ "$cols" -gt 4096 ] && cols=4096
+  [ "$cols" -lt 256 ] && cols=256
+  run @PS@ ps env COLUMNS="$cols" ps -o pid=,user:32=,etimes=,args= -p "$$,$pids"
   printf '%s begin ps\n%s\n%s end ps %d\n' "$N" "$out" "$N" "$rc"
 fi
 cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)
@@ -138,7 +184,7 @@ while read -r k v u; do
 done </proc/meminfo 2>/dev/null
 printf '%s begin host\ncpus %s\nload %s\nmem_total_kib %s\nmem_available_kib %s\n%s end host 0\n' "$N" "$cpus" "$load" "$mt" "$ma" "$N"
 if [ -n "$SF" ] && [ -f "$SF" ] && [ -r "$SF" ]; then
-  out=$($TO head -c 1048576 -- "$SF" 2>&1); rc=$?
+  out=$($TO head -c @STATE@ -- "$SF" 2>&1); rc=$?
   printf '%s begin idlemon\n%s\n%s end idlemon %d\n' "$N" "$out" "$N" "$rc"
 fi
 printf '%s done\n' "$N"
@@ -146,6 +192,12 @@ printf '%s done\n' "$N"
 gpumon_probe </dev/null
 exit 0
 `
+
+// script is scriptBody with its limits filled in.
+var script = strings.NewReplacer(
+	"@GPUS@", strconv.Itoa(MaxGPUsOutput), "@APPS@", strconv.Itoa(MaxAppsOutput),
+	"@PS@", strconv.Itoa(MaxPSOutput), "@PSBUDGET@", strconv.Itoa(psBudget),
+	"@STATE@", strconv.Itoa(MaxStateFile)).Replace(scriptBody)
 
 var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF)=(?:'([^']*)'|(\d+))$`)
 
@@ -217,28 +269,37 @@ func (o Output) Has(name string) bool {
 	return ok
 }
 
+// maxStray is how much text outside any section ParseOutput keeps: only
+// its first line is ever shown.
+const maxStray = 4 << 10
+
 // ParseOutput splits a host's output into sections, trusting only marker
 // lines that carry nonce. A section without its end line is dropped.
+//
+// The sections' bodies are slices of out, not copies (a line's "\r\n"
+// becomes "\n" by a copy of that body only): parsing a host's answer
+// costs little beyond the answer itself.
 func ParseOutput(nonce string, out []byte) Output {
 	o := Output{Sections: make(map[string]Section)}
-	marker := markerPrefix + nonce + " "
+	marker := []byte(markerPrefix + nonce + " ")
 	var (
-		cur  string
-		body bytes.Buffer
-		open bool
+		cur       string
+		open      bool
+		bodyStart int
 	)
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 64*1024), 16<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		rest, isMarker := bytes.CutPrefix(line, []byte(marker))
+	for pos := 0; pos < len(out); {
+		lineStart := pos
+		line := out[pos:]
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line, pos = line[:i], pos+i+1
+		} else {
+			pos = len(out)
+		}
+		line = bytes.TrimSuffix(line, []byte{'\r'}) // as bufio.ScanLines
+		rest, isMarker := bytes.CutPrefix(line, marker)
 		if !isMarker {
-			switch {
-			case open:
-				body.Write(line)
-				body.WriteByte('\n')
-			case len(bytes.TrimSpace(line)) > 0:
-				o.Stray = append(o.Stray, line...)
+			if !open && len(o.Stray) < maxStray && len(bytes.TrimSpace(line)) > 0 {
+				o.Stray = append(o.Stray, line[:min(len(line), maxStray-len(o.Stray))]...)
 				o.Stray = append(o.Stray, '\n')
 			}
 			continue
@@ -246,12 +307,15 @@ func ParseOutput(nonce string, out []byte) Output {
 		f := strings.Fields(string(rest))
 		switch {
 		case len(f) == 2 && f[0] == "begin":
-			cur, open = f[1], true
-			body.Reset()
+			cur, open, bodyStart = f[1], true, pos
 		case len(f) == 3 && f[0] == "end" && open && f[1] == cur:
 			code, err := strconv.Atoi(f[2])
 			if err == nil {
-				o.Sections[cur] = Section{Body: bytes.Clone(body.Bytes()), ExitCode: code}
+				body := out[bodyStart:lineStart:lineStart]
+				if bytes.IndexByte(body, '\r') >= 0 {
+					body = bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n"))
+				}
+				o.Sections[cur] = Section{Body: body, ExitCode: code}
 			}
 			open = false
 		case len(f) == 1 && f[0] == "done" && !open:

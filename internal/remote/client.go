@@ -121,10 +121,10 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 // the moment the host sends more than it may.
 func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Conn, command string, stdin []byte, t Target) ([]byte, error) {
 	cutOff := func() { conn.Close() }
-	stdout := newCapture(MaxOutput, "output", c.Budget, cutOff)
-	stderr := newCapture(MaxStderr, "error output", c.Budget, cutOff)
-	defer stdout.release()
-	defer stderr.release()
+	acct := newAccount(c.Budget, cutOff)
+	defer acct.release()
+	stdout := newCapture(MaxOutput, "output", acct)
+	stderr := newCapture(MaxStderr, "error output", acct)
 	sess.Stdin = bytes.NewReader(stdin)
 	sess.Stdout, sess.Stderr = stdout, stderr
 	err := sess.Run(command)
@@ -353,8 +353,9 @@ func RunLocal(ctx context.Context, command string, stdin []byte) ([]byte, error)
 			syscall.Kill(-int(p), syscall.SIGKILL)
 		}
 	}
-	stdout := newCapture(MaxOutput, "output", nil, cutOff)
-	stderr := newCapture(MaxStderr, "error output", nil, cutOff)
+	acct := newAccount(nil, cutOff)
+	stdout := newCapture(MaxOutput, "output", acct)
+	stderr := newCapture(MaxStderr, "error output", acct)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}
