@@ -259,6 +259,7 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 	// word, from data-gpu and data-state: 13 bytes less in each cell.
 	w.WriteString(" tabindex=0>")
 	if g.Short != "" && (g.Name != h.ModelName || h.ModelName == "") {
+		w.WriteString("<p class=m>") // a line of its own: a name may be long
 		esc(w, g.Short)
 	}
 	if g.Error != "" {

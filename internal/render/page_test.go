@@ -146,3 +146,24 @@ func TestHostStats(t *testing.T) {
 		}
 	}
 }
+
+// A cell names its model on its own line only on a host of mixed models.
+func TestCellNamesModelOnMixedHost(t *testing.T) {
+	g := &cluster.GPU{HasIndex: true, Name: "NVIDIA H100 80GB HBM3", Short: "H100 80GB HBM3", State: cluster.Free,
+		MemUsed: loaddata.Num(1), MemTotal: loaddata.Num(81559), Util: loaddata.Num(0)}
+	for _, tt := range []struct {
+		name, model string
+		named       bool
+	}{
+		{"one model, in the card's header", g.Name, false},
+		{"mixed models", "", true},
+	} {
+		var b strings.Builder
+		w := bufio.NewWriter(&b)
+		writeGPU(w, &cluster.Host{Name: "h", Display: "h", ModelName: tt.model}, g, &Report{Loc: time.UTC}, nil)
+		w.Flush()
+		if named := strings.Contains(b.String(), "tabindex=0><p class=m>H100 80GB HBM3<p>"); named != tt.named {
+			t.Errorf("%s: the cell names its model: %v, want %v\n%s", tt.name, named, tt.named, b.String())
+		}
+	}
+}
