@@ -33,6 +33,29 @@ type Summary struct {
 	Down map[string]*HostState
 	// Totals since the history began, for Prometheus's counters.
 	Totals Totals
+
+	// For the page's plots. Fleet24h: each snapshot of the last 24 hours;
+	// Fleet7d: each hour of the last 7 days (the snapshots' average).
+	Fleet24h, Fleet7d []FleetPoint
+	// Days are the starts (UTC) of the last 30 days, oldest first;
+	// UserDays[user][i] is the user's GPU-hours on Days[i].
+	Days     []time.Time
+	UserDays map[string][]float64
+	// Util is each GPU's utilization over the last 24 hours, one point an
+	// hour (UtilHours, oldest first), by host and GPU id; NaN where it was
+	// not known (host down, MIG, no snapshot that hour).
+	UtilHours []time.Time
+	Util      map[GPURef][]float64
+}
+
+// GPURef names a GPU: its host and the page's id.
+type GPURef struct{ Host, GPU string }
+
+// FleetPoint is the fleet's GPUs per state at a time (or averaged over
+// the hour that starts then).
+type FleetPoint struct {
+	Time                                         time.Time
+	Free, Busy, Reserved, Failed, Down, IdleHeld float64
 }
 
 // UserHours is one user's GPU-hours and idle-held GPU-hours per window
