@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -111,7 +112,139 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 	if sum.Totals, err = s.totals(tx, st); err != nil {
 		return nil, err
 	}
+	if err := plotSeries(tx, sum, now); err != nil {
+		return nil, err
+	}
 	return sum, nil
+}
+
+// plotSeries reads the page's plots: the fleet per snapshot (24 h) and
+// per hour (7 d), each user's GPU-hours per day (30 d), and each GPU's
+// utilization at each hour's last snapshot (24 h; the hour's average
+// would mean reading every snapshot of the day, 1 s at 1,000 hosts).
+func plotSeries(tx *sql.Tx, sum *Summary, now time.Time) error {
+	var err error
+	day, n := int64(24*3600), now.Unix()
+	if sum.Fleet24h, err = fleetSeries(tx, `SELECT t, free, busy, reserved, failed, down, idle_held
+		FROM snapshots WHERE t > ? AND t <= ? ORDER BY t`, n-day, n); err != nil {
+		return err
+	}
+	if sum.Fleet7d, err = fleetSeries(tx, `SELECT t - ((t % 3600) + 3600) % 3600 AS h, avg(free), avg(busy),
+		avg(reserved), avg(failed), avg(down), avg(idle_held)
+		FROM snapshots WHERE t > ? AND t <= ? GROUP BY h ORDER BY h`, n-7*day, n); err != nil {
+		return err
+	}
+	if err := userDays(tx, sum, now); err != nil {
+		return err
+	}
+	return utilSeries(tx, sum, now)
+}
+
+func fleetSeries(tx *sql.Tx, q string, args ...any) ([]FleetPoint, error) {
+	rows, err := tx.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FleetPoint
+	for rows.Next() {
+		var t int64
+		var p FleetPoint
+		if err := rows.Scan(&t, &p.Free, &p.Busy, &p.Reserved, &p.Failed, &p.Down, &p.IdleHeld); err != nil {
+			return nil, err
+		}
+		p.Time = time.Unix(t, 0).UTC()
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func userDays(tx *sql.Tx, sum *Summary, now time.Time) error {
+	const days = 30
+	day := int64(24 * 3600)
+	first := (now.Unix()/day - days + 1) * day
+	for i := range days {
+		sum.Days = append(sum.Days, time.Unix(first+int64(i)*day, 0).UTC())
+	}
+	sum.UserDays = map[string][]float64{}
+	rows, err := tx.Query(`SELECT hour / ? AS d, name, sum(value) FROM usage
+		WHERE kind = ? AND hour >= ? AND hour <= ? GROUP BY d, name`, day, kindUser, first, now.Unix())
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d int64
+		var name string
+		var v float64
+		if err := rows.Scan(&d, &name, &v); err != nil {
+			return err
+		}
+		i := int((d*day - first) / day)
+		if i < 0 || i >= days {
+			continue
+		}
+		if sum.UserDays[name] == nil {
+			sum.UserDays[name] = make([]float64, days)
+		}
+		sum.UserDays[name][i] = v / 3600
+	}
+	return rows.Err()
+}
+
+func utilSeries(tx *sql.Tx, sum *Summary, now time.Time) error {
+	const hours = 24
+	last := hourOf(now.Unix())
+	first := last - (hours-1)*3600
+	for i := range hours {
+		sum.UtilHours = append(sum.UtilHours, time.Unix(first+int64(i)*3600, 0).UTC())
+	}
+	sum.Util = map[GPURef][]float64{}
+	rows, err := tx.Query(`SELECT max(t) FROM snapshots WHERE t >= ? AND t < ? AND data IS NOT NULL
+		GROUP BY t - ((t % 3600) + 3600) % 3600`, first, last+3600)
+	if err != nil {
+		return err
+	}
+	var times []int64
+	for rows.Next() {
+		var t int64
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return err
+		}
+		times = append(times, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range times {
+		var blob []byte
+		if err := tx.QueryRow(`SELECT data FROM snapshots WHERE t = ?`, t).Scan(&blob); err != nil {
+			return err
+		}
+		snap, err := decodeSnapshot(blob)
+		if err != nil {
+			continue // a damaged snapshot leaves its hour unknown
+		}
+		i := int((hourOf(t) - first) / 3600)
+		for _, h := range snap.Hosts {
+			for _, g := range h.GPUs {
+				if !g.HasUtil {
+					continue
+				}
+				ref := GPURef{h.Name, g.ID}
+				if sum.Util[ref] == nil {
+					sum.Util[ref] = make([]float64, hours)
+					for k := range sum.Util[ref] {
+						sum.Util[ref][k] = math.NaN()
+					}
+				}
+				sum.Util[ref][i] = g.UtilPct
+			}
+		}
+	}
+	return nil
 }
 
 func (s *Store) userHours(tx *sql.Tx, st *State, now time.Time) ([]UserHours, error) {

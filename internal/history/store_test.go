@@ -91,7 +91,7 @@ func outcomeOf(t testing.TB, s *Store) outcome {
 	return outcome{u, sum}
 }
 
-var approx = cmpopts.EquateApprox(0, 1e-6)
+var approx = cmp.Options{cmpopts.EquateApprox(0, 1e-6), cmpopts.EquateNaNs()}
 
 // The same snapshots give the same figures whatever order they come in,
 // and recording one twice changes nothing.
@@ -246,5 +246,37 @@ func TestDamagedDatabase(t *testing.T) {
 	st, err := os.Stat(made)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("a new database's mode = %v, %v; want 0600", st.Mode().Perm(), err)
+	}
+}
+
+// The plots' series: the fleet per snapshot and per hour, each user's
+// GPU-hours per day, each GPU's utilization at each hour's last reading.
+func TestPlotSeries(t *testing.T) {
+	s := openStore(t, "")
+	var snaps []*Snapshot
+	for m := 0.0; m <= 120; m += 5 {
+		util := 2.0
+		if m >= 60 {
+			util = 80 // 09:00 on: alice works
+		}
+		snaps = append(snaps, snapAt(m, up("a", held("0", util, "alice"), held("1", 0)), down("b")))
+	}
+	record(t, s, snaps...)
+	sum, err := s.Summary(context.Background(), at(121))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Fleet24h) != len(snaps) || sum.Fleet24h[0].Busy != 1 || sum.Fleet24h[0].Free != 1 {
+		t.Errorf("Fleet24h: %d points, first %+v; want %d, one busy, one free", len(sum.Fleet24h), sum.Fleet24h[0], len(snaps))
+	}
+	if n := len(sum.Fleet7d); n != 3 { // 08:00, 09:00, 10:00
+		t.Errorf("Fleet7d has %d hours, want 3", n)
+	}
+	u := sum.Util[GPURef{"a", "0"}]
+	if len(u) != 24 || u[21] != 2 || u[22] != 80 || u[23] != 80 || !math.IsNaN(u[0]) {
+		t.Errorf("gpu a/0's utilization by hour = %v; want unknown, then 2 (08:55), 80, 80", u)
+	}
+	if days := sum.UserDays["alice"]; len(days) != 30 || days[29] != 2 || !sum.Days[29].Equal(time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("alice's days = %v (last day %s); want 2 GPU-hours on 2026-11-02", days, sum.Days[29])
 	}
 }
