@@ -280,3 +280,23 @@ func TestPlotSeries(t *testing.T) {
 		t.Errorf("alice's days = %v (last day %s); want 2 GPU-hours on 2026-11-02", days, sum.Days[29])
 	}
 }
+
+// Synthesize makes a history render can go on from: the month's figures
+// are there, and the next snapshot records and folds as usual.
+func TestSynthesize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
+	end := at(0)
+	if err := Synthesize(context.Background(), path, DefaultParams, 2*24*time.Hour, 20, 3, end); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, path)
+	record(t, s, fleetAt(20, end.Add(5*time.Minute)))
+	sum, err := s.Summary(context.Background(), end.Add(6*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Snapshots != 3*288+2 || len(sum.IdleHeld) == 0 || len(sum.UserDays) == 0 || len(sum.Fleet7d) < 72 {
+		t.Errorf("synthesized history: %d snapshots, %d idle-held, %d users by day, %d hours of fleet",
+			sum.Snapshots, len(sum.IdleHeld), len(sum.UserDays), len(sum.Fleet7d))
+	}
+}

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
@@ -129,6 +131,77 @@ func BenchmarkRender(b *testing.B) {
 		for b.Loop() {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			argv, _ := json.Marshal(args)
+			cmd.Env = append(os.Environ(), childEnv+"="+string(argv))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				b.Fatalf("%v\n%s", err, out)
+			}
+			var kib int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "VmHWM: %d kB", &kib); err != nil {
+				b.Fatalf("no VmHWM from the child: %q", out)
+			}
+			peak = max(peak, kib)
+		}
+		b.ReportMetric(float64(peak)/1024, "peak-MB")
+	})
+}
+
+// BenchmarkRenderHistory: the whole command at 1000 hosts × 8 GPUs with 30
+// days of history behind it (history.Synthesize: a snapshot every 5
+// minutes, 200 users, whole snapshots for 14 days): each run records a new
+// snapshot, reads the month's figures and writes the page, status.json and
+// metrics.prom. "peak" runs it once in a child process. The database's size
+// is reported too.
+func BenchmarkRenderHistory(b *testing.B) {
+	dir := b.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	end := time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
+	if err := history.Synthesize(context.Background(), filepath.Join(dir, "history.db"), history.DefaultParams,
+		DefaultKeepDays*24*time.Hour, 1000, 30, end); err != nil {
+		b.Fatal(err)
+	}
+	rows := fleetRows(1000, 8)
+	next := end
+	csvAt := func() string {
+		next = next.Add(5 * time.Minute)
+		for i := range rows {
+			rows[i].Timestamp = next.Format(time.RFC3339)
+		}
+		p := filepath.Join(dir, "load_data.csv")
+		if err := loaddata.WriteFile(p, rows); err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	b.Run("command", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			in := csvAt()
+			b.StartTimer()
+			if err := Main(context.Background(), []string{"-c", ini, "-i", in}, io.Discard, io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
+		st, err := os.Stat(filepath.Join(dir, "index.html"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(st.Size()), "page-bytes")
+		var size int64
+		for _, suffix := range []string{"", "-wal"} {
+			if st, err := os.Stat(filepath.Join(dir, "history.db"+suffix)); err == nil {
+				size += st.Size()
+			}
+		}
+		b.ReportMetric(float64(size)/1e6, "db-MB")
+	})
+	b.Run("peak", func(b *testing.B) {
+		var peak int64
+		for b.Loop() {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			argv, _ := json.Marshal([]string{"-c", ini, "-i", csvAt()})
 			cmd.Env = append(os.Environ(), childEnv+"="+string(argv))
 			out, err := cmd.CombinedOutput()
 			if err != nil {

@@ -1,0 +1,121 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Synthesize fills the database at path with a made-up history of `days`
+// days before end: hosts × 8 GPUs, a snapshot every 5 minutes, 200 users
+// holding a third of the GPUs, some of them idle for hours. It writes the
+// tables directly, as a replay of the whole fold would take the benchmark
+// minutes per day; the newest state is folded for real, so that render
+// can go on recording after it. For benchmarks (render with a month of
+// history) and the demo's plots; never for a real database.
+func Synthesize(ctx context.Context, path string, p Params, keepRaw time.Duration, hosts, days int, end time.Time) error {
+	s, err := Open(path, p, keepRaw)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	w := &writer{tx: tx, p: p}
+	const step = 300
+	last := end.Unix() - end.Unix()%step
+	first := last - int64(days)*24*3600
+	sample := fleetAt(hosts, time.Unix(first, 0))
+	blob, err := encodeSnapshot(sample)
+	if err != nil {
+		return err
+	}
+	st := NewState()
+	Step(st, sample, p) // the state every checkpoint stands for, at its time
+	rawCut := last - int64(keepRaw/time.Second)
+	counts := Step(NewState(), sample, p).Counts
+	for t := first; t < last; t += step {
+		var data any
+		if t >= rawCut {
+			data = blob
+		}
+		if _, err := tx.Exec(`INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, t,
+			counts.Hosts, counts.HostsDown, counts.States[Free], counts.States[Busy], counts.States[Reserved],
+			counts.States[Failed], counts.States[Down], (t/step)%97, data); err != nil {
+			return err
+		}
+		if (t%3600 == 3600-step || t+step == last) && t >= rawCut {
+			st.Time = t
+			for _, sp := range st.Spells { // idle since a day before
+				sp.Start, sp.Last = t-26*3600, t
+			}
+			state, err := encodeState(st)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(`INSERT OR REPLACE INTO checkpoints VALUES (?, ?)`, t, state); err != nil {
+				return err
+			}
+		}
+	}
+	agg := st.Prev
+	for h := hourOf(first) + 3600; h <= hourOf(last); h += 3600 {
+		eff := Effects{Hour: h, UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}, UserGPUs: agg.UserGPUs}
+		for u, share := range agg.UserShare {
+			eff.UserSeconds[u] = share * 3600
+		}
+		for state, n := range agg.States {
+			eff.StateSeconds[state] = float64(n) * 3600
+		}
+		eff.IdleJobSeconds = float64(agg.IdleJob) * 3600
+		if (h/3600)%6 == 0 { // every 6 hours, some idle-held spells end
+			for i := range hosts / 20 {
+				u := fmt.Sprintf("user%03d", i%200)
+				eff.Ended = append(eff.Ended, Spell{Host: fmt.Sprintf("gpu%04d", i), GPU: "1", Users: []string{u},
+					Start: h - 5*3600, Last: h - 300, End: h, MemMiB: 1000})
+			}
+		}
+		if err := w.apply(eff, h); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	// the newest snapshot, folded for real: its checkpoint is the state
+	// render goes on from
+	_, err = s.Record(ctx, fleetAt(hosts, time.Unix(last, 0)))
+	return err
+}
+
+// fleetAt is a made-up snapshot of hosts × 8 GPUs at t: two thirds held
+// by 200 users (one GPU in 24 idle), a third free; a host in a hundred down.
+func fleetAt(hosts int, t time.Time) *Snapshot {
+	s := &Snapshot{Time: t.UTC()}
+	for h := range hosts {
+		name := fmt.Sprintf("gpu%04d", h)
+		if h%100 == 99 {
+			s.Hosts = append(s.Hosts, Host{Name: name})
+			continue
+		}
+		host := Host{Name: name, Up: true}
+		for g := range 8 {
+			gpu := GPU{ID: fmt.Sprint(g), Name: "NVIDIA H100 80GB HBM3", State: Free, HasUtil: true, MemTotalMiB: 81559}
+			if k := (h + g) % 3; k < 2 {
+				gpu.State = Busy
+				gpu.Holders = []Holder{{User: fmt.Sprintf("user%03d", (h*8+g)%200), MemMiB: 30000}}
+				gpu.MemUsedMiB = 30000
+				gpu.UtilPct = 97
+				if (h*8+g)%24 == 1 { // one in 24 held idle: 330 at 1,000 hosts
+					gpu.UtilPct = 0
+				}
+			}
+			host.GPUs = append(host.GPUs, gpu)
+		}
+		s.Hosts = append(s.Hosts, host)
+	}
+	return s
+}
