@@ -300,3 +300,24 @@ func TestSynthesize(t *testing.T) {
 			sum.Snapshots, len(sum.IdleHeld), len(sum.UserDays), len(sum.Fleet7d))
 	}
 }
+
+// The database deleted while a render has it open: that run records into
+// the unlinked file without error, and the next run makes a new one.
+func TestDeletedWhileOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
+	s := openStore(t, path)
+	record(t, s, snapAt(0, up("a", held("0", 90, "alice"))))
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(path + suffix)
+	}
+	record(t, s, snapAt(5, up("a", held("0", 90, "alice"))))
+	if _, err := s.Summary(context.Background(), at(6)); err != nil {
+		t.Errorf("summary of a deleted database: %v", err)
+	}
+	s.Close()
+	fresh := openStore(t, path)
+	record(t, fresh, snapAt(10, up("a", held("0", 90, "alice"))))
+	if sum, err := fresh.Summary(context.Background(), at(11)); err != nil || sum.Snapshots != 1 {
+		t.Errorf("the new database: %v, %+v", err, sum)
+	}
+}

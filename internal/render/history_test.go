@@ -155,3 +155,106 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// What can happen to the database between or during runs: truncated, or
+// deleted (a new one is made, or the open one goes on unlinked), two
+// renders at once, and a CSV older than the newest recorded (a clock that
+// went back): the page is always written, and nothing is counted twice.
+func TestHistoryFaults(t *testing.T) {
+	setup := func(t *testing.T) (dir, ini string) {
+		dir = t.TempDir()
+		ini = filepath.Join(dir, "config.ini")
+		os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+		return dir, ini
+	}
+	alice := func(t *testing.T, dir string) float64 {
+		t.Helper()
+		var st Status
+		data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+		if err := json.Unmarshal(data, &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range st.Users {
+			if u.User == "alice" && u.GPUHoursByWindow != nil {
+				return u.GPUHoursByWindow.D30
+			}
+		}
+		return -1
+	}
+	t.Run("truncated", func(t *testing.T) {
+		dir, ini := setup(t)
+		for _, m := range []int{0, 5} {
+			if _, stderr, err := renderMain(t, "-c", ini, "-i", csvAt(t, dir, m)); err != nil {
+				t.Fatalf("%v\n%s", err, stderr)
+			}
+		}
+		db := filepath.Join(dir, "history.db")
+		os.Remove(db + "-wal")
+		os.Remove(db + "-shm")
+		if err := os.Truncate(db, 1000); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(dir, "index.html"))
+		_, _, err := renderMain(t, "-c", ini, "-i", csvAt(t, dir, 10))
+		if err == nil {
+			t.Error("a truncated database gave no error")
+		}
+		if _, err := os.Stat(filepath.Join(dir, "index.html")); err != nil {
+			t.Errorf("no page with a truncated database: %v", err)
+		}
+	})
+	t.Run("deleted between runs", func(t *testing.T) {
+		dir, ini := setup(t)
+		renderMain(t, "-c", ini, "-i", csvAt(t, dir, 0))
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			os.Remove(filepath.Join(dir, "history.db"+suffix))
+		}
+		if _, stderr, err := renderMain(t, "-c", ini, "-i", csvAt(t, dir, 5)); err != nil {
+			t.Fatalf("after the database was deleted: %v\n%s", err, stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "history.db")); err != nil {
+			t.Errorf("no new database: %v", err)
+		}
+	})
+	t.Run("clock back", func(t *testing.T) {
+		dir, ini := setup(t)
+		for _, m := range []int{0, 5, 10, 20, 15, 15, 25} { // 15 after 20, then twice
+			if _, stderr, err := renderMain(t, "-c", ini, "-i", csvAt(t, dir, m)); err != nil {
+				t.Fatalf("minute %d: %v\n%s", m, err, stderr)
+			}
+		}
+		// 5 spans of 5 minutes; alice holds half of two GPUs
+		if got := alice(t, dir); got != round(25.0/60, 3) {
+			t.Errorf("alice's GPU-hours = %v, want %v", got, round(25.0/60, 3))
+		}
+	})
+	t.Run("two at once", func(t *testing.T) {
+		dir, ini := setup(t)
+		inputs := []string{}
+		for m := 0; m <= 55; m += 5 {
+			inputs = append(inputs, csvAt(t, dir, m))
+		}
+		errs := make(chan error, 2*len(inputs))
+		done := make(chan bool)
+		for range 2 {
+			go func() {
+				for _, in := range inputs {
+					if _, stderr, err := renderMain(t, "-c", ini, "-i", in); err != nil {
+						errs <- fmt.Errorf("%v: %s", err, stderr)
+					}
+				}
+				done <- true
+			}()
+		}
+		<-done
+		<-done
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		renderMain(t, "-c", ini, "-i", inputs[len(inputs)-1])
+		if got := alice(t, dir); got != round(55.0/60, 3) {
+			t.Errorf("alice's GPU-hours = %v, want %v (each snapshot once)", got, round(55.0/60, 3))
+		}
+	})
+}
