@@ -88,6 +88,10 @@ func (h *Host) Up() bool { return h.Status == hoststatus.OK }
 type GPU struct {
 	Index       int  // nvidia-smi's index; see HasIndex
 	HasIndex    bool // false for a GPU the driver lost, known by its bus id only
+	// SharedIndex: another GPU of the host has the same index (a broken
+	// driver); ID is then the UUID, so that each GPU keeps its own name
+	// in metrics.prom and in the history.
+	SharedIndex bool
 	UUID        string
 	Name        string // full nvidia-smi name
 	Short       string
@@ -110,6 +114,8 @@ type GPU struct {
 // ID is the GPU's index, else its bus id (a lost GPU has no index), else "?".
 func (g *GPU) ID() string {
 	switch {
+	case g.SharedIndex && g.UUID != "":
+		return g.UUID
 	case g.HasIndex:
 		return strconv.Itoa(g.Index)
 	case g.BusID != "":
@@ -297,6 +303,7 @@ func (b *Builder) Cluster() *Cluster {
 			continue
 		}
 		h.ModelName = commonName(h.GPUs)
+		markSharedIndexes(h.GPUs)
 		for _, g := range h.GPUs {
 			g.Reservation = gpuReservation(hr, g)
 			classify(g, o.FreeMemMiB)
@@ -565,4 +572,17 @@ func memOr(n loaddata.Number, def float64) float64 {
 		return def
 	}
 	return n.Value
+}
+
+// markSharedIndexes marks the GPUs whose index another GPU of the host has.
+func markSharedIndexes(gpus []*GPU) {
+	seen := make(map[int]int, len(gpus))
+	for _, g := range gpus {
+		if g.HasIndex {
+			seen[g.Index]++
+		}
+	}
+	for _, g := range gpus {
+		g.SharedIndex = g.HasIndex && seen[g.Index] > 1
+	}
 }

@@ -300,4 +300,8 @@ func TestDuplicateIndexKeptApart(t *testing.T) {
 	if gpus[1].UUID != "GPU-c" || len(gpus[1].Procs) != 0 || gpus[1].State != Free {
 		t.Errorf("second GPU: uuid %s, %d processes, %s; want GPU-c, none, free", gpus[1].UUID, len(gpus[1].Procs), gpus[1].State)
 	}
+	// each keeps a name of its own (metrics.prom's gpu label, the history)
+	if gpus[0].ID() != "GPU-a" || gpus[1].ID() != "GPU-c" {
+		t.Errorf("ids %q and %q, want the UUIDs", gpus[0].ID(), gpus[1].ID())
+	}
 }
