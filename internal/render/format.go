@@ -25,9 +25,15 @@ type Report struct {
 	History  *history.Summary // nil when history is off or could not be read
 }
 
-// Age is how old the newest reading is; negative when unknown.
+// maxAhead is how far ahead of render's clock data may be dated (clocks a
+// little apart) before its age counts as unknown.
+const maxAhead = 5 * time.Minute
+
+// Age is how old the newest reading is; negative when unknown: no time,
+// or a time ahead of this machine's clock (a clock set wrong: such data
+// would otherwise never be stale).
 func (r *Report) Age() time.Duration {
-	if r.Cluster.DataTime.IsZero() {
+	if r.Cluster.DataTime.IsZero() || r.Cluster.DataTime.Sub(r.Now) > maxAhead {
 		return -1
 	}
 	a := r.Now.Sub(r.Cluster.DataTime)
@@ -39,6 +45,15 @@ func (r *Report) Age() time.Duration {
 
 // noTimeText says why data with no time is stale.
 const noTimeText = "no reading has a timestamp that could be read, so the data's age is unknown"
+
+// unknownAgeText says why the data's age is unknown.
+func (r *Report) unknownAgeText() string {
+	if t := r.Cluster.DataTime; !t.IsZero() {
+		return fmt.Sprintf("the newest reading is dated %s, ahead of this machine's clock (%s): check the clocks of the hosts and of this machine",
+			t.UTC().Format(loaddata.TimeFormat), r.Now.UTC().Format(loaddata.TimeFormat))
+	}
+	return noTimeText
+}
 
 // Stale reports whether the data is older than stale_after (or has no time).
 func (r *Report) Stale() bool {

@@ -87,7 +87,13 @@ func recordHistory(ctx context.Context, rep *Report) error {
 	}
 	defer store.Close()
 	var recordErr error
-	if _, err := store.Record(ctx, history.FromCluster(rep.Cluster)); err != nil {
+	snap := history.FromCluster(rep.Cluster)
+	if snap.Time.Sub(rep.Now) > maxAhead {
+		// a year-9999 snapshot would make every real one after it "out of
+		// order", and the pruning, counted from the newest, would drop all
+		recordErr = fail(fmt.Errorf("this snapshot was not recorded: it is dated %s, ahead of this machine's clock",
+			snap.Time.UTC().Format(time.RFC3339)))
+	} else if _, err := store.Record(ctx, snap); err != nil {
 		// a snapshot that cannot be recorded (too old, no time) still
 		// leaves the history that is there to show
 		recordErr = fail(fmt.Errorf("this snapshot was not recorded: %w", err))

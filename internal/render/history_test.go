@@ -258,3 +258,31 @@ func TestHistoryFaults(t *testing.T) {
 		}
 	})
 }
+
+// Data dated ahead of this machine's clock (year 9999) is stale with a
+// reason, and is not recorded: it would push the whole history out.
+func TestDataFromTheFuture(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	renderMain(t, "-c", ini, "-i", csvAt(t, dir, 0))
+	data, _ := os.ReadFile(csvAt(t, dir, 0))
+	future := filepath.Join(dir, "future.csv")
+	os.WriteFile(future, []byte(strings.ReplaceAll(string(data), "2026-11-23T", "9999-11-23T")), 0o644)
+	_, _, err := renderMain(t, "-c", ini, "-i", future)
+	if err == nil || !strings.Contains(err.Error(), "ahead of this machine's clock") {
+		t.Errorf("render of data from 9999: %v, want an error saying it was not recorded", err)
+	}
+	var st Status
+	raw, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Stale || st.AgeSeconds != nil || st.History == nil || st.History.Snapshots != 1 {
+		t.Errorf("status: stale %v, age %v, history %+v; want stale, no age, the 1 earlier snapshot", st.Stale, st.AgeSeconds, st.History)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	if !bytes.Contains(page, []byte("ahead of this machine")) {
+		t.Error("the page does not say the data is dated ahead of the clock")
+	}
+}

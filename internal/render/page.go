@@ -98,7 +98,7 @@ func pageViewOf(r *Report) map[string]any {
 		"StaleAfterText": settingText(cfg.StaleAfter),
 		"Stale":          r.Stale(),
 		"Age":            "", // known age only; the page says unknown otherwise
-		"NoTimeText":     noTimeText,
+		"NoTimeText":     r.unknownAgeText(),
 		"Free":           c.Count[cluster.Free],
 		"Busy":           c.Count[cluster.Busy],
 		"Reserved":       c.Count[cluster.Reserved],
@@ -112,7 +112,7 @@ func pageViewOf(r *Report) map[string]any {
 		"JSONLink":       r.JSONLink,
 		"PromLink":       r.PromLink,
 	}
-	if !c.DataTime.IsZero() {
+	if !c.DataTime.IsZero() && r.Age() >= 0 { // the script ages only a time it can trust
 		v["DataTime"] = c.DataTime.UTC().Format(time.RFC3339)
 	}
 	if a := r.Age(); a >= 0 {

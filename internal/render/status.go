@@ -151,8 +151,10 @@ func statusHead(r *Report) *statusPrefix {
 	if !c.DataTime.IsZero() {
 		t := c.DataTime.UTC().Format(time.RFC3339)
 		s.DataTime = &t
-		a := r.Age().Seconds()
-		s.AgeSeconds = &a
+		if age := r.Age(); age >= 0 { // null when dated ahead of this clock
+			a := age.Seconds()
+			s.AgeSeconds = &a
+		}
 	}
 	for _, m := range c.Models {
 		s.Summary.Models = append(s.Summary.Models, StatusModel{Name: m.Name, Free: m.Free, Failed: m.Failed, Total: m.Total})

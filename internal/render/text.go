@@ -476,7 +476,7 @@ func writeTextSummary(b *bufio.Writer, r *Report, o TextOptions) {
 		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
 	}
 	if r.Stale() {
-		line := "STALE: " + noTimeText
+		line := "STALE: " + r.unknownAgeText()
 		if age >= 0 {
 			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
 		}
