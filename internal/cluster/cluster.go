@@ -86,8 +86,8 @@ func (h *Host) Up() bool { return h.Status == hoststatus.OK }
 
 // GPU is one GPU and what runs on it.
 type GPU struct {
-	Index       int  // nvidia-smi's index; see HasIndex
-	HasIndex    bool // false for a GPU the driver lost, known by its bus id only
+	Index    int  // nvidia-smi's index; see HasIndex
+	HasIndex bool // false for a GPU the driver lost, known by its bus id only
 	// SharedIndex: another GPU of the host has the same index (a broken
 	// driver); ID is then the UUID, so that each GPU keeps its own name
 	// in metrics.prom and in the history.
