@@ -86,14 +86,17 @@ func TestHostsCommandBounds(t *testing.T) {
 		name, command string
 		want          []string // nil: an error
 		wantErr       string
+		timeout       string
 	}{
-		{"a flood", "yes gpu01", nil, "c.ini:3: hosts_command: `yes gpu01` failed: printed more than 16 MiB"},
-		{"a hang", "sleep 60", nil, "c.ini:3: hosts_command: `sleep 60` failed: did not finish within 1s"},
-		{"a hang in a pipeline", "sleep 60 | cat", nil, "did not finish within 1s"},
-		{"a child left holding stdout", "sleep 60 & echo $! > " + pidFile + "; echo gpu01", []string{"gpu01"}, ""},
+		// the cap, not the timeout, must end it: a loaded machine took over
+		// 1s to print 16 MiB, so the timeout is far
+		{"a flood", "yes gpu01", nil, "c.ini:3: hosts_command: `yes gpu01` failed: printed more than 16 MiB", "60"},
+		{"a hang", "sleep 60", nil, "c.ini:3: hosts_command: `sleep 60` failed: did not finish within 1s", "1"},
+		{"a hang in a pipeline", "sleep 60 | cat", nil, "did not finish within 1s", "1"},
+		{"a child left holding stdout", "sleep 60 & echo $! > " + pidFile + "; echo gpu01", []string{"gpu01"}, "", "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := "[common]\ntimeout = 1\nhosts_command = " + tc.command + "\n"
+			src := "[common]\ntimeout = " + tc.timeout + "\nhosts_command = " + tc.command + "\n"
 			c, err := ParseConfig(strings.NewReader(src), filepath.Join(dir, "c.ini"))
 			if err != nil {
 				t.Fatal(err)

@@ -106,10 +106,10 @@ func distinctValue(t testing.TB, field reflect.Value, i int) {
 // into its own field: set alone, so that two columns swapped, or a column
 // the reader drops, show; and all at once.
 func TestEveryColumnRoundTrips(t *testing.T) {
-	var all Row
+	all := Row{HostStatus: hoststatus.OK} // a status is always needed
 	for i, c := range columns {
 		t.Run(c.name, func(t *testing.T) {
-			var want Row
+			want := Row{HostStatus: hoststatus.OK}
 			distinctValue(t, reflect.ValueOf(&want).Elem().Field(c.field), i)
 			distinctValue(t, reflect.ValueOf(&all).Elem().Field(c.field), i)
 			got, err := decode(t, encode(t, []Row{want}))
@@ -238,7 +238,7 @@ func TestLimitedWriter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var rows []Row
 			for range tt.rows {
-				rows = append(rows, Row{Command: strings.Repeat("c", tt.cell)})
+				rows = append(rows, Row{HostStatus: hoststatus.OK, Command: strings.Repeat("c", tt.cell)})
 			}
 			var b strings.Builder
 			w := &limitedWriter{w: &b, lim: lim}
@@ -276,5 +276,15 @@ func TestRemoveLeftovers(t *testing.T) {
 	want := []string{".load_data.csv.keep", ".load_data.csv77", ".load_data.csvx1", "index.html", "load_data.csv", "load_data.csv.lock"}
 	if diff := cmp.Diff(want, left); diff != "" {
 		t.Errorf("files left (-want +got):\n%s", diff)
+	}
+}
+
+// host_status takes only the words fetch writes: a forged or mistyped one
+// is an error at its line and column, not a host failed for no reason.
+func TestHostStatusWords(t *testing.T) {
+	csv := encode(t, []Row{{Host: "gpu01", HostStatus: hoststatus.OK}, {Host: "gpu02", HostStatus: "bogus"}})
+	_, err := stream(strings.NewReader(csv), defaultLimits, func(*Row) {})
+	if err == nil || !strings.Contains(err.Error(), `line 3 (column host_status): "bogus" is not a host status`) {
+		t.Errorf("got %v", err)
 	}
 }
