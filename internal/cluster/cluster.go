@@ -13,6 +13,7 @@
 package cluster
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
@@ -57,6 +59,7 @@ type Options struct {
 type Cluster struct {
 	Hosts    []*Host
 	DataTime time.Time // the newest timestamp in the CSV; zero if none parsed
+	BadTime  string    // the first timestamp that did not parse, with its host ("" if none)
 	Users    []*User
 	Models   []*Model
 	Count    map[string]int // GPUs per state
@@ -233,6 +236,9 @@ func (b *Builder) noteTime(h *Host, ts string) {
 		b.lastTS, b.lastT, b.lastOK = ts, t, err == nil
 	}
 	if !b.lastOK {
+		if b.c.BadTime == "" {
+			b.c.BadTime = fmt.Sprintf("%s: %q", h.Name, hosttextClip(ts))
+		}
 		return
 	}
 	if b.lastT.After(h.Time) {
@@ -586,3 +592,6 @@ func markSharedIndexes(gpus []*GPU) {
 		g.SharedIndex = g.HasIndex && seen[g.Index] > 1
 	}
 }
+
+// hosttextClip keeps a timestamp cell short and printable for a message.
+func hosttextClip(s string) string { return hosttext.Clip(hosttext.Printable(s), 40) }

@@ -52,6 +52,9 @@ func (r *Report) unknownAgeText() string {
 		return fmt.Sprintf("the newest reading is dated %s, ahead of this machine's clock (%s): check the clocks of the hosts and of this machine",
 			t.UTC().Format(loaddata.TimeFormat), r.Now.UTC().Format(loaddata.TimeFormat))
 	}
+	if r.Cluster.BadTime != "" {
+		return noTimeText + " (the first that could not: " + r.Cluster.BadTime + ")"
+	}
 	return noTimeText
 }
 

@@ -529,9 +529,9 @@ func TestUnknownDataTime(t *testing.T) {
 	}
 	for _, tt := range []struct{ name, out, want string }{
 		{"page summary", page.String(), " · data time unknown</p>"},
-		{"page banner", page.String(), `<p id="stale" role="alert">⚠ Stale data: no reading has a timestamp that could be read, so the data&#39;s age is unknown.</p>`},
+		{"page banner", page.String(), `<p id="stale" role="alert">⚠ Stale data: no reading has a timestamp that could be read, so the data&#39;s age is unknown (the first that could not: gpu01: &#34;yesterday&#34;).</p>`},
 		{"table summary", text.String(), " · data time unknown\n"},
-		{"table banner", text.String(), "\nSTALE: no reading has a timestamp that could be read, so the data's age is unknown\n"},
+		{"table banner", text.String(), "\nSTALE: no reading has a timestamp that could be read, so the data's age is unknown (the first that could not: gpu01: \"yesterday\")\n"},
 	} {
 		if !strings.Contains(tt.out, tt.want) {
 			t.Errorf("%s: no %q in\n%s", tt.name, tt.want, tt.out)
