@@ -33,16 +33,19 @@ func renderPageWith(t *testing.T, rows []loaddata.Row, resv string) string {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	args := []string{"-i", csv, "-o", filepath.Join(out, "index.html")}
+	// always a config: the history database goes beside it, in dir, not
+	// in the package's folder
+	conf := filepath.Join(dir, "config.ini")
+	args := []string{"-i", csv, "-o", filepath.Join(out, "index.html"), "-c", conf}
+	ini := "[render]\n"
 	if resv != "" {
-		conf := filepath.Join(dir, "config.ini")
 		if err := os.WriteFile(filepath.Join(dir, "reservations.json"), []byte(resv), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(conf, []byte("[render]\nreservations = "+filepath.Join(dir, "reservations.json")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "-c", conf)
+		ini += "reservations = " + filepath.Join(dir, "reservations.json") + "\n"
+	}
+	if err := os.WriteFile(conf, []byte(ini), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if err := render.Main(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("render %q: %v\nstdout:\n%s\nstderr:\n%s", args, err, &stdout, &stderr)
