@@ -296,25 +296,20 @@ func (w *writer) addTotal(kind int, name string, v float64) error {
 // back), and the spans and spells around it change. What the replay will
 // count again is first taken out of the hours, the spells and the totals.
 func (w *writer) replay(ctx context.Context, t int64) error {
-	var from sql.NullInt64
-	if err := w.tx.QueryRow(`SELECT max(t) FROM checkpoints WHERE t < ?`, hourOf(t)).Scan(&from); err != nil {
+	from, ok, err := w.replayStart(t)
+	if err != nil {
 		return err
+	}
+	if !ok {
+		return ErrTooOld
 	}
 	st := NewState()
 	if from.Valid {
-		var err error
 		if st, err = w.checkpoint(from); err != nil {
 			return err
 		}
 	} else {
 		from.Int64 = -1 << 62
-	}
-	var gone int
-	if err := w.tx.QueryRow(`SELECT count(*) FROM snapshots WHERE t > ? AND data IS NULL`, from.Int64).Scan(&gone); err != nil {
-		return err
-	}
-	if gone > 0 || !from.Valid && w.rawPruned() {
-		return ErrTooOld
 	}
 	if err := w.undo(from.Int64); err != nil {
 		return err
@@ -355,6 +350,94 @@ func (w *writer) replay(ctx context.Context, t int64) error {
 	}
 	return nil
 }
+
+// replayStart is the checkpoint a replay for a snapshot at t starts from:
+// the last one before t's hour (not Valid: from the very start). ok is
+// false when the whole snapshots after it are no longer all kept.
+func (w *writer) replayStart(t int64) (from sql.NullInt64, ok bool, err error) {
+	if err := w.tx.QueryRow(`SELECT max(t) FROM checkpoints WHERE t < ?`, hourOf(t)).Scan(&from); err != nil {
+		return from, false, err
+	}
+	after := int64(-1 << 62)
+	if from.Valid {
+		after = from.Int64
+	}
+	var gone int
+	if err := w.tx.QueryRow(`SELECT count(*) FROM snapshots WHERE t > ? AND data IS NULL`, after).Scan(&gone); err != nil {
+		return from, false, err
+	}
+	return from, gone == 0 && (from.Valid || !w.rawPruned()), nil
+}
+
+// Importer records many snapshots in one transaction (render -import): each
+// is stored as it comes, and the counting is replayed once, at Finish, from
+// the earliest of them; one at a time, each snapshot older than the newest
+// would replay all that follows it.
+type Importer struct {
+	s        *Store
+	w        *writer
+	earliest int64
+	newest   int64
+	added    bool
+}
+
+// Import starts an import; Finish (or Abort) ends it.
+func (s *Store) Import(ctx context.Context) (*Importer, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Importer{s: s, w: &writer{tx: tx, p: s.params}, earliest: 1<<62 - 1}, nil
+}
+
+// Add stores snap: false if its time is recorded already, ErrTooOld if it
+// falls among snapshots no longer kept whole (nothing is stored then).
+func (im *Importer) Add(snap *Snapshot) (bool, error) {
+	if snap.Time.IsZero() {
+		return false, errors.New("the data has no time: not recorded")
+	}
+	t := snap.Time.Unix()
+	var n int
+	if err := im.w.tx.QueryRow(`SELECT count(*) FROM snapshots WHERE t = ?`, t).Scan(&n); err != nil || n > 0 {
+		return false, err
+	}
+	if _, ok, err := im.w.replayStart(t); err != nil || !ok {
+		if err == nil {
+			err = ErrTooOld
+		}
+		return false, err
+	}
+	blob, err := encodeSnapshot(snap)
+	if err != nil {
+		return false, err
+	}
+	if _, err := im.w.tx.Exec(`INSERT INTO snapshots VALUES (?, 0, 0, 0, 0, 0, 0, 0, 0, ?)`, t, blob); err != nil {
+		return false, err
+	}
+	im.earliest, im.newest, im.added = min(im.earliest, t), max(im.newest, t), true
+	return true, nil
+}
+
+// Finish counts what was added and commits.
+func (im *Importer) Finish(ctx context.Context) error {
+	defer im.w.tx.Rollback()
+	if im.added {
+		if err := im.w.replay(ctx, im.earliest); err != nil {
+			return err
+		}
+		var newest int64
+		if err := im.w.tx.QueryRow(`SELECT max(t) FROM snapshots`).Scan(&newest); err != nil {
+			return err
+		}
+		if err := im.w.prune(newest, im.s.keepRaw); err != nil {
+			return err
+		}
+	}
+	return im.w.tx.Commit()
+}
+
+// Abort drops what was added.
+func (im *Importer) Abort() { im.w.tx.Rollback() }
 
 // undo takes out of the figures what snapshots after from added: the
 // hours after from's (each snapshot adds to its own hour, and from is its

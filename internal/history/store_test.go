@@ -321,3 +321,33 @@ func TestDeletedWhileOpen(t *testing.T) {
 		t.Errorf("the new database: %v, %+v", err, sum)
 	}
 }
+
+// An import of older snapshots into a history that goes on after them, in
+// any order, replays once and counts as if all had come in order.
+func TestImporterBackfill(t *testing.T) {
+	snaps := days(2)
+	inOrder := openStore(t, "")
+	record(t, inOrder, snaps...)
+	want := outcomeOf(t, inOrder)
+
+	s := openStore(t, "")
+	half := len(snaps) / 2
+	record(t, s, snaps[half:]...) // the monitor ran; now the older files come
+	old := append([]*Snapshot{}, snaps[:half]...)
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(old), func(i, j int) { old[i], old[j] = old[j], old[i] })
+	im, err := s.Import(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, snap := range append(old, snaps[half]) { // the last one is there already
+		if _, err := im.Add(snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := im.Finish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, outcomeOf(t, s), approx, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("backfill (-in order +imported):\n%s", diff)
+	}
+}

@@ -136,6 +136,8 @@ func importFiles(ctx context.Context, cfg *Config, files []string, stdout, stder
 			report(f, err)
 		case newest.IsZero():
 			report(f, errors.New("no row has a timestamp: not recorded"))
+		case newest.Sub(time.Now()) > maxAhead:
+			report(f, fmt.Errorf("dated %s, ahead of this machine's clock: not recorded", newest.UTC().Format(time.RFC3339)))
 		default:
 			ok = append(ok, dated{f, newest})
 		}
@@ -146,6 +148,13 @@ func importFiles(ctx context.Context, cfg *Config, files []string, stdout, stder
 		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
 	}
 	defer store.Close()
+	// one transaction, counted once at the end: files older than what is
+	// recorded would each replay everything after them
+	im, err := store.Import(ctx)
+	if err != nil {
+		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
+	}
+	defer im.Abort()
 	recorded, known := 0, 0
 	for _, d := range ok {
 		c := *cfg
@@ -155,7 +164,7 @@ func importFiles(ctx context.Context, cfg *Config, files []string, stdout, stder
 			report(d.file, err)
 			continue
 		}
-		did, err := store.Record(ctx, history.FromCluster(rep.Cluster))
+		did, err := im.Add(history.FromCluster(rep.Cluster))
 		switch {
 		case err != nil:
 			report(d.file, err)
@@ -164,6 +173,9 @@ func importFiles(ctx context.Context, cfg *Config, files []string, stdout, stder
 		default:
 			known++
 		}
+	}
+	if err := im.Finish(ctx); err != nil {
+		return fmt.Errorf("history %s: nothing was recorded: %w", cfg.History.DB, err)
 	}
 	fmt.Fprintf(stdout, "render: %d recorded, %d already recorded, %d failed\n", recorded, known, failed)
 	if failed > 0 {
