@@ -90,8 +90,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "demo: %d simulated GPU hosts on 127.0.1.x (their files: %s)\n", len(fleet.Hosts()), site.fleetDir)
 
+	_, err = os.Stat(filepath.Join(site.fleetDir, "history.db"))
+	fresh := errors.Is(err, os.ErrNotExist)
 	if err := site.cycle(ctx, stdout, stderr, true); err != nil {
 		return err
+	}
+	if fresh {
+		if err := site.seedHistory(ctx, time.Now(), stdout, stderr); err != nil {
+			return fmt.Errorf("seeding the history: %w", err)
+		}
+		if err := site.cycle(ctx, io.Discard, stderr, false); err != nil { // the page, with the week
+			return err
+		}
 	}
 	if *once {
 		return nil

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -70,5 +71,29 @@ func TestOnce(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "h200-b05: unreachable") {
 		t.Errorf("fetch's report of the failed host is missing:\n%s", stderr.String())
+	}
+}
+
+// A new demo has a week of history: the seeded snapshots are recorded and
+// status.json says so; running it again on the same folder seeds nothing.
+func TestOnceSeedsAWeek(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	dir := t.TempDir()
+	for run := range 2 {
+		var stdout, stderr bytes.Buffer
+		if err := Main(context.Background(), []string{"-once", "-dir", dir}, &stdout, &stderr); err != nil {
+			t.Fatalf("demo: %v\n%s", err, stderr.String())
+		}
+		seeded := strings.Contains(stdout.String(), "render -import")
+		if seeded != (run == 0) {
+			t.Errorf("run %d: seeded %v", run, seeded)
+		}
+	}
+	var st struct {
+		History *struct{ Snapshots int }
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "www", "status.json"))
+	if err := json.Unmarshal(data, &st); err != nil || st.History == nil || st.History.Snapshots < 7*24*4 {
+		t.Errorf("status.json's history: %v %+v, want a week of snapshots", err, st.History)
 	}
 }

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -12,8 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/history"
@@ -269,16 +270,23 @@ func usageText(w io.Writer, rows []history.Usage, span string) error {
 		_, err := fmt.Fprintf(w, "no GPU-hours recorded in the last %s\n", span)
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "user\tGPU-hours\tidle-held\tpeak GPUs\tshare\t\n")
-	for _, u := range rows {
-		name := hosttext.Clip(hosttext.Printable(u.User), 32)
+	names := make([]string, len(rows))
+	width := len("user")
+	for i, u := range rows {
+		names[i] = hosttext.Clip(hosttext.Printable(u.User), 32)
 		if u.User == "" {
-			name = "(unknown)"
+			names[i] = "(unknown)"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%.1f%%\t\n", name, u.GPUHours, u.IdleHeldHours, u.PeakGPUs, u.Share*100)
+		width = max(width, utf8.RuneCountInString(names[i]))
 	}
-	return tw.Flush()
+	// names to the left, figures to the right
+	pad := func(s string) string { return s + strings.Repeat(" ", width-utf8.RuneCountInString(s)) }
+	b := bufio.NewWriter(w)
+	fmt.Fprintf(b, "%s  %9s  %9s  %9s  %6s\n", pad("user"), "GPU-hours", "idle-held", "peak GPUs", "share")
+	for i, u := range rows {
+		fmt.Fprintf(b, "%s  %9.1f  %9.1f  %9d  %5.1f%%\n", pad(names[i]), u.GPUHours, u.IdleHeldHours, u.PeakGPUs, u.Share*100)
+	}
+	return b.Flush()
 }
 
 // statusUserHours is a user's GPU-hours per window for status.json.

@@ -1,0 +1,73 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/render"
+)
+
+// seedDays and seedStep: a week of past snapshots, one every 15 minutes
+// (max_gap's default, so that every hour counts).
+const (
+	seedDays = 7
+	seedStep = 15 * time.Minute
+)
+
+// seedHistory gives a new demo a week to show: it writes past load_data.csv
+// files made from the first fetch's (people going home at night, training
+// runs rising and falling, a GPU left idle staying idle) and records them with
+// `render -import`, the command a lab backfills its old files with. Only
+// for a new demo folder: a history that is there is left as it is.
+func (s *site) seedHistory(ctx context.Context, now time.Time, stdout, stderr io.Writer) error {
+	rows, err := loaddata.ReadFile(s.csv)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(s.dir, "seed")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var files []string
+	for t := now.Add(-seedDays * 24 * time.Hour).Truncate(seedStep); t.Before(now.Add(-seedStep)); t = t.Add(seedStep) {
+		f := filepath.Join(dir, t.UTC().Format("20060102T150405")+".csv")
+		if err := loaddata.WriteFile(f, pastRows(rows, t)); err != nil {
+			return err
+		}
+		files = append(files, f)
+	}
+	fmt.Fprintf(stdout, "\n== render -import %s/*.csv   (%d past snapshots, a week, to give the plots a history)\n", s.rel(dir), len(files))
+	return render.Main(ctx, append([]string{"-c", s.config, "-import"}, files...), stdout, stderr)
+}
+
+// pastRows is rows as they might have been at t. Working hours are from 8
+// to 20 local time; at night most jobs are gone, and the rest run at lower
+// utilization. Failed hosts and GPUs stay as they are.
+func pastRows(rows []loaddata.Row, t time.Time) []loaddata.Row {
+	hour := float64(t.Hour()) + float64(t.Minute())/60
+	day := hour >= 8 && hour < 20
+	wave := 0.5 + 0.5*math.Sin(2*math.Pi*hour/24+float64(t.YearDay()))
+	out := make([]loaddata.Row, 0, len(rows))
+	for i, r := range rows {
+		r.Timestamp = t.UTC().Format(loaddata.TimeFormat)
+		held := r.PID.Valid && !bool(r.Preemptible)
+		// a job goes home at night, except every third one and alice's
+		if held && !day && i%3 != 0 && r.User != "alice" {
+			r.PID, r.User, r.Command, r.ProcessMemMiB, r.ProcessElapsedS = loaddata.Int{}, "", "", loaddata.Number{}, loaddata.Int{}
+			r.GPUUtilPct, r.MemUsedMiB = loaddata.Num(0), loaddata.Num(3)
+		} else if held && r.GPUUtilPct.Valid {
+			if r.GPUUtilPct.Value > 5 { // one left idle stays idle (idle-held)
+				r.GPUUtilPct = loaddata.Num(math.Round(40 + 59*wave))
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
