@@ -120,6 +120,7 @@ func pageViewOf(r *Report) map[string]any {
 		"IdleHeld":       0,  // GPUs held idle now (history)
 		"UtilFrom":       "", // the sparklines' first and last hour
 		"UtilTo":         "",
+		"UtilHours":      0,
 	}
 	if s := r.History; s != nil {
 		n := 0
@@ -133,6 +134,7 @@ func pageViewOf(r *Report) map[string]any {
 		if len(s.UtilHours) > 0 && len(s.Util) > 0 {
 			v["UtilFrom"] = timeText(s.UtilHours[0], r.Loc)
 			v["UtilTo"] = timeText(s.UtilHours[len(s.UtilHours)-1], r.Loc)
+			v["UtilHours"] = len(s.UtilHours)
 		}
 	}
 	if !c.DataTime.IsZero() {
@@ -393,7 +395,7 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	if g.Name != h.ModelName && g.Name != "" {
 		sens = strings.TrimSuffix(g.Name+" · "+sens, " · ")
 	}
-	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig && idle == nil {
+	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig {
 		return scratch // nothing to tell
 	}
 	w.WriteString("<aside>")
@@ -414,10 +416,6 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	}
 	if s := pageReservation(g.Reservation, r.Loc); s != "" {
 		note(s)
-	}
-	if idle != nil {
-		note("idle-held since " + timeText(time.Unix(idle.Start, 0), r.Loc) + ": " + idleText(idle.Seconds()) +
-			" at ≤" + strconv.FormatFloat(r.Config.History.Params.IdleUtilPct, 'f', -1, 64) + "% utilization")
 	}
 	if len(g.Procs) > 0 {
 		// The column headers are the style sheet's (the first row's

@@ -306,22 +306,29 @@ func hoursText(h float64) string {
 
 // The utilization sparklines are drawn by page.js from a compact string:
 // at 8,000 GPUs × 24 hours, an SVG for each would be megabytes. Each
-// point is one of 8 states, 0 unknown or 1 + its level (utilization in
-// sixths, rounded: 0, 17, 33, 50, 67, 83, 100%), and two points make one
-// character of utilAlphabet (the first × 8 + the second): 12 characters
-// for 24 hours. A host's card carries its GPUs' strings in one
-// data-util attribute, in the order of its cells, separated by "."; a GPU
-// whose points are all 0 or unknown has an empty string, and a card whose
+// point is one of 7 states, 0 unknown or 1 + its level (utilization in
+// fifths, rounded: 0, 20, 40, 60, 80, 100%), and two points make one
+// character of utilAlphabet (the first × 7 + the second, 0 to 48). The
+// alphabet's last 15 characters (49 + n) repeat the character before them
+// n + 1 more times: a GPU idle, or steady, for hours costs two. A host's
+// card carries its GPUs' strings in one data-util attribute, in the order
+// of its cells, separated by "."; a GPU whose points are all 0 or unknown
+// has an empty string (those at the end are left out), and a card whose
 // GPUs all do has no attribute. The alphabet is base64url's, which needs
 // no quotes in an attribute.
 const utilAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+const (
+	utilStates = 7
+	utilRun    = utilStates * utilStates // the first repeat character
+)
 
 // utilState is a point's state: 0 unknown, else 1 + the level.
 func utilState(v float64) int {
 	if math.IsNaN(v) || v < 0 {
 		return 0
 	}
-	return 1 + int(math.Round(min(v, 100)/100*6))
+	return 1 + int(math.Round(min(v, 100)/100*(utilStates-2)))
 }
 
 // appendUtil appends the GPU's points as utilAlphabet characters, or
@@ -337,13 +344,30 @@ func appendUtil(buf []byte, pts []float64) []byte {
 	if !some {
 		return buf
 	}
+	run := 0 // repeats of the last character not written yet
+	flush := func() {
+		for run > 0 {
+			n := min(run, len(utilAlphabet)-utilRun)
+			buf = append(buf, utilAlphabet[utilRun+n-1])
+			run -= n
+		}
+	}
+	last := -1
 	for i := 0; i < len(pts); i += 2 {
 		a, b := utilState(pts[i]), 0
 		if i+1 < len(pts) {
 			b = utilState(pts[i+1])
 		}
-		buf = append(buf, utilAlphabet[a*8+b])
+		c := a*utilStates + b
+		if c == last {
+			run++
+			continue
+		}
+		flush()
+		buf = append(buf, utilAlphabet[c])
+		last = c
 	}
+	flush()
 	return buf
 }
 
