@@ -284,7 +284,7 @@ func writeUserPlot(w *bufio.Writer, title string, s *history.Summary, days int) 
 		w.WriteString("</title><text x=" + strconv.Itoa(labelW-6) + " y=" + strconv.Itoa(y+15) + " text-anchor=end>")
 		esc(w, label)
 		w.WriteString("</text><rect class=\"" + cls + "\" x=" + strconv.Itoa(labelW) + " y=" + strconv.Itoa(y+3) +
-			" width=" + strconv.Itoa(wd) + " height=" + strconv.Itoa(rowH-6) + "/>")
+			" width=" + strconv.Itoa(wd) + " height=" + strconv.Itoa(rowH-6) + " />")
 		w.WriteString("<text class=ax x=" + strconv.Itoa(labelW+wd+5) + " y=" + strconv.Itoa(y+15) + ">")
 		w.WriteString(hoursText(b.hours))
 		w.WriteString("</text></g>")
