@@ -282,7 +282,7 @@ func writeKnownGPUs(w *bufio.Writer, down *history.HostState, r *Report) {
 	for _, g := range down.GPUs {
 		w.WriteString("\n<li class=gpu data-state=unknown")
 		attr(w, "data-gpu", g.ID)
-		w.WriteString(" tabindex=0><p>host down<aside>")
+		w.WriteString(" tabindex=0><p class=why>host down<aside>")
 		esc(w, g.Name)
 		w.WriteString("<p class=n>as last seen; its state is unknown while the host is down")
 		if down.DownSince != 0 {

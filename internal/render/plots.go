@@ -40,8 +40,8 @@ func bandValues(p history.FleetPoint) [5]float64 {
 // The fleet plot's box, in SVG units (the style sheet scales it to the
 // page's width): the plot area is [plotL, plotR] × [plotT, plotB].
 const (
-	plotW, plotH = 600, 210
-	plotL, plotR = 44, 500 // the right margin holds the bands' labels
+	plotW, plotH = 600, 195
+	plotL, plotR = 44, 470 // the right margin holds the bands' labels
 	plotT, plotB = 10, 170
 )
 
@@ -77,7 +77,7 @@ func writeFleetPlot(w *bufio.Writer, title string, pts []history.FleetPoint, fro
 	y := func(v float64) int { return plotB - int(math.Round(v/yMax*(plotB-plotT))) }
 
 	last := bandValues(in[len(in)-1])
-	w.WriteString("<svg viewBox=\"0 0 600 210\" role=img aria-label=\"")
+	w.WriteString("<svg viewBox=\"0 0 " + strconv.Itoa(plotW) + " " + strconv.Itoa(plotH) + "\" role=img aria-label=\"")
 	esc(w, title+": "+fleetNow(last))
 	w.WriteString("\">")
 	// grid and y axis: 0, half and the top
@@ -117,7 +117,7 @@ func writeFleetPlot(w *bufio.Writer, title string, pts []history.FleetPoint, fro
 	w.WriteString(timeText(from, loc))
 	w.WriteString("</text><text class=ax x=" + strconv.Itoa(plotR) + " y=" + strconv.Itoa(plotB+20) + " text-anchor=end>")
 	w.WriteString(timeText(to, loc))
-	w.WriteString("</text><text class=ax x=" + strconv.Itoa(plotL) + " y=" + strconv.Itoa(plotB+36) + ">GPUs</text></svg></figure>")
+	w.WriteString("</text></svg></figure>")
 }
 
 // fleetNow is the newest point in words, the plot's text alternative.
