@@ -451,11 +451,14 @@ func writeHistory(w *bufio.Writer, r *Report) {
 	w.WriteString(timeText(s.First, r.Loc))
 	w.WriteString(".</p>")
 	w.WriteString("\n<svg class=defs width=0 height=0 aria-hidden=true><defs>" + plotPatterns + "</defs></svg>")
-	w.WriteString("\n<p class=\"legend pl\">")
-	for _, b := range fleetBands {
-		w.WriteString("<span><svg width=16 height=12 aria-hidden=true><rect class=" + b.class + " width=16 height=12 /></svg> " + b.label + "</span> ")
+	if len(s.Fleet24h) > 1 || len(s.Fleet7d) > 1 { // a legend for plots that are drawn
+		w.WriteString("\n<p class=\"legend pl\">")
+		for _, b := range fleetBands {
+			w.WriteString("<span><svg width=16 height=12 aria-hidden=true><rect class=" + b.class + " width=16 height=12 /></svg> " + b.label + "</span> ")
+		}
+		w.WriteString("</p>")
 	}
-	w.WriteString("</p>\n<div class=plots>")
+	w.WriteString("\n<div class=plots>")
 	newest := s.Newest
 	if newest.IsZero() {
 		newest = r.Now
