@@ -45,10 +45,75 @@
     d.insertBefore(t, d.firstChild);
   }
 
+  // spark draws the GPU's utilization over the last 24 hours into its
+  // detail, from its card's data-util (render's utilAlphabet: two hours a
+  // character, each 0 for unknown or 1 + its level in fifths; a character
+  // from the 50th on repeats the one before).
+  var A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  var NS = "http://www.w3.org/2000/svg";
+  function spark(cell, d) {
+    if (cell.classList.contains("w") || d.querySelector(".spark")) return;
+    var card = cell.closest(".host"), u = card && card.getAttribute("data-util");
+    if (!u) return;
+    var cells = card.querySelectorAll(".gpu:not(.w)");
+    var s = u.split(".")[Array.prototype.indexOf.call(cells, cell)];
+    if (!s) return;
+    var m = document.getElementById("hosts"), hours = Number(m.getAttribute("data-util-hours")) || 24;
+    var pts = [], last = -1;
+    for (var k = 0; k < s.length; k++) {
+      var c = A.indexOf(s.charAt(k));
+      if (c < 0) return;
+      for (var n = c >= 49 ? c - 48 : 1; n > 0; n--) {
+        if (c >= 49) c = last;
+        if (c < 0) return;
+        pts.push(Math.floor(c / 7), c % 7);
+      }
+      last = c;
+    }
+    while (pts.length < hours) pts.push(0);
+    pts.length = hours;
+    var svg = document.createElementNS(NS, "svg"), bw = 8, H = 30;
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("width", pts.length * bw);
+    svg.setAttribute("height", H + 2);
+    var sum = 0, n = 0, top = 0, unknown = 0;
+    pts.forEach(function (p, i) {
+      var r = document.createElementNS(NS, "rect");
+      r.setAttribute("x", i * bw + 1);
+      r.setAttribute("width", bw - 2);
+      if (p === 0) { // unknown: a dashed outline, not a bar
+        unknown++;
+        r.setAttribute("class", "q");
+        r.setAttribute("y", H - 6);
+        r.setAttribute("height", 6);
+      } else {
+        var h = 1 + (p - 1) / 5 * (H - 1);
+        r.setAttribute("y", H + 1 - h);
+        r.setAttribute("height", h);
+        sum += (p - 1) / 5 * 100;
+        n++;
+        top = Math.max(top, (p - 1) / 5 * 100);
+      }
+      svg.appendChild(r);
+    });
+    var text = "utilization per hour, " + (m.getAttribute("data-util-from") || "") + " to " +
+      (m.getAttribute("data-util-to") || "") + (n ? ": mean " + Math.round(sum / n) + "%, peak " + Math.round(top) + "%" : "") +
+      (unknown ? "; " + unknown + " h unknown (dashed)" : "");
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", text);
+    var p = document.createElement("p");
+    p.className = "n";
+    p.textContent = text;
+    var t = d.querySelector("table");
+    d.insertBefore(p, t);
+    d.insertBefore(svg, t);
+  }
+
   function place(cell) {
     var d = cell.querySelector(":scope > aside");
     if (!d) return;
     title(cell, d);
+    spark(cell, d);
     var s = d.style;
     s.left = s.top = s.bottom = s.maxHeight = "";
     if (getComputedStyle(d).position === "fixed") return; // the phone's sheet

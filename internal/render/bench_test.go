@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +85,69 @@ func fleetRows(hosts, gpus int) []loaddata.Row {
 	return rows
 }
 
+// benchSummary is a month of history for fleetRows(hosts, gpus) at now:
+// every GPU's utilization over 24 hours (the busy ones at 80-100% since
+// their job began, some hours unknown; half the free ones used for a few
+// hours earlier in the day), 200 users with 30 days of GPU-hours, the
+// fleet every 5 minutes for a day and every hour for a week, and 300
+// GPUs idle-held.
+func benchSummary(hosts, gpus int, now time.Time) *history.Summary {
+	s := &history.Summary{First: now.Add(-30 * 24 * time.Hour), Newest: now, Snapshots: 30 * 288,
+		Down: map[string]*history.HostState{}, UserDays: map[string][]float64{}, Util: map[history.GPURef][]float64{}}
+	hour := now.Truncate(time.Hour)
+	for i := 23; i >= 0; i-- {
+		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
+	}
+	for h := 0; h < hosts; h++ {
+		for g := 0; g < gpus; g++ {
+			pts := make([]float64, 24)
+			busy := (h*gpus+g)%4 >= 2
+			began := 24 - (h*7+g*3)%30 // the job's first hour; before 0: all day
+			for i := range pts {
+				switch {
+				case (h+i)%53 == 0:
+					pts[i] = math.NaN()
+				case busy && i >= began:
+					pts[i] = float64(80 + (h+g+i)%21)
+				case !busy && h%2 == 0 && i >= 2 && i < 10:
+					pts[i] = float64(50 + (h*3+g+i)%41)
+				}
+			}
+			s.Util[history.GPURef{Host: fmt.Sprintf("gpu%04d", h), GPU: strconv.Itoa(g)}] = pts
+		}
+	}
+	day := now.Truncate(24 * time.Hour)
+	for i := 29; i >= 0; i-- {
+		s.Days = append(s.Days, day.Add(-time.Duration(i)*24*time.Hour))
+	}
+	for u := 0; u < 200; u++ {
+		hs := make([]float64, 30)
+		for i := range hs {
+			hs[i] = float64((u*37+i*11)%200) / float64(1+u%7)
+		}
+		s.UserDays[fmt.Sprintf("user%03d", u)] = hs
+	}
+	total := float64(hosts * gpus)
+	point := func(t time.Time, k int) history.FleetPoint {
+		busy := total * (0.4 + 0.3*math.Sin(float64(k)/40))
+		return history.FleetPoint{Time: t, Busy: math.Round(busy), IdleHeld: 300, Reserved: 200, Failed: 16, Down: 8,
+			Free: total - math.Round(busy) - 224}
+	}
+	for i := 287; i >= 0; i-- {
+		s.Fleet24h = append(s.Fleet24h, point(now.Add(-time.Duration(i)*5*time.Minute), i))
+	}
+	for i := 167; i >= 0; i-- {
+		s.Fleet7d = append(s.Fleet7d, point(hour.Add(-time.Duration(i)*time.Hour), i*12))
+	}
+	for i := 0; i < 300; i++ {
+		h := i * hosts / 300
+		g := 2 + 4*(i%2) // a busy one
+		s.IdleHeld = append(s.IdleHeld, history.Spell{Host: fmt.Sprintf("gpu%04d", h), GPU: strconv.Itoa(g),
+			Users: []string{fmt.Sprintf("user%03d", i%200)}, Start: now.Unix() - int64(3*86400-i*800), Last: now.Unix(), MemMiB: 61000})
+	}
+	return s
+}
+
 // BenchmarkRender: 1000 hosts × 8 GPUs. "command" is the whole command on a
 // CSV file (read, classify, write the page, status.json and metrics.prom),
 // with the size of each output;
@@ -114,18 +179,29 @@ func BenchmarkRender(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
 	})
-	b.Run("html", func(b *testing.B) {
-		rep := testReport(b, readRows(b, csvPath), "")
-		var buf bytes.Buffer
-		for b.Loop() {
-			buf.Reset()
-			if err := HTML(&buf, rep); err != nil {
-				b.Fatal(err)
-			}
+	// html: the page alone, with a month of history (benchSummary);
+	// html-nohistory: without.
+	for _, withHistory := range []bool{true, false} {
+		name := "html"
+		if !withHistory {
+			name = "html-nohistory"
 		}
-		b.ReportMetric(float64(buf.Len()), "page-bytes")
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
-	})
+		b.Run(name, func(b *testing.B) {
+			rep := testReport(b, readRows(b, csvPath), "")
+			if withHistory {
+				rep.History = benchSummary(1000, 8, rep.Cluster.DataTime)
+			}
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				if err := HTML(&buf, rep); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(buf.Len()), "page-bytes")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
+		})
+	}
 	b.Run("peak", func(b *testing.B) {
 		var peak int64
 		for b.Loop() {

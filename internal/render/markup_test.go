@@ -3,10 +3,12 @@ package render
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
@@ -59,6 +61,7 @@ func skeleton(t testing.TB, page string) string {
 			i += len(a[0])
 		}
 		rest := strings.TrimLeft(page[i:], " \t\n")
+		rest = strings.TrimPrefix(rest, "/") // <rect ... /> in an <svg>
 		if !strings.HasPrefix(rest, ">") {
 			t.Fatalf("tag %s not closed where expected: %.80q", m[1], page[i:])
 		}
@@ -78,10 +81,24 @@ func benign(s string) string {
 	return strings.Repeat("x", utf8.RuneCountInString(s))
 }
 
-func pageOf(t testing.TB, rows []loaddata.Row) string {
+// markupSummary puts s in every string of a history: user names (in the
+// plots, the idle-held table and cells), and the host, GPU id and model
+// of the GPUs history keeps, on the hosts of markupRows.
+func markupSummary(s string) *history.Summary {
+	sum := testSummary(s)
+	sum.IdleHeld = append(sum.IdleHeld, history.Spell{Host: "h" + s, GPU: "0", Users: []string{s, "alice"},
+		Start: testNow.Unix() - 7200, Last: testNow.Unix(), MemMiB: 100})
+	sum.Down["d"+s] = &history.HostState{DownSince: testNow.Unix() - 600, GPUs: []history.KnownGPU{{ID: s, Name: s}}}
+	sum.Util[history.GPURef{Host: "h" + s, GPU: "0"}] = slices.Repeat([]float64{50}, 24)
+	return sum
+}
+
+func pageOf(t testing.TB, rows []loaddata.Row, s string) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := HTML(&b, testReport(t, rows, "")); err != nil {
+	rep := testReport(t, rows, "")
+	rep.History = markupSummary(s)
+	if err := HTML(&b, rep); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -95,8 +112,8 @@ func checkMarkup(t *testing.T, s string) {
 	if !utf8.ValidString(s) {
 		return // the CSV reader hands out what the file holds; see FuzzMarkup
 	}
-	got := skeleton(t, pageOf(t, markupRows(s)))
-	want := skeleton(t, pageOf(t, markupRows(benign(s))))
+	got := skeleton(t, pageOf(t, markupRows(s), s))
+	want := skeleton(t, pageOf(t, markupRows(benign(s)), benign(s)))
 	if got != want {
 		t.Errorf("the text %q changes the markup:\n got %s\nwant %s", s, diffLine(got, want), diffLine(want, got))
 	}
@@ -122,7 +139,7 @@ var markupPayloads = []string{
 	`a=b`,
 	`</style><h1>x`,
 	`</li></ul></section><section class=host>`,
-	`<!--`, `-->`, `<![CDATA[`, `&lt;&amp;`, `&#60;script&#62;`,
+	`<!--`, `-->`, `<![CDATA[`, `]]>`, `</svg><script>alert(1)</script>`, `</text></svg><img src=x onerror=alert(2)>`, `&lt;&amp;`, `&#60;script&#62;`,
 	"tab\there", "new\nline", "nul\x00byte", " ", "",
 	`{{.}} ${alert(5)}`,
 	`<div class=gpu-detail><table><tr><td>`,
@@ -134,7 +151,7 @@ func TestMarkupDoesNotDependOnData(t *testing.T) {
 		checkMarkup(t, p)
 	}
 	// and the payloads come out as text
-	page := pageOf(t, markupRows(markupPayloads[0]))
+	page := pageOf(t, markupRows(markupPayloads[0]), markupPayloads[0])
 	if strings.Contains(page, markupPayloads[0]) || !strings.Contains(page, "&lt;script&gt;alert(1)&lt;/script&gt;") {
 		t.Error("the payload is not escaped as text")
 	}
@@ -142,7 +159,7 @@ func TestMarkupDoesNotDependOnData(t *testing.T) {
 	if !strings.Contains(page, ` data-host="h&lt;script&gt;alert(1)&lt;/script&gt;"`) {
 		t.Error("data-host is not quoted and escaped")
 	}
-	if !strings.Contains(pageOf(t, markupRows("gpu-01.lab")), `<section class=host data-host=hgpu-01.lab>`) {
+	if !strings.Contains(pageOf(t, markupRows("gpu-01.lab"), "gpu-01.lab"), `<section class=host data-host=hgpu-01.lab data-util=`) {
 		t.Error("a plain data-host is quoted")
 	}
 }

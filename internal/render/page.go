@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumon/gpumon/assets"
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/reservations"
 	"github.com/gpumon/gpumon/templates"
 )
@@ -78,6 +79,10 @@ func HTML(w io.Writer, r *Report) error {
 	if err := pageTmpl.ExecuteTemplate(bw, "tail", v); err != nil {
 		return err
 	}
+	writeHistory(bw, r)
+	if err := pageTmpl.ExecuteTemplate(bw, "end", v); err != nil {
+		return err
+	}
 	return bw.Flush()
 }
 
@@ -111,6 +116,26 @@ func pageViewOf(r *Report) map[string]any {
 		"Warnings":       r.Warnings,
 		"JSONLink":       r.JSONLink,
 		"PromLink":       r.PromLink,
+		"DownGPUs":       0,  // GPUs last seen on hosts down now (history)
+		"IdleHeld":       0,  // GPUs held idle now (history)
+		"UtilFrom":       "", // the sparklines' first and last hour
+		"UtilTo":         "",
+		"UtilHours":      0,
+	}
+	if s := r.History; s != nil {
+		n := 0
+		for _, h := range c.Hosts {
+			if d := s.Down[h.Name]; d != nil && !h.Up() {
+				n += len(d.GPUs)
+			}
+		}
+		v["DownGPUs"] = n
+		v["IdleHeld"] = len(s.IdleHeld)
+		if len(s.UtilHours) > 0 && len(s.Util) > 0 {
+			v["UtilFrom"] = timeText(s.UtilHours[0], r.Loc)
+			v["UtilTo"] = timeText(s.UtilHours[len(s.UtilHours)-1], r.Loc)
+			v["UtilHours"] = len(s.UtilHours)
+		}
 	}
 	if !c.DataTime.IsZero() && r.Age() >= 0 { // the script ages only a time it can trust
 		v["DataTime"] = c.DataTime.UTC().Format(time.RFC3339)
@@ -148,10 +173,23 @@ const migNote = "utilization not reported under MIG"
 // cells: a <p> is closed by the <ul>, <p>, <aside> or <li> after it, and a
 // <li> by the next <li> or the </ul>. None of them is a parse error.
 func writeHosts(w *bufio.Writer, r *Report) {
-	var scratch []byte // for numbers
+	var scratch, util []byte // for numbers; a card's utilization strings
+	var idle map[history.GPURef]*history.Spell
+	s := r.History
+	if s != nil && len(s.IdleHeld) > 0 {
+		idle = make(map[history.GPURef]*history.Spell, len(s.IdleHeld))
+		for i := range s.IdleHeld {
+			sp := &s.IdleHeld[i]
+			idle[history.GPURef{Host: sp.Host, GPU: sp.GPU}] = sp
+		}
+	}
 	for _, h := range r.Cluster.Hosts {
 		w.WriteString("\n<section class=host")
 		attr(w, "data-host", h.Name)
+		if util = hostUtil(util[:0], s, h); len(util) > 0 {
+			w.WriteString(" data-util=")
+			w.Write(util) // utilAlphabet and "." only: no quotes needed
+		}
 		w.WriteString("><h2>")
 		esc(w, h.Display)
 		info := hostInfo(h)
@@ -171,10 +209,25 @@ func writeHosts(w *bufio.Writer, r *Report) {
 		}
 		w.WriteString("\n<ul>")
 		if !h.Up() {
+			var down *history.HostState
+			if s != nil {
+				down = s.Down[h.Name]
+			}
 			// no data-gpu: the row stands for the host's GPUs, which are not known
 			w.WriteString("\n<li class=\"gpu w\" data-state=failed tabindex=0><i>down</i> <b>")
 			esc(w, string(h.Status))
-			w.WriteString("</b><p class=why>")
+			w.WriteString("</b>")
+			if down != nil && down.DownSince != 0 {
+				since := time.Unix(down.DownSince, 0)
+				w.WriteString("<p class=since>down since ")
+				w.WriteString(timeText(since, r.Loc))
+				if d := r.Now.Sub(since); d > 0 {
+					w.WriteString(" (")
+					w.WriteString(spanText(int64(d / time.Second)))
+					w.WriteString(")")
+				}
+			}
+			w.WriteString("<p class=why>")
 			short := shorten(h.Error, hostErrorMax)
 			esc(w, short)
 			if s := pageReservation(h.Reserved, r.Loc); s != "" {
@@ -186,11 +239,58 @@ func writeHosts(w *bufio.Writer, r *Report) {
 				esc(w, h.Error)
 				w.WriteString("</aside>")
 			}
+			if down != nil {
+				writeKnownGPUs(w, down, r)
+			}
 		}
 		for _, g := range h.GPUs {
-			scratch = writeGPU(w, h, g, r, scratch)
+			var sp *history.Spell
+			if idle != nil {
+				sp = idle[history.GPURef{Host: h.Name, GPU: g.ID()}]
+			}
+			scratch = writeGPU(w, h, g, r, sp, scratch)
 		}
 		w.WriteString("\n</ul></section>")
+	}
+}
+
+// hostUtil appends the card's data-util (see utilAlphabet): its GPUs'
+// utilization strings in the order of its cells, "." between them, the
+// empty ones at the end left out; nothing when none has one.
+func hostUtil(buf []byte, s *history.Summary, h *cluster.Host) []byte {
+	if s == nil || len(s.Util) == 0 || !h.Up() {
+		return buf
+	}
+	end := 0 // after the last GPU's string that is not empty
+	for i, g := range h.GPUs {
+		if i > 0 {
+			buf = append(buf, '.')
+		}
+		n := len(buf)
+		buf = appendUtil(buf, s.Util[history.GPURef{Host: h.Name, GPU: g.ID()}])
+		if len(buf) > n {
+			end = len(buf)
+		}
+	}
+	return buf[:end]
+}
+
+// writeKnownGPUs writes a down host's GPUs as history last saw them: grey
+// cells whose state is unknown ("?" and the word, from the style sheet),
+// counted apart from the others in the summary.
+func writeKnownGPUs(w *bufio.Writer, down *history.HostState, r *Report) {
+	for _, g := range down.GPUs {
+		w.WriteString("\n<li class=gpu data-state=unknown")
+		attr(w, "data-gpu", g.ID)
+		w.WriteString(" tabindex=0><p class=why>host down<aside>")
+		esc(w, g.Name)
+		w.WriteString("<p class=n>as last seen; its state is unknown while the host is down")
+		if down.DownSince != 0 {
+			w.WriteString(" (since ")
+			w.WriteString(timeText(time.Unix(down.DownSince, 0), r.Loc))
+			w.WriteString(")")
+		}
+		w.WriteString("</p></aside>")
 	}
 }
 
@@ -249,7 +349,7 @@ func hostStats(h *cluster.Host) string {
 // whom it is kept (reserved), so that nobody has to hover to know; the
 // detail (<aside>, shown on hover, focus or tap) holds the sensors, notes
 // and every process.
-func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scratch []byte) []byte {
+func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle *history.Spell, scratch []byte) []byte {
 	id := g.ID()
 	w.WriteString("\n<li class=gpu data-state=")
 	w.WriteString(g.State) // one of cluster.States
@@ -286,6 +386,11 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 		}
 	}
 	writeWho(w, g)
+	if idle != nil {
+		// a word, not a colour: the style sheet adds a dashed frame
+		w.WriteString("<p class=idle>idle ")
+		w.WriteString(idleText(idle.Seconds()))
+	}
 	sens := sensors(g)
 	if g.Name != h.ModelName && g.Name != "" {
 		sens = strings.TrimSuffix(g.Name+" · "+sens, " · ")
@@ -361,6 +466,15 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, scrat
 	}
 	w.WriteString("</aside>") // </li> is implied by the next <li> or </ul>
 	return scratch
+}
+
+// idleText is how long a GPU has been idle-held, in whole hours (or
+// minutes under one): "26 h", "2 d 4 h", "40 min".
+func idleText(sec int64) string {
+	if sec >= 3600 {
+		sec -= sec % 3600
+	}
+	return spanText(sec)
 }
 
 // whoMax is how many users a cell names; the style sheet cuts the line

@@ -45,7 +45,7 @@ func cellOf(g *cluster.GPU) string {
 	var b strings.Builder
 	w := bufio.NewWriter(&b)
 	h := &cluster.Host{Name: "h", Display: "h", ModelName: g.Name}
-	writeGPU(w, h, g, &Report{Loc: time.UTC}, nil)
+	writeGPU(w, h, g, &Report{Loc: time.UTC}, nil, nil)
 	w.Flush()
 	return b.String()
 }
@@ -160,7 +160,7 @@ func TestCellNamesModelOnMixedHost(t *testing.T) {
 	} {
 		var b strings.Builder
 		w := bufio.NewWriter(&b)
-		writeGPU(w, &cluster.Host{Name: "h", Display: "h", ModelName: tt.model}, g, &Report{Loc: time.UTC}, nil)
+		writeGPU(w, &cluster.Host{Name: "h", Display: "h", ModelName: tt.model}, g, &Report{Loc: time.UTC}, nil, nil)
 		w.Flush()
 		if named := strings.Contains(b.String(), "tabindex=0><p class=m>H100 80GB HBM3<p>"); named != tt.named {
 			t.Errorf("%s: the cell names its model: %v, want %v\n%s", tt.name, named, tt.named, b.String())
