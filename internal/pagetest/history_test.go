@@ -59,6 +59,7 @@ func historyOf(now time.Time, users []string) *history.Summary {
 		}
 		s.UserDays[name] = hs
 	}
+	usersFromDays(s)
 	for i := 23; i >= 0; i-- {
 		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
 	}
@@ -204,4 +205,20 @@ func TestHistoryNamesRunNothing(t *testing.T) {
 		}
 	}
 	tb.noProblems("names in the plots")
+}
+
+// usersFromDays fills s.Users' 7d and 30d GPU-hours from s.UserDays, as the
+// history would: the plots read the rolling windows.
+func usersFromDays(s *history.Summary) {
+	s.Users = nil
+	for name, hs := range s.UserDays {
+		u := history.UserHours{User: name, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
+		for i, h := range hs {
+			if i >= len(hs)-7 {
+				u.GPUHours["7d"] += h
+			}
+			u.GPUHours["30d"] += h
+		}
+		s.Users = append(s.Users, u)
+	}
 }

@@ -127,6 +127,7 @@ func benchSummary(hosts, gpus int, now time.Time) *history.Summary {
 		}
 		s.UserDays[fmt.Sprintf("user%03d", u)] = hs
 	}
+	usersFromDays(s)
 	total := float64(hosts * gpus)
 	point := func(t time.Time, k int) history.FleetPoint {
 		busy := total * (0.4 + 0.3*math.Sin(float64(k)/40))

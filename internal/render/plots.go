@@ -207,19 +207,14 @@ type userBar struct {
 	hours float64
 }
 
-// userBars sums each user's GPU-hours over the last days of s.Days, most
-// first (then by name), the users past usersMax as one "N others" bar.
+// userBars is each user's GPU-hours over the last `days` days (the same
+// rolling window as status.json's gpu_hours, not calendar days), most first
+// (then by name), the users past usersMax as one "N others" bar.
 func userBars(s *history.Summary, days int) (bars []userBar, others int) {
-	from := max(0, len(s.Days)-days)
-	for u, hs := range s.UserDays {
-		sum := 0.0
-		for i := from; i < len(hs) && i < len(s.Days); i++ {
-			if !math.IsNaN(hs[i]) {
-				sum += hs[i]
-			}
-		}
-		if sum > 0 {
-			bars = append(bars, userBar{u, sum})
+	window := strconv.Itoa(days) + "d"
+	for _, u := range s.Users {
+		if h := u.GPUHours[window]; h > 0 && !math.IsNaN(h) {
+			bars = append(bars, userBar{u.User, h})
 		}
 	}
 	slices.SortFunc(bars, func(a, b userBar) int {
