@@ -87,24 +87,32 @@ func recordHistory(ctx context.Context, rep *Report) error {
 		return fail(err)
 	}
 	defer store.Close()
-	var recordErr error
+	// a snapshot that cannot be recorded (dated ahead, too old, a database
+	// that cannot be written) still leaves the history there is to show
+	var notRecorded error
 	snap := history.FromCluster(rep.Cluster)
 	if snap.Time.Sub(rep.Now) > maxAhead {
 		// a year-9999 snapshot would make every real one after it "out of
 		// order", and the pruning, counted from the newest, would drop all
-		recordErr = fail(fmt.Errorf("this snapshot was not recorded: it is dated %s, ahead of this machine's clock",
-			snap.Time.UTC().Format(time.RFC3339)))
+		notRecorded = fmt.Errorf("it is dated %s, ahead of this machine's clock", snap.Time.UTC().Format(time.RFC3339))
 	} else if _, err := store.Record(ctx, snap); err != nil {
-		// a snapshot that cannot be recorded (too old, no time) still
-		// leaves the history that is there to show
-		recordErr = fail(fmt.Errorf("this snapshot was not recorded: %w", err))
+		notRecorded = err
 	}
 	sum, err := store.Summary(ctx, rep.Now)
 	if err != nil {
-		return errors.Join(recordErr, fail(err))
+		if notRecorded != nil {
+			err = fmt.Errorf("%w (and this snapshot was not recorded: %v)", err, notRecorded)
+		}
+		return fail(err)
 	}
 	rep.History = sum
-	return recordErr
+	if notRecorded == nil {
+		return nil
+	}
+	rep.Warnings = append(rep.Warnings, fmt.Sprintf("History (%s): this snapshot was not recorded: %s", hc.DB,
+		hosttext.Clip(hosttext.Printable(notRecorded.Error()), 300)))
+	return cli.WithHint(fmt.Errorf("history %s: this snapshot was not recorded: %w", hc.DB, notRecorded),
+		"the page was written with the history recorded before it; fix or move the file (a new one is made), or set [history] db = to turn history off")
 }
 
 // importFiles records old load_data.csv files, oldest first whatever order

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // csvAt is testdata/load_data.csv moved to m minutes after 14:05 (every
@@ -284,5 +287,37 @@ func TestDataFromTheFuture(t *testing.T) {
 	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
 	if !bytes.Contains(page, []byte("ahead of this machine")) {
 		t.Error("the page does not say the data is dated ahead of the clock")
+	}
+}
+
+// A database that cannot be written (immutable, as root's own chattr +i
+// makes it: permissions do not stop root): the page is still written, with
+// the history there is, and render exits 1.
+func TestReadOnlyHistory(t *testing.T) {
+	testenv.NeedRoot(t)
+	if _, err := exec.LookPath("chattr"); err != nil {
+		testenv.Need(t, "chattr (e2fsprogs) is needed: "+err.Error())
+	}
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	for _, m := range []int{0, 5} {
+		if _, stderr, err := renderMain(t, "-c", ini, "-i", csvAt(t, dir, m)); err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+	}
+	db := filepath.Join(dir, "history.db")
+	if out, err := exec.Command("chattr", "+i", db).CombinedOutput(); err != nil {
+		testenv.Need(t, fmt.Sprintf("chattr +i on %s: %v %s", dir, err, out))
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", db).Run() })
+	os.Remove(filepath.Join(dir, "index.html"))
+	_, _, err := renderMain(t, "-c", ini, "-i", csvAt(t, dir, 10))
+	if err == nil || !strings.Contains(err.Error(), "history") {
+		t.Errorf("render with a read-only history: %v, want an error naming the history", err)
+	}
+	page, rerr := os.ReadFile(filepath.Join(dir, "index.html"))
+	if rerr != nil || !bytes.Contains(page, []byte("this snapshot was not recorded")) {
+		t.Errorf("no page, or no warning on it: %v", rerr)
 	}
 }
