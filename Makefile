@@ -48,7 +48,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
 	$(GO) test -run '^$$' -bench . ./internal/nvsmi
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/render
-	$(GO) test -run '^$$' -bench . -benchtime 10x ./internal/history
+	$(GO) test -run '^$$' -bench Record -benchtime 10x ./internal/history
+	$(GO) test -run '^$$' -bench Size -benchtime 1x ./internal/history
 	unshare --pid --fork --mount-proc env IDLEMON_CPU_WINDOW=60s $(GO) test -run '^$$' -bench . ./internal/idlemon
 
 # A simulated fleet on 127.0.1.x, fetch and render over it (again every

@@ -79,3 +79,31 @@ func BenchmarkRecord(b *testing.B) {
 	}
 	b.ReportMetric(float64(size)/float64(day+b.N)/1024, "KiB/snapshot")
 }
+
+// BenchmarkSize: the database's size for the two cases, made by
+// Synthesize (a snapshot every 5 minutes, whole snapshots kept 14 days):
+// 1,000 hosts × 8 GPUs for 30 days, and 100 hosts × 8 GPUs for a year
+// (targets: 1 GB each).
+func BenchmarkSize(b *testing.B) {
+	for _, bc := range []struct {
+		name        string
+		hosts, days int
+	}{{"hosts=1000/days=30", 1000, 30}, {"hosts=100/days=366", 100, 366}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var size int64
+			for b.Loop() {
+				path := filepath.Join(b.TempDir(), "h.db")
+				if err := Synthesize(context.Background(), path, DefaultParams, 14*24*time.Hour, bc.hosts, bc.days, at(0)); err != nil {
+					b.Fatal(err)
+				}
+				size = 0
+				for _, suffix := range []string{"", "-wal"} {
+					if st, err := os.Stat(path + suffix); err == nil {
+						size += st.Size()
+					}
+				}
+			}
+			b.ReportMetric(float64(size)/1e6, "db-MB")
+		})
+	}
+}
