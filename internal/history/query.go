@@ -78,7 +78,7 @@ type Totals struct {
 
 // Summary reads the figures for the page at now.
 func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -399,7 +399,7 @@ const IdleJobUser = "(idle-time job)"
 // Usage is every user's figures over [from, to), most GPU-hours first; the
 // idle-time job last, under IdleJobUser, when it ran.
 func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}

@@ -53,13 +53,15 @@ CREATE INDEX IF NOT EXISTS spells_end ON spells ("end");
 CREATE TABLE IF NOT EXISTS checkpoints (t INTEGER PRIMARY KEY, state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS totals (
 	kind INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,
+	debt REAL NOT NULL DEFAULT 0,
 	PRIMARY KEY (kind, name)
 ) WITHOUT ROWID;
 `
 
 // Store is the history database.
 type Store struct {
-	db      *sql.DB
+	db      *sql.DB // writes: one connection, IMMEDIATE transactions
+	rdb     *sql.DB // reads
 	path    string
 	params  Params
 	keepRaw time.Duration
@@ -70,11 +72,12 @@ type Store struct {
 // figures are kept a Year.
 func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
+		return nil, errors.New("not a regular file")
 	}
 	// made here so that it is not world-readable: SQLite would use the
-	// umask, and gives the -wal and -shm files the database's mode
-	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+	// umask, and gives the -wal and -shm files the database's mode. Not
+	// O_EXCL: through a dangling link, the file it names is made so too.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 		f.Close()
 	}
 	// busy_timeout first: switching to WAL can itself meet a lock. The
@@ -84,22 +87,45 @@ func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	dsn := (&url.URL{Scheme: "file", Path: abs}).String() +
-		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	uri := (&url.URL{Scheme: "file", Path: abs}).String() +
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	db, err := sql.Open("sqlite", uri+"&_txlock=immediate")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, path: path, params: p, keepRaw: keepRaw}
-	if err := s.init(); err != nil {
+	// reads on a connection of their own, in deferred transactions: under
+	// WAL they see the last commit while a long import writes
+	rdb, err := sql.Open("sqlite", uri+"&_pragma=query_only(1)")
+	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
+	}
+	rdb.SetMaxOpenConns(1)
+	s := &Store{db: db, rdb: rdb, path: path, params: p, keepRaw: keepRaw}
+	// the reading connection is opened now, on the same file: one opened
+	// later, after the file was deleted, would read a new, empty one
+	if err := rdb.Ping(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.init(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }
 
 func (s *Store) init() error {
+	// a database made already is only read: taking the write lock here
+	// would make every render wait for a long import
+	var v string
+	if err := s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err == nil {
+		if v != strconv.Itoa(SchemaVersion) {
+			return fmt.Errorf("database schema %s; this render reads schema %d", v, SchemaVersion)
+		}
+		return nil
+	}
 	tx, err := s.db.Begin()
 	if err != nil {
 		return err
@@ -108,7 +134,6 @@ func (s *Store) init() error {
 	if _, err := tx.Exec(schema); err != nil {
 		return err
 	}
-	var v string
 	err = tx.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -124,7 +149,7 @@ func (s *Store) init() error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error { return errors.Join(s.rdb.Close(), s.db.Close()) }
 
 // Path is the database's file.
 func (s *Store) Path() string { return s.path }
@@ -285,9 +310,20 @@ func (w *writer) apply(eff Effects, t int64) error {
 	return nil
 }
 
+// addTotal adds v to a total. The totals are Prometheus's counters, which
+// must never go down (a drop reads as a reset, and rate() spikes): what a
+// replay takes back (v < 0) becomes a debt, paid from what is added next,
+// so a counter stands still until the corrected count catches up with it.
 func (w *writer) addTotal(kind int, name string, v float64) error {
-	_, err := w.tx.Exec(`INSERT INTO totals VALUES (?, ?, ?)
-		ON CONFLICT (kind, name) DO UPDATE SET value = value + excluded.value`, kind, name, v)
+	var err error
+	if v < 0 {
+		_, err = w.tx.Exec(`INSERT INTO totals VALUES (?, ?, 0, ?)
+			ON CONFLICT (kind, name) DO UPDATE SET debt = debt + excluded.debt`, kind, name, -v)
+	} else {
+		_, err = w.tx.Exec(`INSERT INTO totals VALUES (?, ?, ?, 0)
+			ON CONFLICT (kind, name) DO UPDATE SET value = value + max(0, excluded.value - debt),
+				debt = max(0, debt - excluded.value)`, kind, name, v)
+	}
 	return err
 }
 

@@ -79,8 +79,7 @@ func recordHistory(ctx context.Context, rep *Report) error {
 	}
 	fail := func(err error) error {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("History (%s) is not shown: %s", hc.DB, hosttext.Clip(hosttext.Printable(err.Error()), 300)))
-		return cli.WithHint(fmt.Errorf("history %s: %w", hc.DB, err),
-			"the page was written without history; fix or move the file (a new one is made), or set [history] db = to turn history off")
+		return cli.WithHint(fmt.Errorf("history %s: %w", hc.DB, err), "the page was written without history; %s", historyFix(err))
 	}
 	store, err := openHistory(hc)
 	if err != nil {
@@ -112,7 +111,27 @@ func recordHistory(ctx context.Context, rep *Report) error {
 	rep.Warnings = append(rep.Warnings, fmt.Sprintf("History (%s): this snapshot was not recorded: %s", hc.DB,
 		hosttext.Clip(hosttext.Printable(notRecorded.Error()), 300)))
 	return cli.WithHint(fmt.Errorf("history %s: this snapshot was not recorded: %w", hc.DB, notRecorded),
-		"the page was written with the history recorded before it; fix or move the file (a new one is made), or set [history] db = to turn history off")
+		"the page was written with the history recorded before it; %s", historyFix(notRecorded))
+}
+
+// historyFix is the hint for what went wrong with the history: only a
+// database that is damaged is worth moving aside; a lock passes, and a
+// snapshot that cannot be placed says nothing about the database.
+func historyFix(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, history.ErrTooOld):
+		return "the history is unharmed; raise keep_days to place snapshots that old"
+	case strings.Contains(msg, "ahead of this machine's clock"), strings.Contains(msg, "has no time"):
+		return "the history is unharmed; check the clocks of this machine and of the hosts"
+	case strings.Contains(msg, "database is locked"):
+		return "another render or render -import held the database over 10 s; the history is unharmed, and the next run records its own snapshot"
+	case strings.Contains(msg, "unable to open database file"), errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
+		return "check that the folder of [history] db exists and that this user may write there"
+	case strings.Contains(msg, "readonly database"):
+		return "this user cannot write the database (read-only or immutable file, or a read-only file system)"
+	}
+	return "if the file is damaged, move it aside: a new one is made, and render -import refills it from old load_data.csv files; or set [history] db = to turn history off"
 }
 
 // importFiles records old load_data.csv files, oldest first whatever order
