@@ -258,16 +258,19 @@ func (s *Store) userHours(tx *sql.Tx, st *State, now time.Time) ([]UserHours, er
 		}
 		return byUser[u]
 	}
+	// whole hours, up to the start of this one: the hourly figures and the
+	// idle-held spells then cover one and the same span
+	to := now.Truncate(time.Hour)
 	for _, w := range Windows {
-		from := now.Add(-w.Span)
-		gpu, err := sumUsage(tx, kindUser, from, now)
+		from := to.Add(-w.Span).Truncate(time.Hour)
+		gpu, err := sumUsage(tx, kindUser, from, to)
 		if err != nil {
 			return nil, err
 		}
 		for u, sec := range gpu {
 			get(u).GPUHours[w.Name] = sec / 3600
 		}
-		idle, err := s.idleSeconds(tx, st, from, now)
+		idle, err := s.idleSeconds(tx, st, from, to)
 		if err != nil {
 			return nil, err
 		}
@@ -396,8 +399,16 @@ type Usage struct {
 // not a possible user name, so it never merges with a user's.
 const IdleJobUser = "(idle-time job)"
 
-// Usage is every user's figures over [from, to), most GPU-hours first; the
-// idle-time job last, under IdleJobUser, when it ran.
+// UsageSpan is the span Usage counts for the last d before now: whole
+// hours, up to the start of now's hour (the hourly figures' grain).
+func UsageSpan(d time.Duration, now time.Time) (from, to time.Time) {
+	to = now.Truncate(time.Hour)
+	return to.Add(-d).Truncate(time.Hour), to
+}
+
+// Usage is every user's figures over [from, to) (whole hours: see
+// UsageSpan), most GPU-hours first; the idle-time job last, under
+// IdleJobUser, when it ran.
 func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {

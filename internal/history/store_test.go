@@ -211,7 +211,7 @@ func TestAccountingExact(t *testing.T) {
 	if diff := cmp.Diff(want, u, approx); diff != "" {
 		t.Errorf("usage (-want +got):\n%s", diff)
 	}
-	sum, err := s.Summary(context.Background(), at(186))
+	sum, err := s.Summary(context.Background(), at(240)) // 12:00: the windows are whole hours before it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,5 +421,20 @@ func TestReadWhileImporting(t *testing.T) {
 	sum, err := b.Summary(ctx, at(61))
 	if err != nil || sum.Snapshots != 13 {
 		t.Errorf("summary during an import: %v, %+v; want the 13 snapshots committed", err, sum)
+	}
+}
+
+// One GPU held idle from 08:00 to 10:35: the last hour asked at 10:35:55
+// is 09:00-10:00, one GPU-hour of which one idle-held, not 1.67 and 0.98.
+func TestUsageSpanIsWholeHours(t *testing.T) {
+	s := openStore(t, "")
+	record(t, s, every5(0, 155, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 0, "alice"))) })...)
+	from, to := UsageSpan(time.Hour, at(155.9))
+	if !from.Equal(at(60)) || !to.Equal(at(120)) {
+		t.Fatalf("span %s to %s, want 09:00 to 10:00", from, to)
+	}
+	u, err := s.Usage(context.Background(), from, to)
+	if err != nil || len(u) != 1 || math.Abs(u[0].GPUHours-1) > 1e-9 || math.Abs(u[0].IdleHeldHours-1) > 1e-9 {
+		t.Errorf("usage = %+v, %v; want alice with 1 GPU-hour, 1 idle-held", u, err)
 	}
 }

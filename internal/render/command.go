@@ -138,6 +138,15 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	} else if fs.NArg() > 0 {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
 	}
+	modes := 0
+	for _, on := range []bool{o.text || o.free, o.usage != "", o.imports} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return nil, &cli.UsageError{Msg: "-text (or -free), -usage and -import do different things: use one of them"}
+	}
 	switch o.format {
 	case "text", "csv", "json":
 	default:

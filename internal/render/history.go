@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/history"
@@ -150,7 +149,11 @@ func importFiles(ctx context.Context, cfg *Config, files []string, stdout, stder
 	failed := 0
 	report := func(file string, err error) {
 		failed++
-		fmt.Fprintf(stderr, "render: error: %s: %v\n", file, err)
+		if msg := err.Error(); strings.HasPrefix(msg, file+":") { // it names the file already
+			fmt.Fprintf(stderr, "render: error: %s\n", msg)
+		} else {
+			fmt.Fprintf(stderr, "render: error: %s: %s\n", file, msg)
+		}
 	}
 	for _, f := range files {
 		var newest time.Time
@@ -229,7 +232,8 @@ func usageReport(ctx context.Context, cfg *Config, span, format string, now time
 		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
 	}
 	defer store.Close()
-	rows, err := store.Usage(ctx, now.Add(-d), now)
+	from, to := history.UsageSpan(d, now)
+	rows, err := store.Usage(ctx, from, to)
 	if err != nil {
 		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
 	}
@@ -237,9 +241,9 @@ func usageReport(ctx context.Context, cfg *Config, span, format string, now time
 	case "csv":
 		return usageCSV(stdout, rows)
 	case "json":
-		return usageJSON(stdout, rows, now.Add(-d), now)
+		return usageJSON(stdout, rows, from, to)
 	}
-	return usageText(stdout, rows, span)
+	return usageText(stdout, rows, from, to)
 }
 
 // UsageRow is one line of `render -usage -format json`.
@@ -292,26 +296,35 @@ func usageCSV(w io.Writer, rows []history.Usage) error {
 	return cw.Error()
 }
 
-func usageText(w io.Writer, rows []history.Usage, span string) error {
+func usageText(w io.Writer, rows []history.Usage, from, to time.Time) error {
+	span := fmt.Sprintf("from %s to %s UTC", from.UTC().Format("2006-01-02 15:04"), to.UTC().Format("2006-01-02 15:04"))
 	if len(rows) == 0 {
-		_, err := fmt.Fprintf(w, "no GPU-hours recorded in the last %s\n", span)
+		_, err := fmt.Fprintf(w, "no GPU-hours recorded %s\n", span)
 		return err
 	}
 	names := make([]string, len(rows))
 	width := len("user")
 	for i, u := range rows {
-		names[i] = hosttext.Clip(hosttext.Printable(u.User), 32)
+		names[i] = clean(u.User, 40) // as -text shows names: terminal-safe, by display width
 		if u.User == "" {
 			names[i] = "(unknown)"
 		}
-		width = max(width, utf8.RuneCountInString(names[i]))
+		width = max(width, strWidth(names[i]))
 	}
 	// names to the left, figures to the right
-	pad := func(s string) string { return s + strings.Repeat(" ", width-utf8.RuneCountInString(s)) }
 	b := bufio.NewWriter(w)
-	fmt.Fprintf(b, "%s  %9s  %9s  %9s  %6s\n", pad("user"), "GPU-hours", "idle-held", "peak GPUs", "share")
+	fmt.Fprintf(b, "GPU-hours %s (whole hours)\n", span)
+	fmt.Fprintf(b, "%s  %9s  %9s  %9s  %6s\n", pad("user", width), "GPU-hours", "idle-held", "peak GPUs", "share")
 	for i, u := range rows {
-		fmt.Fprintf(b, "%s  %9.1f  %9.1f  %9d  %5.1f%%\n", pad(names[i]), u.GPUHours, u.IdleHeldHours, u.PeakGPUs, u.Share*100)
+		peak := strconv.Itoa(u.PeakGPUs)
+		if u.User == history.IdleJobUser {
+			peak = "-"
+		}
+		share := fmt.Sprintf("%5.1f%%", u.Share*100)
+		if u.Share > 0 && u.Share < 0.0005 {
+			share = " <0.1%"
+		}
+		fmt.Fprintf(b, "%s  %9.2f  %9.2f  %9s  %6s\n", pad(names[i], width), u.GPUHours, u.IdleHeldHours, peak, share)
 	}
 	return b.Flush()
 }

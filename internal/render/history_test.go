@@ -321,3 +321,12 @@ func TestReadOnlyHistory(t *testing.T) {
 		t.Errorf("no page, or no warning on it: %v", rerr)
 	}
 }
+
+func TestOneModeAtATime(t *testing.T) {
+	for _, args := range [][]string{{"-usage", "24h", "-import", "x.csv"}, {"-text", "-usage", "7d"}, {"-free", "-import", "x.csv"}} {
+		_, _, err := renderMain(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "use one of them") {
+			t.Errorf("render %q: %v, want a usage error", args, err)
+		}
+	}
+}
