@@ -28,7 +28,7 @@ import (
 // and gpu02's GPUs.
 func historyOf(now time.Time, users []string) *history.Summary {
 	s := &history.Summary{First: now.Add(-30 * 24 * time.Hour), Newest: now, Snapshots: 8640,
-		Down:     map[string]*history.HostState{"gpu03": {DownSince: now.Add(-5 * time.Hour).Unix()}},
+		Down:     map[string]*history.HostState{"gpu03": {DownSince: now.Add(-5 * time.Hour).Unix(), LastUp: now.Add(-5*time.Hour - 5*time.Minute).Unix()}},
 		UserDays: map[string][]float64{}, Util: map[history.GPURef][]float64{}}
 	for i := range 8 {
 		s.Down["gpu03"].GPUs = append(s.Down["gpu03"].GPUs, history.KnownGPU{ID: fmt.Sprint(i), Name: "NVIDIA A100-SXM4-80GB"})

@@ -78,6 +78,12 @@ func TestHistoryThroughRender(t *testing.T) {
 	if hours["alice"] != 1 || hours["bob"] != 0.5 || hours[""] != 0.5 {
 		t.Errorf("GPU-hours in 30d = %v, want alice 1, bob 0.5, unknown 0.5", hours)
 	}
+	for _, h := range st.Hosts {
+		// down in every snapshot: since when is not known, and no GPU was seen
+		if !h.Up && (h.DownSince != nil || h.LastKnownGPUs == nil || len(h.LastKnownGPUs) != 0) {
+			t.Errorf("host %s, down all along: down_since %v, last_known_gpus %v; want null and []", h.Name, h.DownSince, h.LastKnownGPUs)
+		}
+	}
 	prom, _ := os.ReadFile(filepath.Join(dir, "metrics.prom"))
 	if !bytes.Contains(prom, []byte(`gpumon_user_gpu_seconds_total{user="alice"} 3600`)) {
 		t.Errorf("metrics.prom lacks alice's 3600 GPU-seconds:\n%s", grepLines(string(prom), "gpu_seconds_total"))

@@ -220,6 +220,9 @@ func writeHosts(w *bufio.Writer, r *Report) {
 			if down != nil && down.DownSince != 0 {
 				since := time.Unix(down.DownSince, 0)
 				w.WriteString("<p class=since>down since ")
+				if down.LastUp == 0 { // never seen up: down at least since history began
+					w.WriteString("at least ")
+				}
 				w.WriteString(timeText(since, r.Loc))
 				if d := r.Now.Sub(since); d > 0 {
 					w.WriteString(" (")

@@ -22,7 +22,7 @@ import (
 func testSummary(user string) *history.Summary {
 	now := testNow.Add(-5 * time.Minute)
 	s := &history.Summary{First: now.Add(-30 * 24 * time.Hour), Newest: now, Snapshots: 8640,
-		Down: map[string]*history.HostState{"gpu03": {DownSince: time.Date(2026, 11, 23, 9, 10, 0, 0, time.UTC).Unix(),
+		Down: map[string]*history.HostState{"gpu03": {DownSince: time.Date(2026, 11, 23, 9, 10, 0, 0, time.UTC).Unix(), LastUp: time.Date(2026, 11, 23, 9, 5, 0, 0, time.UTC).Unix(),
 			GPUs: []history.KnownGPU{{ID: "0", Name: "NVIDIA A100-SXM4-80GB"}, {ID: "1", Name: "n" + user}}}},
 		UserDays: map[string][]float64{}, Util: map[history.GPURef][]float64{}}
 	s.IdleHeld = []history.Spell{{Host: "gpu01", GPU: "1", Users: []string{"alice", user}, Start: now.Unix() - 26*3600 - 300, Last: now.Unix(), MemMiB: 40000}}

@@ -487,7 +487,7 @@ func statusOf(r *Report) *Status {
 		IdleHeld: statusIdleHeld(r.History), History: statusHistory(r.History)}
 	st.Users = withHistoryUsers(st.Users, r.History)
 	for _, h := range c.Hosts {
-		st.Hosts = append(st.Hosts, statusHostOf(h))
+		st.Hosts = append(st.Hosts, statusHostOf(h, r.History))
 	}
 	return st
 }

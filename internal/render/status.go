@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
@@ -70,6 +71,17 @@ type StatusHost struct {
 	MemTotalMiB *float64           `json:"mem_total_mib"`
 	Reservation *StatusReservation `json:"reservation"` // a whole-host reservation
 	GPUs        []StatusGPU        `json:"gpus"`        // empty for a host that is down
+	// For a host that is down, from the history (null without it): since
+	// when (the first failed snapshot since it last answered; null when it
+	// never answered in the history), and its GPUs as last seen.
+	DownSince     *string          `json:"down_since"`
+	LastKnownGPUs []StatusKnownGPU `json:"last_known_gpus"`
+}
+
+// StatusKnownGPU is a GPU of a down host as last seen.
+type StatusKnownGPU struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
 }
 
 // StatusGPU is one GPU.
@@ -171,7 +183,7 @@ func statusUsers(c *cluster.Cluster) []StatusUser {
 	return users
 }
 
-func statusHostOf(h *cluster.Host) StatusHost {
+func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 	sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
 		CPUs: intp(h.CPUs), Load1: nump(h.Load1), MemUsedMiB: nump(h.MemUsed), MemTotalMiB: nump(h.MemTotal),
 		Reservation: resvOf(h.Reserved), GPUs: make([]StatusGPU, 0, len(h.GPUs))}
@@ -195,6 +207,16 @@ func statusHostOf(h *cluster.Host) StatusHost {
 		}
 		sh.GPUs = append(sh.GPUs, sg)
 	}
+	if d := downOf(h, hist); d != nil {
+		if d.LastUp != 0 {
+			t := time.Unix(d.DownSince, 0).UTC().Format(time.RFC3339)
+			sh.DownSince = &t
+		}
+		sh.LastKnownGPUs = []StatusKnownGPU{}
+		for _, g := range d.GPUs {
+			sh.LastKnownGPUs = append(sh.LastKnownGPUs, StatusKnownGPU{ID: g.ID, Name: g.Name})
+		}
+	}
 	return sh
 }
 
@@ -216,7 +238,7 @@ func JSON(w io.Writer, r *Report) error {
 		if i > 0 {
 			bw.WriteByte(',')
 		}
-		b, err := json.Marshal(statusHostOf(h))
+		b, err := json.Marshal(statusHostOf(h, r.History))
 		if err != nil {
 			return err
 		}
@@ -267,4 +289,12 @@ func resvOf(r *reservations.Reservation) *StatusReservation {
 		s.Until = &t
 	}
 	return s
+}
+
+// downOf is what the history knows of h when it is down, else nil.
+func downOf(h *cluster.Host, hist *history.Summary) *history.HostState {
+	if hist == nil || h.Up() {
+		return nil
+	}
+	return hist.Down[h.Name]
 }
