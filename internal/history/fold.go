@@ -3,6 +3,7 @@ package history
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -256,7 +257,18 @@ func IdleHeld(st *State, p Params) []Spell {
 		}
 	}
 	slices.SortFunc(out, func(a, b Spell) int {
-		return cmp.Or(cmp.Compare(b.Seconds(), a.Seconds()), cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU))
+		return cmp.Or(cmp.Compare(b.Seconds(), a.Seconds()), cmp.Compare(a.Host, b.Host), compareIDs(a.GPU, b.GPU))
 	})
 	return out
+}
+
+// compareIDs orders GPU ids as numbers when both are (2 before 10), else
+// as text.
+func compareIDs(a, b string) int {
+	x, errA := strconv.Atoi(a)
+	y, errB := strconv.Atoi(b)
+	if errA == nil && errB == nil {
+		return cmp.Compare(x, y)
+	}
+	return cmp.Compare(a, b)
 }

@@ -203,3 +203,17 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// GPUs idle-held equally long are listed 2 before 10, as a person counts.
+func TestIdleHeldOrder(t *testing.T) {
+	st := NewState()
+	for _, s := range every5(0, 120, func(m float64) *Snapshot {
+		return snapAt(m, up("a", held("10", 0, "alice"), held("2", 0, "alice")))
+	}) {
+		Step(st, s, DefaultParams)
+	}
+	got := IdleHeld(st, DefaultParams)
+	if len(got) != 2 || got[0].GPU != "2" || got[1].GPU != "10" {
+		t.Errorf("order: %+v, want GPU 2 then 10", got)
+	}
+}

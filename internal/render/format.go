@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/history"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
 )
@@ -163,12 +164,13 @@ func sensors(g *cluster.GPU) string {
 	return strings.Join(parts, " · ")
 }
 
-// userName shows a process owner ps could not name.
+// userName shows a process owner ps could not name, and cuts a name too
+// long for a table cell (status.json has it whole).
 func userName(u string) string {
 	if u == "" {
 		return "(unknown)"
 	}
-	return u
+	return hosttext.Clip(u, 64)
 }
 
 // shorten cuts a long command line for the page; status.json has it whole.
