@@ -200,22 +200,9 @@ func utilSeries(tx *sql.Tx, sum *Summary, now time.Time) error {
 		sum.UtilHours = append(sum.UtilHours, time.Unix(first+int64(i)*3600, 0).UTC())
 	}
 	sum.Util = map[GPURef][]float64{}
-	rows, err := tx.Query(`SELECT max(t) FROM snapshots WHERE t >= ? AND t < ? AND data IS NOT NULL
+	times, err := queryTimes(tx, `SELECT max(t) FROM snapshots WHERE t >= ? AND t < ? AND data IS NOT NULL
 		GROUP BY t - ((t % 3600) + 3600) % 3600`, first, last+3600)
 	if err != nil {
-		return err
-	}
-	var times []int64
-	for rows.Next() {
-		var t int64
-		if err := rows.Scan(&t); err != nil {
-			rows.Close()
-			return err
-		}
-		times = append(times, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, t := range times {
@@ -289,7 +276,19 @@ func (s *Store) userHours(tx *sql.Tx, st *State, now time.Time) ([]UserHours, er
 // sumUsage sums one kind of the hourly figures per name over the hours
 // that start in [from, to).
 func sumUsage(tx *sql.Tx, kind int, from, to time.Time) (map[string]float64, error) {
-	rows, err := tx.Query(`SELECT name, sum(value) FROM usage WHERE kind = ? AND hour >= ? AND hour < ? GROUP BY name`,
+	return usageBy(tx, "sum", kind, from, to)
+}
+
+// maxUsage is the largest of one kind of the hourly figures per name over
+// the hours that start in [from, to).
+func maxUsage(tx *sql.Tx, kind int, from, to time.Time) (map[string]float64, error) {
+	return usageBy(tx, "max", kind, from, to)
+}
+
+// usageBy is agg (an SQL aggregate: sum or max, never user input) of one
+// kind of the hourly figures per name.
+func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]float64, error) {
+	rows, err := tx.Query(`SELECT name, `+agg+`(value) FROM usage WHERE kind = ? AND hour >= ? AND hour < ? GROUP BY name`,
 		kind, hourOf(from.Unix()), to.Unix())
 	if err != nil {
 		return nil, err
@@ -489,25 +488,4 @@ func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) 
 	return out, nil
 }
 
-func maxUsage(tx *sql.Tx, kind int, from, to time.Time) (map[string]float64, error) {
-	rows, err := tx.Query(`SELECT name, max(value) FROM usage WHERE kind = ? AND hour >= ? AND hour < ? GROUP BY name`,
-		kind, hourOf(from.Unix()), to.Unix())
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]float64{}
-	for rows.Next() {
-		var name string
-		var v float64
-		if err := rows.Scan(&name, &v); err != nil {
-			return nil, err
-		}
-		out[name] = v
-	}
-	return out, rows.Err()
-}
 
-// Ping checks that the database answers (render's check before it counts
-// on it).
-func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }

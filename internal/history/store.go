@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver: pure Go, no cgo
@@ -80,23 +81,24 @@ func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
 	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 		f.Close()
 	}
-	// busy_timeout first: switching to WAL can itself meet a lock. The
-	// transactions are IMMEDIATE: two renders at once take turns instead of
-	// failing on a lock upgrade.
 	abs, err := filepath.Abs(path) // a relative path in a file: URI would be its authority
 	if err != nil {
 		return nil, err
 	}
-	uri := (&url.URL{Scheme: "file", Path: abs}).String() +
-		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
-	db, err := sql.Open("sqlite", uri+"&_txlock=immediate")
+	// busy_timeout first: switching to WAL can itself meet a lock. The
+	// transactions are IMMEDIATE: two renders at once take turns instead of
+	// failing on a lock upgrade.
+	file := (&url.URL{Scheme: "file", Path: abs}).String() + "?_pragma=busy_timeout(10000)"
+	db, err := sql.Open("sqlite", file+"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
 	// reads on a connection of their own, in deferred transactions: under
-	// WAL they see the last commit while a long import writes
-	rdb, err := sql.Open("sqlite", uri+"&_pragma=query_only(1)")
+	// WAL they see the last commit while a long import writes. It sets no
+	// journal mode (the writer's WAL is kept in the file): a mode change
+	// wants a lock that SQLITE_BUSY refuses at once, busy_timeout or not.
+	rdb, err := sql.Open("sqlite", file+"&_pragma=query_only(1)")
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -105,15 +107,32 @@ func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
 	s := &Store{db: db, rdb: rdb, path: path, params: p, keepRaw: keepRaw}
 	// the reading connection is opened now, on the same file: one opened
 	// later, after the file was deleted, would read a new, empty one
-	if err := rdb.Ping(); err != nil {
-		s.Close()
-		return nil, err
+	for _, c := range []*sql.DB{db, rdb} {
+		if err := pingBusy(c); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	if err := s.init(); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// pingBusy opens c's connection, waiting as busy_timeout would: its
+// pragmas (journal_mode=WAL on a new database, while another render makes
+// it) can meet SQLITE_BUSY at once, without the busy handler being asked
+// (seen with two renders on a new file).
+func pingBusy(c *sql.DB) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping()
+		if err == nil || !strings.Contains(err.Error(), "database is locked") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (s *Store) init() error {
@@ -350,21 +369,9 @@ func (w *writer) replay(ctx context.Context, t int64) error {
 	if err := w.undo(from.Int64); err != nil {
 		return err
 	}
-	var times []int64
-	rows, err := w.tx.Query(`SELECT t FROM snapshots WHERE t > ? ORDER BY t`, from.Int64)
+	// the times first: the one connection cannot read rows and write at once
+	times, err := queryTimes(w.tx, `SELECT t FROM snapshots WHERE t > ? ORDER BY t`, from.Int64)
 	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var ts int64
-		if err := rows.Scan(&ts); err != nil {
-			rows.Close()
-			return err
-		}
-		times = append(times, ts)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for i, ts := range times {
@@ -385,6 +392,24 @@ func (w *writer) replay(ctx context.Context, t int64) error {
 		}
 	}
 	return nil
+}
+
+// queryTimes is the one column of Unix times q selects.
+func queryTimes(tx *sql.Tx, q string, args ...any) ([]int64, error) {
+	rows, err := tx.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var times []int64
+	for rows.Next() {
+		var t int64
+		if err := rows.Scan(&t); err != nil {
+			return nil, err
+		}
+		times = append(times, t)
+	}
+	return times, rows.Err()
 }
 
 // replayStart is the checkpoint a replay for a snapshot at t starts from:

@@ -205,8 +205,14 @@ func timeText(t time.Time, loc *time.Location) string {
 	return t.In(loc).Format("2006-01-02 15:04 MST")
 }
 
-// reservationText is "reserved by alice until 2026-12-01 18:00: ICML".
+// reservationText is "reserved by alice until 2026-12-01 18:00: ICML", for
+// the terminal.
 func reservationText(r *reservations.Reservation, loc *time.Location) string {
+	return reservationWith(r, func(t time.Time) string { return t.In(loc).Format("2006-01-02 15:04") })
+}
+
+// reservationWith is reservationText with the end written by until.
+func reservationWith(r *reservations.Reservation, until func(time.Time) string) string {
 	if r == nil {
 		return ""
 	}
@@ -215,7 +221,7 @@ func reservationText(r *reservations.Reservation, loc *time.Location) string {
 		s += " by " + r.Name
 	}
 	if !r.Until.IsZero() {
-		s += " until " + r.Until.In(loc).Format("2006-01-02 15:04")
+		s += " until " + until(r.Until)
 	}
 	if r.Comment != "" {
 		s += ": " + r.Comment

@@ -610,20 +610,7 @@ func settingText(d time.Duration) string {
 // pageReservation is "reserved by carol until 2026-11-30 18:00 UTC: ICML",
 // the end written as every time on the page is (timeText).
 func pageReservation(r *reservations.Reservation, loc *time.Location) string {
-	if r == nil {
-		return ""
-	}
-	s := "reserved"
-	if r.Name != "" {
-		s += " by " + r.Name
-	}
-	if !r.Until.IsZero() {
-		s += " until " + timeText(r.Until, loc)
-	}
-	if r.Comment != "" {
-		s += ": " + r.Comment
-	}
-	return s
+	return reservationWith(r, func(t time.Time) string { return timeText(t, loc) })
 }
 
 // commandText is a command line as the page shows it: its program by base
