@@ -487,5 +487,3 @@ func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) 
 	}
 	return out, nil
 }
-
-
