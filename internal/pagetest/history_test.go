@@ -15,6 +15,7 @@ import (
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/render"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // The history's part of the page: render's Summary comes from the store,
@@ -59,7 +60,7 @@ func historyOf(now time.Time, users []string) *history.Summary {
 		}
 		s.UserDays[name] = hs
 	}
-	usersFromDays(s)
+	testenv.HistoryUsersFromDays(s)
 	for i := 23; i >= 0; i-- {
 		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
 	}
@@ -205,20 +206,4 @@ func TestHistoryNamesRunNothing(t *testing.T) {
 		}
 	}
 	tb.noProblems("names in the plots")
-}
-
-// usersFromDays fills s.Users' 7d and 30d GPU-hours from s.UserDays, as the
-// history would: the plots read the rolling windows.
-func usersFromDays(s *history.Summary) {
-	s.Users = nil
-	for name, hs := range s.UserDays {
-		u := history.UserHours{User: name, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
-		for i, h := range hs {
-			if i >= len(hs)-7 {
-				u.GPUHours["7d"] += h
-			}
-			u.GPUHours["30d"] += h
-		}
-		s.Users = append(s.Users, u)
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // childEnv makes the test binary run the render command itself (for
@@ -127,7 +128,7 @@ func benchSummary(hosts, gpus int, now time.Time) *history.Summary {
 		}
 		s.UserDays[fmt.Sprintf("user%03d", u)] = hs
 	}
-	usersFromDays(s)
+	testenv.HistoryUsersFromDays(s)
 	total := float64(hosts * gpus)
 	point := func(t time.Time, k int) history.FleetPoint {
 		busy := total * (0.4 + 0.3*math.Sin(float64(k)/40))
@@ -206,21 +207,28 @@ func BenchmarkRender(b *testing.B) {
 	b.Run("peak", func(b *testing.B) {
 		var peak int64
 		for b.Loop() {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			argv, _ := json.Marshal(args)
-			cmd.Env = append(os.Environ(), childEnv+"="+string(argv))
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				b.Fatalf("%v\n%s", err, out)
-			}
-			var kib int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "VmHWM: %d kB", &kib); err != nil {
-				b.Fatalf("no VmHWM from the child: %q", out)
-			}
-			peak = max(peak, kib)
+			peak = max(peak, childPeakKiB(b, args))
 		}
 		b.ReportMetric(float64(peak)/1024, "peak-MB")
 	})
+}
+
+// childPeakKiB runs the render command with args in a child process (see
+// TestMain) and returns its peak resident memory.
+func childPeakKiB(b *testing.B, args []string) int64 {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	argv, _ := json.Marshal(args)
+	cmd.Env = append(os.Environ(), childEnv+"="+string(argv))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("%v\n%s", err, out)
+	}
+	var kib int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "VmHWM: %d kB", &kib); err != nil {
+		b.Fatalf("no VmHWM from the child: %q", out)
+	}
+	return kib
 }
 
 // BenchmarkRenderHistory: the whole command at 1000 hosts × 8 GPUs with 30
@@ -277,18 +285,7 @@ func BenchmarkRenderHistory(b *testing.B) {
 	b.Run("peak", func(b *testing.B) {
 		var peak int64
 		for b.Loop() {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			argv, _ := json.Marshal([]string{"-c", ini, "-i", csvAt()})
-			cmd.Env = append(os.Environ(), childEnv+"="+string(argv))
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				b.Fatalf("%v\n%s", err, out)
-			}
-			var kib int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "VmHWM: %d kB", &kib); err != nil {
-				b.Fatalf("no VmHWM from the child: %q", out)
-			}
-			peak = max(peak, kib)
+			peak = max(peak, childPeakKiB(b, []string{"-c", ini, "-i", csvAt()}))
 		}
 		b.ReportMetric(float64(peak)/1024, "peak-MB")
 	})

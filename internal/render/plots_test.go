@@ -55,7 +55,7 @@ func testSummary(user string) *history.Summary {
 		}
 		s.UserDays[name] = hs
 	}
-	usersFromDays(s)
+	testenv.HistoryUsersFromDays(s)
 	for i := 23; i >= 0; i-- {
 		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
 	}
@@ -227,21 +227,5 @@ func TestNiceCeilAndHours(t *testing.T) {
 		if got := hoursText(tt.h); got != tt.want {
 			t.Errorf("hoursText(%v) = %q, want %q", tt.h, got, tt.want)
 		}
-	}
-}
-
-// usersFromDays fills s.Users' 7d and 30d GPU-hours from s.UserDays, as the
-// history would: the plots read the rolling windows.
-func usersFromDays(s *history.Summary) {
-	s.Users = nil
-	for name, hs := range s.UserDays {
-		u := history.UserHours{User: name, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
-		for i, h := range hs {
-			if i >= len(hs)-7 {
-				u.GPUHours["7d"] += h
-			}
-			u.GPUHours["30d"] += h
-		}
-		s.Users = append(s.Users, u)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/simfleet"
 )
 
@@ -121,4 +122,21 @@ func StartFleet(tb testing.TB, specs []simfleet.HostSpec) *simfleet.Fleet {
 	}
 	tb.Cleanup(func() { _ = f.Close() })
 	return f
+}
+
+// HistoryUsersFromDays fills s.Users' 7d and 30d GPU-hours from
+// s.UserDays, as the history would, for tests that build a Summary by
+// hand: the page's bars read the rolling windows.
+func HistoryUsersFromDays(s *history.Summary) {
+	s.Users = nil
+	for name, hs := range s.UserDays {
+		u := history.UserHours{User: name, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
+		for i, h := range hs {
+			if i >= len(hs)-7 {
+				u.GPUHours["7d"] += h
+			}
+			u.GPUHours["30d"] += h
+		}
+		s.Users = append(s.Users, u)
+	}
 }
