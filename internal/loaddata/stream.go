@@ -15,7 +15,7 @@ import (
 // StreamFile reads path one row at a time and hands each row to add, so
 // that the rows are never all in memory (render keeps only what it builds
 // from them). Columns are found by header name: every column of Row is
-// required, none may appear twice, other columns are ignored. The row
+// required (but those in optional), none may appear twice, other columns are ignored. The row
 // passed to add is reused; its strings are interned (a host's name, a model,
 // a user or a command is one string however many rows repeat it) and never
 // share memory with the file's lines. A record (a row, or the header) over
@@ -156,7 +156,7 @@ func headerColumns(header []string) ([]*column, error) {
 	}
 	var missing []string
 	for _, c := range columns {
-		if !found[c.name] {
+		if !found[c.name] && !optional[c.name] {
 			missing = append(missing, c.name)
 		}
 	}
@@ -164,6 +164,14 @@ func headerColumns(header []string) ([]*column, error) {
 		return nil, fmt.Errorf("line 1: not a load_data.csv header: no column %s", strings.Join(missing, ", "))
 	}
 	return readers, nil
+}
+
+// optional are the columns added after load_data.csv was first written:
+// a file from an older fetch (or an old one given to render -import) reads
+// with them empty.
+var optional = map[string]bool{
+	"slurm_job": true, "slurm_job_name": true, "slurm_partition": true,
+	"container": true, "container_name": true, "pod": true,
 }
 
 // csvError names the line of a syntax error. encoding/csv's Column is a

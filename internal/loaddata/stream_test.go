@@ -1,6 +1,7 @@
 package loaddata
 
 import (
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -60,7 +61,7 @@ func TestStreamErrors(t *testing.T) {
 		{"bad number", header + strings.Replace(line, ",11052,", ",lots,", 1), `line 2 (column mem_used_mib): "lots" is not a number`},
 		{"bad pid", header + strings.Replace(line, ",21198,", ",21x,", 1), `line 2 (column pid): "21x" is not a whole number`},
 		{"bad flag", header + strings.Replace(line, ",3600,,", ",3600,maybe,", 1), `line 2 (column preemptible): "maybe" is not yes or empty`},
-		{"short row", header + line + "x,y\n", "line 3: 2 fields, the header has 27"},
+		{"short row", header + line + "x,y\n", "line 3: 2 fields, the header has 33"},
 		{"twice", strings.TrimSuffix(header, "\n") + ",host\n", "line 1: column host appears twice"},
 		{"bare quote in the third cell", header + `a,b,c"d` + "\n", `line 2, byte 6: bare " in non-quoted-field`},
 		{"unclosed quote", header + "x,\"y\nz\n", `line 3, byte 3 (in the record from line 2): extraneous or missing " in quoted-field`},
@@ -250,5 +251,53 @@ func TestStreamRecordLimitIsExact(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A file written before the attribution columns existed (an older fetch,
+// or an old file given to render -import) reads, with them empty.
+func TestStreamOlderFile(t *testing.T) {
+	rows := sampleRows()
+	var old strings.Builder
+	r := csv.NewReader(strings.NewReader(encode(t, rows)))
+	w := csv.NewWriter(&old)
+	var keep []int
+	for i := 0; ; i++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			for j, name := range rec {
+				if !optional[name] {
+					keep = append(keep, j)
+				}
+			}
+			if len(keep) != len(rec)-6 {
+				t.Fatalf("header %v: want 6 optional columns", rec)
+			}
+		}
+		var out []string
+		for _, j := range keep {
+			out = append(out, rec[j])
+		}
+		if err := w.Write(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	got, err := decode(t, old.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		rows[i].SlurmJob, rows[i].SlurmJobName, rows[i].SlurmPartition = "", "", ""
+		rows[i].Container, rows[i].ContainerName, rows[i].Pod = "", "", ""
+	}
+	if diff := cmp.Diff(rows, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
