@@ -27,6 +27,12 @@ var RenderKeys = []string{
 // HistoryKeys are the keys of [history] (render's history database).
 var HistoryKeys = []string{"db", "max_gap", "idle_util_pct", "idle_after", "keep_days"}
 
+// NotifyKeys are the keys of [notify] (render's notifications).
+var NotifyKeys = []string{
+	"webhook", "mail_to", "mail_users", "mail_from", "sendmail",
+	"host_down_after", "remind_after", "commands", "page_url",
+}
+
 // Layout is config.ini's layout. [host_names] and [gpu_names] take any
 // key: their keys are host and GPU names, not settings.
 var Layout = inifile.Layout{
@@ -34,6 +40,7 @@ var Layout = inifile.Layout{
 		{Name: "common", Keys: CommonKeys},
 		{Name: "render", Keys: RenderKeys},
 		{Name: "history", Keys: HistoryKeys},
+		{Name: "notify", Keys: NotifyKeys},
 		{Name: "host_names", AnyKey: true},
 		{Name: "gpu_names", AnyKey: true},
 	},

@@ -170,6 +170,10 @@ func (s *Store) init() error {
 // Close closes the database.
 func (s *Store) Close() error { return errors.Join(s.rdb.Close(), s.db.Close()) }
 
+// DB is the writing connection (IMMEDIATE transactions), for what else
+// render keeps in the same file: the notifications' episodes and outbox.
+func (s *Store) DB() *sql.DB { return s.db }
+
 // Path is the database's file.
 func (s *Store) Path() string { return s.path }
 

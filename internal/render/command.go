@@ -27,6 +27,7 @@ const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
        render -text [-free] [-color auto|always|never]
        render -usage SPAN [-format text|csv|json]
        render -import FILE...
+       render -notify-test
 
 Reads load_data.csv (fetch's output), records it in the history database
 ([history] db) and writes a self-contained status page, status.json and
@@ -47,6 +48,9 @@ does not parse leaves every previous file as it was.
              and share of the fleet over the last SPAN (24h, 7d, 1d12h)
   -format F  -usage's format: text (default), csv or json
   -import    record the named load_data.csv files (a backfill, any order)
+  -notify-test
+             send a test message to every [notify] target and say what
+             each answered
 `
 
 // Main is the render command.
@@ -71,6 +75,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageReport(ctx, cfg, opts.usage, opts.format, now, stdout)
 	case opts.imports:
 		return importFiles(ctx, cfg, opts.files, stdout, stderr)
+	case opts.notifyTest:
+		return notifyTest(ctx, cfg, now, stdout)
 	}
 	rep, problems, err := buildReport(cfg, now)
 	if err != nil {
@@ -90,14 +96,23 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if histErr != nil {
-		if len(problems) > 0 {
-			fmt.Fprintf(stderr, "render: error: %v\n", histErr)
-		} else {
-			return histErr
-		}
+	var notifyErr error
+	if !opts.text && !opts.free {
+		notifyErr = notifyRun(ctx, rep, stderr)
 	}
-	return reservationError(problems, stderr)
+	// every error is printed; the last one is returned, with its hint
+	errs := []error{histErr, notifyErr, reservationError(problems, stderr)}
+	var last error
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if last != nil {
+			fmt.Fprintf(stderr, "render: error: %v\n", last)
+		}
+		last = e
+	}
+	return last
 }
 
 type options struct {
@@ -106,6 +121,7 @@ type options struct {
 	free                      bool
 	usage, format             string // -usage SPAN, -format text|csv|json
 	imports                   bool   // -import: the arguments are files to record
+	notifyTest                bool
 	files                     []string
 	color                     string // auto, always or never
 }
@@ -122,6 +138,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.usage, "usage", "", "")
 	fs.StringVar(&o.format, "format", "text", "")
 	fs.BoolVar(&o.imports, "import", false, "")
+	fs.BoolVar(&o.notifyTest, "notify-test", false, "")
 	fs.StringVar(&o.color, "color", "auto", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -139,13 +156,13 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
 	}
 	modes := 0
-	for _, on := range []bool{o.text || o.free, o.usage != "", o.imports} {
+	for _, on := range []bool{o.text || o.free, o.usage != "", o.imports, o.notifyTest} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return nil, &cli.UsageError{Msg: "-text (or -free), -usage and -import do different things: use one of them"}
+		return nil, &cli.UsageError{Msg: "-text (or -free), -usage, -import and -notify-test do different things: use one of them"}
 	}
 	switch o.format {
 	case "text", "csv", "json":

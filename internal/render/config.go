@@ -44,6 +44,7 @@ type Config struct {
 	JSONSet, PromSet bool
 
 	History HistoryConfig
+	Notify  NotifyConfig
 
 	HostNames map[string]string // lower-case host name -> display name
 	GPUNames  map[string]string // lower-case nvidia-smi name -> short name
@@ -63,6 +64,7 @@ func DefaultConfig() *Config {
 		FreeMemMiB: DefaultFreeMemMiB,
 		Ignore:     ignore.With(),
 		History:    defaultHistory(),
+		Notify:     defaultNotify(),
 		HostNames:  map[string]string{},
 		GPUNames:   map[string]string{},
 	}
@@ -102,6 +104,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 		return nil, err
 	}
 	if err := readHistory(f.Section("history"), &c.History, f); err != nil {
+		return nil, err
+	}
+	if err := readNotify(f.Section("notify"), &c.Notify, c.History); err != nil {
 		return nil, err
 	}
 	if err := readNames(f.Section("host_names"), c.HostNames); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/history"
+	"github.com/gpumon/gpumon/internal/notify"
 	"github.com/gpumon/gpumon/internal/ignore"
 )
 
@@ -58,6 +59,18 @@ max_gap = 20m
 idle_util_pct = 2.5
 idle_after = 1d
 keep_days = 30
+
+[notify]
+webhook = https://hooks.slack.com/services/T0/B0/secret, http://127.0.0.1:9000/hook,
+    https://hooks.slack.com/services/T0/B0/secret
+mail_to = gpu-admins@example.org, Ops <ops@example.org>
+mail_users = @example.org
+mail_from = gpumon <gpumon@example.org>
+sendmail = /usr/lib/sendmail -t -i -odi
+host_down_after = 30m
+remind_after = 2d
+commands = yes
+page_url = https://gpus.example.org/
 `), "/etc/gpumon/config.ini")
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +85,16 @@ keep_days = 30
 		GPUNames:     map[string]string{"nvidia h100 80gb hbm3": "H100"},
 		History: HistoryConfig{DB: "/var/lib/gpumon/history.db", KeepDays: 30,
 			Params: history.Params{MaxGap: 20 * time.Minute, IdleUtilPct: 2.5, IdleAfter: 24 * time.Hour}},
+		Notify: NotifyConfig{
+			Targets: notify.Targets{
+				Webhooks:   []string{"https://hooks.slack.com/services/T0/B0/secret", "http://127.0.0.1:9000/hook"},
+				MailTo:     []string{"gpu-admins@example.org", "ops@example.org"},
+				UserDomain: "example.org", MailFrom: "gpumon <gpumon@example.org>",
+				Commands: true, PageURL: "https://gpus.example.org/",
+			},
+			Params:   notify.Params{HostDownAfter: 30 * time.Minute, RemindAfter: 48 * time.Hour},
+			Sendmail: []string{"/usr/lib/sendmail", "-t", "-i", "-odi"},
+		},
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -121,6 +144,17 @@ func TestBadRenderConfig(t *testing.T) {
 		{"empty short name", "[gpu_names]\nNVIDIA H100 =\n", `c.ini:2: nvidia h100: no name after =`},
 		{"unknown section", "[rendr]\ntitle = x\n", "c.ini:1: unknown section [rendr]"},
 		{"unknown key in common", "[common]\nhost = a\n", "c.ini:2: host: unknown key in [common]"},
+		{"webhook not http", "[notify]\nwebhook = ftp://x/y\n", `c.ini:2: webhook: "ftp://x/…": want an http:// or https:// URL`},
+		// the URL's path is its secret: never in a message
+		{"webhook no host", "[notify]\nwebhook = hooks.slack.com/services/T0/B0/secret\n", `c.ini:2: webhook: "(an unreadable URL)": want an http`},
+		{"mail_to not an address", "[notify]\nmail_to = admins at example\n", `c.ini:2: mail_to: "admins at example" is not a mail address`},
+		{"mail_users without @", "[notify]\nmail_users = example.org\n", `c.ini:2: mail_users: "example.org": want @ and a mail domain`},
+		{"mail_users bad domain", "[notify]\nmail_users = @exa mple.org\n", `c.ini:2: mail_users: "@exa mple.org": want @`},
+		{"remind too often", "[notify]\nremind_after = 1m\n", `c.ini:2: remind_after: 1m0s is a reminder every few runs`},
+		{"bad host_down_after", "[notify]\nhost_down_after = soon\n", `c.ini:2: host_down_after: "soon" is not a duration`},
+		{"bad commands", "[notify]\ncommands = maybe\n", `c.ini:2: commands: "maybe" is not a boolean`},
+		{"empty sendmail", "[notify]\nsendmail =\n", `c.ini:2: sendmail: empty`},
+		{"notify without history", "[history]\ndb =\n[notify]\nmail_to = a@example.org\n", `c.ini:4: mail_to: notifications come from the history`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

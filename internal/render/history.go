@@ -440,7 +440,7 @@ func promHistory(family func(name, typ, help string), sample func(name string, l
 	}
 }
 
-func sortedKeys(m map[string]float64) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -1,0 +1,493 @@
+package notify
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"mime"
+	"net/mail"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/hosttext"
+)
+
+// Targets are where messages go: [notify] in config.ini.
+type Targets struct {
+	Webhooks []string
+	MailTo   []string // the admins, bare addresses: every event, one mail a run
+	// UserDomain mails the holders of an idle-held GPU as user@UserDomain
+	// ("" for none).
+	UserDomain string
+	MailFrom   string // "" lets sendmail choose (the account running render)
+	Commands   bool   // put the holders' command lines in messages
+	PageURL    string // the status page, linked from every message
+}
+
+// Empty reports whether nothing is to be told.
+func (t Targets) Empty() bool {
+	return len(t.Webhooks) == 0 && len(t.MailTo) == 0 && t.UserDomain == ""
+}
+
+// Item is one message for one target, as the outbox keeps it.
+type Item struct {
+	ID int64
+	// Target is "webhook URL" or "mail ADDR[, ADDR...]": messages to one
+	// target go in order, and one that fails holds back the rest.
+	Target    string
+	Summary   string // one line naming the message, for reports
+	Body      []byte // the JSON to POST, or the whole mail for sendmail
+	Created   time.Time
+	Attempts  int
+	LastError string
+}
+
+// Kind is the target's kind, "webhook" or "mail".
+func (it Item) Kind() string { k, _, _ := strings.Cut(it.Target, " "); return k }
+
+// Dest is the target's URL or addresses.
+func (it Item) Dest() string { _, d, _ := strings.Cut(it.Target, " "); return d }
+
+// WebhookTarget and MailTarget name targets as Item.Target does.
+func WebhookTarget(url string) string  { return "webhook " + url }
+func MailTarget(addrs []string) string { return "mail " + strings.Join(addrs, ", ") }
+
+// AllTargets are the targets t can send to; items for any other (one
+// removed from config.ini since) are not sent.
+func (t Targets) AllTargets() []string {
+	var out []string
+	for _, u := range t.Webhooks {
+		out = append(out, WebhookTarget(u))
+	}
+	if len(t.MailTo) > 0 {
+		out = append(out, MailTarget(t.MailTo))
+	}
+	return out
+}
+
+// Message limits: a command line or a user list in a message is cut, so a
+// message stays small whatever the hosts print.
+const (
+	maxCommand  = 200
+	maxCommands = 8
+	maxUsers    = 8
+	maxName     = 64
+)
+
+// Route turns a run's events into messages: each event to each webhook;
+// all of them in one mail to the admins; to each holder of an idle-held
+// GPU, one mail about their GPUs (fired or reminded, not resolved). A
+// holder that cannot be mailed (no user name, one that is not a mail
+// local part, root) is a problem, returned for the caller to report; the
+// admins are told anyway.
+func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender string) (items []Item, problems []string) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	for _, u := range t.Webhooks {
+		for _, e := range events {
+			items = append(items, Item{Target: WebhookTarget(u), Summary: e.Summary(), Body: WebhookBody(e, t, loc), Created: now})
+		}
+	}
+	if len(t.MailTo) > 0 {
+		subject := digestSubject(events)
+		var body strings.Builder
+		for _, e := range events {
+			body.WriteString("- " + e.Text(loc, t.Commands) + "\n")
+		}
+		items = append(items, Item{Target: MailTarget(t.MailTo), Summary: subject,
+			Body: Mail(t.MailTo, t.MailFrom, subject, body.String(), t.PageURL, sender, now), Created: now})
+	}
+	if t.UserDomain != "" {
+		mine := map[string][]Event{}
+		for _, e := range events {
+			if e.Kind != IdleHeld || e.State != Firing {
+				continue
+			}
+			for _, u := range e.Users {
+				if why := NotMailable(u); why != "" {
+					problems = append(problems, fmt.Sprintf("%s is not mailed about GPU %s on %s: %s",
+						quoteUser(u), e.GPU, e.Host, why))
+					continue
+				}
+				mine[u] = append(mine[u], e)
+			}
+		}
+		users := make([]string, 0, len(mine))
+		for u := range mine {
+			users = append(users, u)
+		}
+		slices.Sort(users)
+		for _, u := range users {
+			to := []string{u + "@" + t.UserDomain}
+			subject, body := userMail(mine[u], loc, t.Commands)
+			items = append(items, Item{Target: MailTarget(to), Summary: subject,
+				Body: Mail(to, t.MailFrom, subject, body, t.PageURL, sender, now), Created: now})
+		}
+	}
+	return items, problems
+}
+
+func quoteUser(u string) string {
+	if u == "" {
+		return "the holder (user unknown)"
+	}
+	return fmt.Sprintf("user %q", hosttext.Clip(hosttext.Printable(u), maxName))
+}
+
+// NotMailable says why user cannot be mailed as user@domain, or "". A mail
+// local part is a dot-atom (RFC 5322); ps prints a uid, all digits, where
+// the name is too long, and root is nobody in particular (a container's
+// processes run as root).
+func NotMailable(user string) string {
+	switch {
+	case user == "":
+		return "ps did not say who runs the process"
+	case user == "root":
+		return "root is not a person; the admins are told"
+	case allDigits(user):
+		return "ps printed a uid, not a name"
+	case len(user) > 64:
+		return "the name is longer than a mail local part may be"
+	}
+	if !dotAtom(user) {
+		return "the name is not a mail local part"
+	}
+	return ""
+}
+
+func dotAtom(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-/=?^_`{|}~.", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Summary is one line naming the event, for reports on stderr.
+func (e Event) Summary() string {
+	s := string(e.Kind) + " " + string(e.State)
+	if e.Reminder {
+		s += " (reminder)"
+	}
+	switch {
+	case e.GPU != "":
+		s += fmt.Sprintf(": %s GPU %s", e.Host, e.GPU)
+	case e.Host != "":
+		s += ": " + e.Host
+	}
+	return hosttext.Printable(s)
+}
+
+// Title is the event in a few words, for a mail's subject.
+func (e Event) Title() string {
+	host, gpu := name(e.Host), name(e.GPU)
+	switch {
+	case e.Kind == IdleHeld && e.State == Firing:
+		return fmt.Sprintf("GPU %s on %s idle-held for %s", gpu, host, hours(e.Duration()))
+	case e.Kind == IdleHeld:
+		return fmt.Sprintf("GPU %s on %s released", gpu, host)
+	case e.Kind == HostDown && e.State == Firing:
+		return fmt.Sprintf("%s down for %s", host, hours(e.Duration()))
+	case e.Kind == HostDown:
+		return fmt.Sprintf("%s answers again", host)
+	case e.Kind == AllDown && e.State == Firing:
+		return "no host answers"
+	case e.Kind == AllDown:
+		return "hosts answer again"
+	}
+	return "test message"
+}
+
+// Text is the event as one sentence. Values from hosts are made printable
+// and cut; the webhook form escapes them further (see WebhookBody).
+func (e Event) Text(loc *time.Location, commands bool) string {
+	host, gpu := name(e.Host), name(e.GPU)
+	since := clock(e.Since, loc)
+	still := ""
+	if e.Reminder {
+		still = "Still: "
+	}
+	var s string
+	switch {
+	case e.Kind == IdleHeld && e.State == Firing:
+		model := ""
+		if e.Model != "" {
+			model = " (" + name(e.Model) + ")"
+		}
+		s = fmt.Sprintf("%sGPU %s on %s%s has been held idle by %s for %s (since %s), %s in use.",
+			still, gpu, host, model, users(e.Users), hours(e.Duration()), since, mib(e.MemMiB))
+		if commands && len(e.Commands) > 0 {
+			s += " Processes: " + commandList(e.Commands) + "."
+		}
+	case e.Kind == IdleHeld:
+		s = fmt.Sprintf("GPU %s on %s is no longer idle-held by %s (it was for %s, since %s).",
+			gpu, host, users(e.Users), hours(e.Duration()), since)
+	case e.Kind == HostDown && e.State == Firing:
+		s = fmt.Sprintf("%sHost %s has not answered for %s (since %s).", still, host, hours(e.Duration()), since)
+	case e.Kind == HostDown:
+		s = fmt.Sprintf("Host %s answers again, after %s down (since %s).", host, hours(e.Duration()), since)
+	case e.Kind == AllDown && e.State == Firing:
+		s = fmt.Sprintf("%sNo host answers: all %d hosts are down (since %s). Look at the monitor machine's network and fetch first.",
+			still, e.Hosts, since)
+	case e.Kind == AllDown:
+		s = fmt.Sprintf("Hosts answer again, after %s with none answering (since %s).", hours(e.Duration()), since)
+	default:
+		s = "A test message from gpumon: this target works."
+	}
+	return s
+}
+
+// name makes a value from a host (or config.ini) safe to print on one line.
+func name(s string) string { return hosttext.Clip(hosttext.Printable(s), maxName) }
+
+func users(us []string) string {
+	if len(us) == 0 {
+		return "an unknown user"
+	}
+	var out []string
+	for i, u := range us {
+		if i == maxUsers {
+			out = append(out, fmt.Sprintf("%d more", len(us)-i))
+			break
+		}
+		if u == "" {
+			u = "(unknown)"
+		}
+		out = append(out, name(u))
+	}
+	return strings.Join(out, ", ")
+}
+
+func commandList(cs []string) string {
+	var out []string
+	for i, c := range cs {
+		if i == maxCommands {
+			out = append(out, fmt.Sprintf("%d more", len(cs)-i))
+			break
+		}
+		out = append(out, "`"+strings.ReplaceAll(hosttext.Clip(hosttext.Printable(c), maxCommand), "`", "'")+"`")
+	}
+	return strings.Join(out, ", ")
+}
+
+// hours is a duration as people say it: "45 min", "5.2 h", "3.1 days".
+func hours(d time.Duration) string {
+	switch {
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%.1f h", d.Hours())
+	}
+	return fmt.Sprintf("%.1f days", d.Hours()/24)
+}
+
+func mib(m float64) string {
+	if m >= 1024 {
+		return fmt.Sprintf("%.1f GiB", m/1024)
+	}
+	return fmt.Sprintf("%.0f MiB", m)
+}
+
+// clock is a time in the lab's zone, with the zone named.
+func clock(t time.Time, loc *time.Location) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.In(loc).Format("2006-01-02 15:04 MST")
+}
+
+// webhookBody is what a webhook receives: text for Slack, Mattermost and
+// the like (their "incoming webhook" format), and the same facts as
+// fields for anything that routes on them.
+type webhookBody struct {
+	Text     string   `json:"text"`
+	Event    Kind     `json:"event"`
+	State    State    `json:"state"`
+	Reminder bool     `json:"reminder"`
+	Host     string   `json:"host,omitempty"`
+	GPU      string   `json:"gpu,omitempty"`
+	Model    string   `json:"model,omitempty"`
+	Users    []string `json:"users,omitempty"`
+	Since    string   `json:"since,omitempty"`
+	At       string   `json:"at,omitempty"`
+	Hours    float64  `json:"hours"`
+	MemMiB   *float64 `json:"memory_mib,omitempty"`
+	Hosts    int      `json:"hosts,omitempty"`
+	Commands []string `json:"commands,omitempty"`
+	Page     string   `json:"page,omitempty"`
+}
+
+// WebhookBody is the JSON for e. In text, Slack reads <...> as a link or a
+// mention (<!channel> pings everyone) and & as an entity: those three are
+// escaped as Slack asks, so no name from a host can ping or link.
+func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
+	text := slackEscape(e.Text(loc, t.Commands))
+	if t.PageURL != "" {
+		text += " " + slackEscape(t.PageURL)
+	}
+	b := webhookBody{Text: text, Event: e.Kind, State: e.State, Reminder: e.Reminder,
+		Host: name(e.Host), GPU: name(e.GPU), Model: name(e.Model), Hosts: e.Hosts, Page: t.PageURL,
+		Hours: math.Round(e.Duration().Hours()*100) / 100}
+	for i, u := range e.Users {
+		if i == maxUsers {
+			break
+		}
+		b.Users = append(b.Users, name(u))
+	}
+	if !e.Since.IsZero() {
+		b.Since = e.Since.UTC().Format(time.RFC3339)
+	}
+	if !e.At.IsZero() {
+		b.At = e.At.UTC().Format(time.RFC3339)
+	}
+	if e.Kind == IdleHeld {
+		m := e.MemMiB
+		b.MemMiB = &m
+	}
+	if t.Commands && e.State == Firing {
+		for i, c := range e.Commands {
+			if i == maxCommands {
+				break
+			}
+			b.Commands = append(b.Commands, hosttext.Clip(hosttext.Printable(c), maxCommand))
+		}
+	}
+	out, err := json.Marshal(b)
+	if err != nil {
+		panic(err) // strings, numbers and bools only
+	}
+	return out
+}
+
+var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+func slackEscape(s string) string { return slackEscaper.Replace(s) }
+
+// digestSubject names a run's events in a subject line.
+func digestSubject(events []Event) string {
+	if len(events) == 1 {
+		e := events[0]
+		prefix := ""
+		switch {
+		case e.Reminder:
+			prefix = "still: "
+		case e.State == Resolved:
+			prefix = "resolved: "
+		}
+		return "[gpumon] " + prefix + e.Title()
+	}
+	counts := map[string]int{}
+	var keys []string
+	for _, e := range events {
+		k := string(e.Kind) + " " + string(e.State)
+		if counts[k] == 0 {
+			keys = append(keys, k)
+		}
+		counts[k]++
+	}
+	words := map[string]string{
+		"idle_held firing": "GPUs idle-held", "idle_held resolved": "GPUs released",
+		"host_down firing": "hosts down", "host_down resolved": "hosts back",
+		"all_down firing": "no host answers", "all_down resolved": "hosts answer again",
+		"test firing": "test",
+	}
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], words[k]))
+	}
+	return "[gpumon] " + strings.Join(parts, ", ")
+}
+
+// userMail is the mail to one holder about their idle-held GPUs.
+func userMail(events []Event, loc *time.Location, commands bool) (subject, body string) {
+	if len(events) == 1 {
+		subject = fmt.Sprintf("[gpumon] your GPU %s on %s has been idle for %s", name(events[0].GPU), name(events[0].Host), hours(events[0].Duration()))
+	} else {
+		subject = fmt.Sprintf("[gpumon] %d of your GPUs have been idle for hours", len(events))
+	}
+	var b strings.Builder
+	b.WriteString("Hello,\n\nyour processes hold GPUs that have done (almost) no work for a while:\n\n")
+	for _, e := range events {
+		b.WriteString("- " + e.Text(loc, commands) + "\n")
+	}
+	b.WriteString("\nOthers are waiting for GPUs. If you no longer need these, please end the\nprocesses that hold them. If they are about to work again, ignore this mail.\n")
+	return subject, b.String()
+}
+
+// Mail is a whole message for `sendmail -t -i`: the recipients are in To.
+// Header values never hold a line break (no value from a host can add a
+// header or a recipient); a subject outside ASCII is encoded (RFC 2047).
+// Auto-Submitted keeps vacation replies from answering it (RFC 3834).
+func Mail(to []string, fromAddr, subject, body, pageURL, sender string, now time.Time) []byte {
+	var b bytes.Buffer
+	h := func(k, v string) { fmt.Fprintf(&b, "%s: %s\r\n", k, headerValue(v)) }
+	if fromAddr != "" {
+		h("From", fromAddr)
+	}
+	h("To", strings.Join(to, ", "))
+	h("Subject", mime.QEncoding.Encode("utf-8", headerValue(subject)))
+	h("Date", now.Format(time.RFC1123Z))
+	var id [12]byte
+	rand.Read(id[:])
+	h("Message-ID", "<"+hex.EncodeToString(id[:])+".gpumon@"+headerValue(hostPart(sender))+">")
+	h("Auto-Submitted", "auto-generated")
+	h("MIME-Version", "1.0")
+	h("Content-Type", "text/plain; charset=utf-8")
+	h("Content-Transfer-Encoding", "8bit")
+	b.WriteString("\r\n")
+	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
+		b.WriteString(line + "\r\n")
+	}
+	b.WriteString("\r\n")
+	if pageURL != "" {
+		b.WriteString("The status page: " + headerValue(pageURL) + "\r\n")
+	}
+	b.WriteString("-- \r\nSent by gpumon's render" + headerValue(senderText(sender)) + ". The admins set who is told in config.ini's [notify].\r\n")
+	return b.Bytes()
+}
+
+func senderText(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " on " + s
+}
+
+func hostPart(s string) string {
+	if s == "" || !dotAtom(s) {
+		return "localhost"
+	}
+	return s
+}
+
+// headerValue is s on one line, printable.
+func headerValue(s string) string {
+	return hosttext.Printable(strings.NewReplacer("\r", " ", "\n", " ").Replace(s))
+}
+
+// ParseMailAddresses reads mail_to: addresses separated by commas, each a
+// bare address or "Name <address>"; the bare addresses are returned.
+func ParseMailAddresses(list []string) ([]string, error) {
+	var out []string
+	for _, s := range list {
+		a, err := mail.ParseAddress(s)
+		if err != nil || strings.ContainsAny(a.Address, "\r\n") {
+			return nil, fmt.Errorf("%q is not a mail address", s)
+		}
+		out = append(out, a.Address)
+	}
+	return out, nil
+}

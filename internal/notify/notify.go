@@ -1,0 +1,260 @@
+// Package notify tells people what history knows, without anyone watching
+// the page: a GPU held idle for hours (to its holder and the admins), a
+// host down for a while, every host down. Each is an episode that fires
+// once, is repeated after remind_after while it lasts, and resolves once;
+// one render run after another never repeats a message.
+//
+// Step is the decision, a pure function of (open episodes, observations,
+// params); Route turns its events into messages for each target; the
+// outbox (outbox.go) keeps them in the history database until a target
+// accepts them, so a receiver that is down loses nothing; Deliver (send.go)
+// sends what is due within a fixed time budget.
+package notify
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Kind is what an episode is about.
+type Kind string
+
+// The kinds of episodes, and Test for `render -notify-test`.
+const (
+	IdleHeld Kind = "idle_held" // a GPU held by a user and idle for idle_after
+	HostDown Kind = "host_down" // a host that has not answered for host_down_after
+	AllDown  Kind = "all_down"  // no host answered
+	Test     Kind = "test"
+)
+
+// order is the kinds' order in a batch of events: the widest first.
+var order = map[Kind]int{AllDown: 0, HostDown: 1, IdleHeld: 2, Test: 3}
+
+// State is an event's state, in Alertmanager's words.
+type State string
+
+// An event either starts (or repeats) an episode, or ends it.
+const (
+	Firing   State = "firing"
+	Resolved State = "resolved"
+)
+
+// Params are [notify]'s timings.
+type Params struct {
+	// HostDownAfter is how long a host must have failed before it is
+	// told; a host that misses one run is not news.
+	HostDownAfter time.Duration
+	// RemindAfter repeats a still-firing episode this long after it was
+	// last told; 0 never repeats.
+	RemindAfter time.Duration
+}
+
+// DefaultParams are the documented defaults.
+var DefaultParams = Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour}
+
+// Observations are what render knows at a run: the newest snapshot as
+// history folded it.
+type Observations struct {
+	Now      time.Time // the clock, for reminders
+	DataTime time.Time // when the newest snapshot was taken
+	Hosts    int       // hosts in it
+	Up       int       // hosts that answered
+	IdleHeld []IdleGPU // GPUs idle-held at it
+	Down     []DownHost
+}
+
+// IdleGPU is a GPU idle-held at the newest snapshot.
+type IdleGPU struct {
+	Host, GPU, Model string
+	Users            []string
+	Since            time.Time // the spell's first idle reading
+	MemMiB           float64
+	Commands         []string // sent only where [notify] commands = yes
+}
+
+// DownHost is a host that did not answer, since its first failed snapshot.
+type DownHost struct {
+	Host  string
+	Since time.Time
+}
+
+// Episode is something that fired and has not resolved: what is kept
+// between runs.
+type Episode struct {
+	Kind     Kind      `json:"k"`
+	Host     string    `json:"h,omitempty"`
+	GPU      string    `json:"g,omitempty"`
+	Model    string    `json:"m,omitempty"`
+	Users    []string  `json:"u,omitempty"`
+	Since    time.Time `json:"s"`
+	MemMiB   float64   `json:"mem,omitempty"`
+	Hosts    int       `json:"n,omitempty"` // AllDown: the hosts polled
+	Notified time.Time `json:"t"`           // when it was last told (fired or reminded)
+}
+
+// Key names an episode: one per GPU, per host, or for the fleet.
+func (e Episode) Key() string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
+
+// Event is one thing to tell.
+type Event struct {
+	Episode
+	State    State
+	Reminder bool
+	// At is when it was seen: the snapshot that showed it (for a resolved
+	// idle-held GPU, the first reading without the spell).
+	At       time.Time
+	Commands []string
+}
+
+// Duration is how long the episode has lasted at the event.
+func (e Event) Duration() time.Duration {
+	if e.Since.IsZero() || e.At.Before(e.Since) {
+		return 0
+	}
+	return e.At.Sub(e.Since)
+}
+
+// Step decides what to tell, given the episodes open after the last run
+// and what is seen now. It returns the episodes open now and the events,
+// in a stable order. Running it again on the same observations tells
+// nothing new (reminders aside, which follow the clock).
+//
+//   - all_down fires when no host answered, and resolves when one does.
+//     While it is open no host_down fires: a thousand messages would say
+//     what one says. Hosts still down when it resolves fire then.
+//   - host_down fires once a host has failed for HostDownAfter, and
+//     resolves when it answers (or is no longer polled).
+//   - idle_held fires for each idle-held GPU, and resolves when a snapshot
+//     shows the GPU and the spell is over. A GPU whose host is down is not
+//     known to be released: its episode waits, untold, for the host. A new
+//     spell on the same GPU (another holder) resolves the old one first.
+func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
+	next := make(map[string]Episode, len(open))
+	for k, e := range open {
+		next[k] = e
+	}
+	var events []Event
+	fire := func(e Episode, commands []string) {
+		e.Notified = obs.Now
+		next[e.Key()] = e
+		events = append(events, Event{Episode: e, State: Firing, At: obs.DataTime, Commands: commands})
+	}
+	remind := func(e Episode, commands []string) {
+		if p.RemindAfter <= 0 || obs.Now.Sub(e.Notified) < p.RemindAfter {
+			next[e.Key()] = e
+			return
+		}
+		e.Notified = obs.Now
+		next[e.Key()] = e
+		events = append(events, Event{Episode: e, State: Firing, Reminder: true, At: obs.DataTime, Commands: commands})
+	}
+	resolve := func(e Episode) {
+		delete(next, e.Key())
+		events = append(events, Event{Episode: e, State: Resolved, At: obs.DataTime})
+	}
+
+	allDown := obs.Hosts > 0 && obs.Up == 0
+	all := Episode{Kind: AllDown, Hosts: obs.Hosts}
+	if e, ok := open[all.Key()]; ok {
+		if allDown {
+			e.Hosts = obs.Hosts
+			remind(e, nil)
+		} else {
+			resolve(e)
+		}
+	} else if allDown {
+		all.Since = obs.DataTime
+		for _, d := range obs.Down {
+			if all.Since.IsZero() || d.Since.After(all.Since) {
+				all.Since = d.Since // the last host to go down
+			}
+		}
+		fire(all, nil)
+	}
+
+	down := make(map[string]DownHost, len(obs.Down))
+	for _, d := range obs.Down {
+		down[d.Host] = d
+	}
+	if !allDown {
+		for _, d := range obs.Down {
+			e := Episode{Kind: HostDown, Host: d.Host, Since: d.Since}
+			old, isOpen := open[e.Key()]
+			if isOpen && !old.Since.Equal(d.Since) {
+				resolve(old) // it answered in between, unseen: a new episode
+				isOpen = false
+			}
+			switch {
+			case isOpen:
+				remind(old, nil)
+			case obs.DataTime.Sub(d.Since) >= p.HostDownAfter:
+				fire(e, nil)
+			}
+		}
+		for _, e := range open {
+			if _, still := down[e.Host]; e.Kind == HostDown && !still {
+				resolve(e)
+			}
+		}
+	}
+
+	idle := make(map[string]bool, len(obs.IdleHeld))
+	for _, g := range obs.IdleHeld {
+		e := Episode{Kind: IdleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
+			Users: g.Users, Since: g.Since, MemMiB: g.MemMiB}
+		idle[e.Key()] = true
+		old, isOpen := open[e.Key()]
+		if isOpen && !old.Since.Equal(g.Since) {
+			resolve(old)
+			isOpen = false
+		}
+		if isOpen {
+			e.Notified = old.Notified
+			remind(e, g.Commands)
+		} else {
+			fire(e, g.Commands)
+		}
+	}
+	for k, e := range open {
+		if e.Kind != IdleHeld || idle[k] {
+			continue
+		}
+		if _, hostDown := down[e.Host]; hostDown || allDown {
+			continue // not seen: not known to be released
+		}
+		resolve(e)
+	}
+
+	slices.SortStableFunc(events, func(a, b Event) int {
+		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Host, b.Host),
+			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
+	})
+	return next, events
+}
+
+// stateOrder puts an episode's end before the start of the next on the
+// same GPU.
+func stateOrder(s State) int {
+	if s == Resolved {
+		return 0
+	}
+	return 1
+}
+
+// compareGPU orders GPU ids as numbers when both are (2 before 10).
+func compareGPU(a, b string) int {
+	if len(a) != len(b) && allDigits(a) && allDigits(b) {
+		return cmp.Compare(len(a), len(b))
+	}
+	return cmp.Compare(a, b)
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}

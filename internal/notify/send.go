@@ -1,0 +1,254 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/hosttext"
+)
+
+// Budget is the most a run spends sending, all targets together: a
+// receiver that hangs delays render by this much at most, and what it did
+// not take waits for the next run.
+const Budget = 10 * time.Second
+
+// A Sender hands one message to its target.
+type Sender interface {
+	Send(ctx context.Context, it Item) error
+}
+
+// Webhook POSTs messages as JSON.
+type Webhook struct {
+	Client *http.Client
+}
+
+// NewWebhook is a Webhook that follows no redirect: a POST redirected
+// becomes a GET without its body at most receivers, and a webhook URL that
+// redirects is one to correct, not to follow.
+func NewWebhook() *Webhook {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return &Webhook{Client: &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}}
+}
+
+// maxAnswer is what is read of a receiver's answer (its error text).
+const maxAnswer = 4 << 10
+
+// Send POSTs it.Body to it.Dest(); any 2xx answer is success.
+func (w *Webhook) Send(ctx context.Context, it Item) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, it.Dest(), bytes.NewReader(it.Body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "gpumon-render")
+	resp, err := w.Client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text repeats the URL, which may hold a secret
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return errors.New("no answer within the time render gives all notifications (10s)")
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return fmt.Errorf("answered %s, a redirect (to %s): redirects are not followed; set the webhook URL to where it leads",
+			resp.Status, RedactURL(resp.Header.Get("Location")))
+	}
+	msg := fmt.Sprintf("answered %s", hosttext.Clip(hosttext.Printable(resp.Status), 80))
+	if a := hosttext.FirstLine(string(answer)); a != "" {
+		msg += ": " + hosttext.Clip(hosttext.Printable(a), 200)
+	}
+	return errors.New(msg)
+}
+
+// RedactURL shows a webhook URL without what makes it a secret (Slack's
+// and Mattermost's are a key in the path or query): scheme and host only.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return "(an unreadable URL)"
+	}
+	out := u.Scheme + "://" + u.Host
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		out += "/…"
+	}
+	return hosttext.Printable(out)
+}
+
+// Sendmail hands mail to a sendmail-compatible command (`sendmail -t -i`:
+// the recipients are read from the message's To, and a line of one dot
+// does not end it).
+type Sendmail struct {
+	Argv []string
+}
+
+// maxStderr is what is kept of sendmail's complaint.
+const maxStderr = 4 << 10
+
+// Send runs the command with the message on its standard input; exit 0 is
+// success (the mail system has it: a mailbox that refuses it later is the
+// mail system's to retry or bounce).
+func (s *Sendmail) Send(ctx context.Context, it Item) error {
+	if len(s.Argv) == 0 {
+		return errors.New("no sendmail command")
+	}
+	cmd := exec.CommandContext(ctx, s.Argv[0], s.Argv[1:]...)
+	cmd.Stdin = bytes.NewReader(it.Body)
+	var errOut capped
+	cmd.Stdout, cmd.Stderr = &errOut, &errOut
+	cmd.WaitDelay = time.Second // a child holding the pipes open does not hold render
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s did not finish within the time render gives all notifications (10s)", s.Argv[0])
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		msg := fmt.Sprintf("%s failed (%s)", s.Argv[0], ee.ProcessState)
+		if l := hosttext.FirstLine(errOut.String()); l != "" {
+			msg += ": " + hosttext.Clip(hosttext.Printable(l), 200)
+		}
+		return errors.New(msg)
+	}
+	return err
+}
+
+// capped keeps the first maxStderr bytes written. It has no ReadFrom, so
+// os/exec's copy goes through Write (see FIELD-NOTES: io.Copy).
+type capped struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := maxStderr - len(c.buf); room > 0 {
+		c.buf = append(c.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (c *capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return string(c.buf)
+}
+
+// Senders are the senders by target kind.
+type Senders map[string]Sender
+
+// Result is what became of one target's messages in a run.
+type Result struct {
+	Target  string
+	Sent    int
+	Waiting int   // still in the outbox after the run
+	Err     error // the failure that held the rest back, if any
+	Failed  string
+}
+
+// Deliver sends the messages due for targets, each target's in order and
+// the targets side by side, within Budget (taken from ctx's deadline if
+// sooner). A message a target refuses stays, with the ones after it, for
+// the next run.
+func Deliver(ctx context.Context, o *Outbox, senders Senders, targets []string, now time.Time) ([]Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, Budget)
+	defer cancel()
+	items, err := o.Claim(ctx, targets, now, Budget+time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	byTarget := map[string][]Item{}
+	for _, it := range items {
+		byTarget[it.Target] = append(byTarget[it.Target], it)
+	}
+	results := make([]Result, len(targets))
+	var wg sync.WaitGroup
+	var dbErr error
+	var mu sync.Mutex
+	keep := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		dbErr = errors.Join(dbErr, err)
+	}
+	for i, t := range targets {
+		results[i].Target = t
+		queue := byTarget[t]
+		if len(queue) == 0 {
+			continue
+		}
+		s := senders[queue[0].Kind()]
+		wg.Go(func() {
+			r := &results[i]
+			for j, it := range queue {
+				if ctx.Err() != nil {
+					r.Err = errors.New("out of time: the rest waits for the next run")
+					keep(o.Release(context.WithoutCancel(ctx), ids(queue[j:])))
+					return
+				}
+				err := fmt.Errorf("no sender for %s", it.Kind())
+				if s != nil {
+					err = s.Send(ctx, it)
+				}
+				if err == nil {
+					r.Sent++
+					keep(o.Sent(context.WithoutCancel(ctx), it.ID))
+					continue
+				}
+				r.Err, r.Failed = err, it.Summary
+				keep(o.Failed(context.WithoutCancel(ctx), it.ID, err.Error()))
+				keep(o.Release(context.WithoutCancel(ctx), ids(queue[j+1:])))
+				return
+			}
+		})
+	}
+	wg.Wait()
+	pending, err := o.Pending(context.WithoutCancel(ctx))
+	if err != nil {
+		return results, errors.Join(dbErr, err)
+	}
+	for i := range results {
+		results[i].Waiting = pending[results[i].Target]
+	}
+	return results, dbErr
+}
+
+func ids(items []Item) []int64 {
+	out := make([]int64, len(items))
+	for i, it := range items {
+		out[i] = it.ID
+	}
+	return out
+}
+
+// TargetName is a target as reports show it: a webhook's URL redacted.
+func TargetName(target string) string {
+	kind, dest, _ := strings.Cut(target, " ")
+	if kind == "webhook" {
+		return "webhook " + RedactURL(dest)
+	}
+	return target
+}
