@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/history"
-	"github.com/gpumon/gpumon/internal/notify"
 	"github.com/gpumon/gpumon/internal/ignore"
+	"github.com/gpumon/gpumon/internal/notify"
 )
 
 func TestRenderDefaults(t *testing.T) {

@@ -1,0 +1,217 @@
+package notify
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var t0 = time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC)
+
+func at(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+
+// run is one render run: the clock and what the newest snapshot shows.
+type run struct {
+	min   int // minutes after t0; the data is as new as the run
+	hosts int
+	up    int
+	idle  []IdleGPU
+	down  []DownHost
+}
+
+func (r run) obs() Observations {
+	return Observations{Now: at(r.min), DataTime: at(r.min), Hosts: r.hosts, Up: r.up, IdleHeld: r.idle, Down: r.down}
+}
+
+// told is an event as one line: kind, state, reminder, host, gpu.
+func told(e Event) string {
+	s := fmt.Sprintf("%d %s %s", int(e.At.Sub(t0).Minutes()), e.Kind, e.State)
+	if e.Reminder {
+		s += " again"
+	}
+	if e.Host != "" {
+		s += " " + e.Host
+	}
+	if e.GPU != "" {
+		s += "/" + e.GPU
+	}
+	return s
+}
+
+func idle(host, gpu string, sinceMin int, users ...string) IdleGPU {
+	return IdleGPU{Host: host, GPU: gpu, Since: at(sinceMin), Users: users, MemMiB: 70000}
+}
+
+func down(host string, sinceMin int) DownHost { return DownHost{Host: host, Since: at(sinceMin)} }
+
+// Each episode fires once, is reminded once per remind_after and resolves
+// once, however many runs (every 5 minutes, as cron) see it.
+func TestStep(t *testing.T) {
+	p := Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour}
+	every5 := func(from, to int, f func(m int) run) []run {
+		var rs []run
+		for m := from; m <= to; m += 5 {
+			rs = append(rs, f(m))
+		}
+		return rs
+	}
+	tests := []struct {
+		name string
+		runs []run
+		want []string
+	}{
+		{
+			name: "idle-held GPU fires once, then resolves once",
+			runs: append(every5(0, 60, func(m int) run {
+				return run{min: m, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "3", -120, "alice")}}
+			}), every5(65, 90, func(m int) run { return run{min: m, hosts: 2, up: 2} })...),
+			want: []string{"0 idle_held firing gpu01/3", "65 idle_held resolved gpu01/3"},
+		},
+		{
+			name: "the same snapshot read twice tells nothing new",
+			runs: []run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
+			},
+			want: []string{"0 idle_held firing gpu01/0"},
+		},
+		{
+			name: "reminded every remind_after while it lasts",
+			runs: every5(0, 49*60, func(m int) run {
+				return run{min: m, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}}
+			}),
+			want: []string{"0 idle_held firing gpu01/0", "1440 idle_held firing again gpu01/0", "2880 idle_held firing again gpu01/0"},
+		},
+		{
+			name: "another holder's spell on the same GPU: the old one resolves, the new fires",
+			runs: []run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
+				{min: 5, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "0", -125, "bob")}},
+			},
+			want: []string{"0 idle_held firing gpu01/0", "5 idle_held resolved gpu01/0", "5 idle_held firing gpu01/0"},
+		},
+		{
+			name: "a GPU on a host gone down is not known to be released",
+			runs: []run{
+				{min: 0, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
+				{min: 5, hosts: 2, up: 1, down: []DownHost{down("gpu01", 5)}},
+				{min: 10, hosts: 2, up: 1, down: []DownHost{down("gpu01", 5)}},
+				{min: 15, hosts: 2, up: 2},
+			},
+			want: []string{"0 idle_held firing gpu01/0", "15 idle_held resolved gpu01/0"},
+		},
+		{
+			name: "a host down past host_down_after fires once and resolves when it answers",
+			runs: append(every5(0, 40, func(m int) run {
+				return run{min: m, hosts: 3, up: 2, down: []DownHost{down("gpu02", 0)}}
+			}), run{min: 45, hosts: 3, up: 3}, run{min: 50, hosts: 3, up: 3}),
+			want: []string{"15 host_down firing gpu02", "45 host_down resolved gpu02"},
+		},
+		{
+			name: "a host that misses a run or two is not news",
+			runs: []run{
+				{min: 0, hosts: 3, up: 2, down: []DownHost{down("gpu02", 0)}},
+				{min: 5, hosts: 3, up: 2, down: []DownHost{down("gpu02", 0)}},
+				{min: 10, hosts: 3, up: 3},
+			},
+			want: nil,
+		},
+		{
+			name: "down, back unseen between runs, down again: a new episode",
+			runs: []run{
+				{min: 20, hosts: 3, up: 2, down: []DownHost{down("gpu02", 0)}},
+				{min: 25, hosts: 3, up: 2, down: []DownHost{down("gpu02", 25)}},
+				{min: 40, hosts: 3, up: 2, down: []DownHost{down("gpu02", 25)}},
+			},
+			want: []string{"20 host_down firing gpu02", "25 host_down resolved gpu02", "40 host_down firing gpu02"},
+		},
+		{
+			name: "everything down: one message, not one per host; hosts still down after it are told",
+			runs: []run{
+				{min: 0, hosts: 3, up: 3},
+				{min: 5, hosts: 3, up: 0, down: []DownHost{down("a", 5), down("b", 5), down("c", 5)}},
+				{min: 30, hosts: 3, up: 0, down: []DownHost{down("a", 5), down("b", 5), down("c", 5)}},
+				{min: 35, hosts: 3, up: 2, down: []DownHost{down("c", 5)}},
+				{min: 40, hosts: 3, up: 2, down: []DownHost{down("c", 5)}},
+				{min: 45, hosts: 3, up: 3},
+			},
+			want: []string{"5 all_down firing", "35 all_down resolved", "35 host_down firing c", "45 host_down resolved c"},
+		},
+		{
+			name: "a host told down before everything went down resolves when it answers",
+			runs: []run{
+				{min: 20, hosts: 2, up: 1, down: []DownHost{down("a", 0)}},
+				{min: 25, hosts: 2, up: 0, down: []DownHost{down("a", 0), down("b", 25)}},
+				{min: 30, hosts: 2, up: 2},
+			},
+			want: []string{"20 host_down firing a", "25 all_down firing", "30 all_down resolved", "30 host_down resolved a"},
+		},
+		{
+			name: "a host no longer polled resolves",
+			runs: []run{
+				{min: 20, hosts: 2, up: 1, down: []DownHost{down("a", 0)}},
+				{min: 25, hosts: 1, up: 1},
+			},
+			want: []string{"20 host_down firing a", "25 host_down resolved a"},
+		},
+		{
+			name: "no hosts at all is not everything down",
+			runs: []run{{min: 0}},
+			want: nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			open := map[string]Episode{}
+			var got []string
+			for _, r := range tt.runs {
+				var events []Event
+				open, events = Step(open, r.obs(), p)
+				for _, e := range events {
+					got = append(got, told(e))
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// remind_after = 0 never repeats.
+func TestStepNoReminders(t *testing.T) {
+	open := map[string]Episode{}
+	n := 0
+	for m := 0; m < 10*24*60; m += 60 {
+		var events []Event
+		open, events = Step(open, run{min: m, hosts: 1, up: 1, idle: []IdleGPU{idle("g", "0", -200, "a")}}.obs(),
+			Params{HostDownAfter: time.Minute})
+		n += len(events)
+	}
+	if n != 1 {
+		t.Errorf("%d events in 10 days, want the one firing", n)
+	}
+}
+
+// What a resolved or fired event says: the holders, for how long, since
+// when.
+func TestEventText(t *testing.T) {
+	loc := time.UTC
+	e := Event{Episode: Episode{Kind: IdleHeld, Host: "gpu01", GPU: "3", Model: "NVIDIA H100 80GB HBM3",
+		Users: []string{"alice"}, Since: at(-312), MemMiB: 71680}, State: Firing, At: at(0),
+		Commands: []string{"python train.py --lr `rm -rf`"}}
+	want := "GPU 3 on gpu01 (NVIDIA H100 80GB HBM3) has been held idle by alice for 5.2 h (since 2026-11-25 02:48 UTC), 70.0 GiB in use."
+	if got := e.Text(loc, false); got != want {
+		t.Errorf("firing:\n got %s\nwant %s", got, want)
+	}
+	if got := e.Text(loc, true); !strings.HasSuffix(got, " Processes: `python train.py --lr 'rm -rf'`.") {
+		t.Errorf("with commands: %s", got)
+	}
+	e.State = Resolved
+	if got, want := e.Text(loc, false), "GPU 3 on gpu01 is no longer idle-held by alice (it was for 5.2 h, since 2026-11-25 02:48 UTC)."; got != want {
+		t.Errorf("resolved:\n got %s\nwant %s", got, want)
+	}
+}
