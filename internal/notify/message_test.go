@@ -1,0 +1,121 @@
+package notify
+
+import (
+	"encoding/json"
+	"mime"
+	"net/mail"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Each webhook gets every event; the admins one mail for the run; each
+// holder one mail for their GPUs. A holder who cannot be mailed is
+// reported, never guessed at.
+func TestRoute(t *testing.T) {
+	events := []Event{
+		{Episode: Episode{Kind: HostDown, Host: "gpu09", Since: at(-20)}, State: Firing, At: at(0)},
+		{Episode: Episode{Kind: IdleHeld, Host: "gpu01", GPU: "0", Users: []string{"alice"}, Since: at(-130)}, State: Firing, At: at(0)},
+		{Episode: Episode{Kind: IdleHeld, Host: "gpu01", GPU: "1", Users: []string{"alice", "bob"}, Since: at(-130)}, State: Firing, At: at(0)},
+		{Episode: Episode{Kind: IdleHeld, Host: "gpu02", GPU: "0", Users: []string{"carol"}, Since: at(-300)}, State: Resolved, At: at(0)},
+		{Episode: Episode{Kind: IdleHeld, Host: "gpu03", GPU: "0", Users: []string{"root", "4000123", "x y", ""}, Since: at(-130)}, State: Firing, At: at(0)},
+	}
+	tg := Targets{Webhooks: []string{"https://a.example/h", "https://b.example/h"}, MailTo: []string{"admins@example.org"}, UserDomain: "example.org"}
+	items, problems := Route(events, tg, at(0), time.UTC, "monitor")
+	var got []string
+	for _, it := range items {
+		got = append(got, it.Target+" | "+it.Summary)
+	}
+	want := []string{
+		"webhook https://a.example/h | host_down firing: gpu09",
+		"webhook https://a.example/h | idle_held firing: gpu01 GPU 0",
+		"webhook https://a.example/h | idle_held firing: gpu01 GPU 1",
+		"webhook https://a.example/h | idle_held resolved: gpu02 GPU 0",
+		"webhook https://a.example/h | idle_held firing: gpu03 GPU 0",
+		"webhook https://b.example/h | host_down firing: gpu09",
+		"webhook https://b.example/h | idle_held firing: gpu01 GPU 0",
+		"webhook https://b.example/h | idle_held firing: gpu01 GPU 1",
+		"webhook https://b.example/h | idle_held resolved: gpu02 GPU 0",
+		"webhook https://b.example/h | idle_held firing: gpu03 GPU 0",
+		"mail admins@example.org | [gpumon] 1 hosts down, 3 GPUs idle-held, 1 GPUs released",
+		"mail alice@example.org | [gpumon] 2 of your GPUs have been idle for hours",
+		"mail bob@example.org | [gpumon] your GPU 1 on gpu01 has been idle for 2.2 h",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("items (-want +got):\n%s", diff)
+	}
+	wantProblems := []string{
+		`user "root" is not mailed about GPU 0 on gpu03: root is not a person; the admins are told`,
+		`user "4000123" is not mailed about GPU 0 on gpu03: ps printed a uid, not a name`,
+		`user "x y" is not mailed about GPU 0 on gpu03: the name is not a mail local part`,
+		`the holder (user unknown) is not mailed about GPU 0 on gpu03: ps did not say who runs the process`,
+	}
+	if diff := cmp.Diff(wantProblems, problems); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
+
+// Names from hosts cannot ping a Slack channel, add a mail header or a
+// recipient, or break the JSON.
+func TestHostileNames(t *testing.T) {
+	e := Event{Episode: Episode{Kind: IdleHeld, Host: "gpu01 <!channel>", GPU: "0\r\nBcc: evil@example.com",
+		Users: []string{"<script>alert(1)</script>", "a\"b"}, Since: at(-130)}, State: Firing, At: at(0),
+		Commands: []string{"python x.py\n<!everyone> & ```"}}
+	tg := Targets{Webhooks: []string{"https://a.example/h"}, MailTo: []string{"admins@example.org"}, Commands: true}
+	body := WebhookBody(e, tg, time.UTC)
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, body)
+	}
+	text := m["text"].(string)
+	for _, bad := range []string{"<!channel>", "<!everyone>", "<script>", "\n", "\r"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("webhook text holds %q: %s", bad, text)
+		}
+	}
+	if !strings.Contains(text, "&lt;!channel&gt;") || !strings.Contains(text, "&amp;") {
+		t.Errorf("webhook text not escaped for Slack: %s", text)
+	}
+	items, _ := Route([]Event{e}, tg, at(0), time.UTC, "monitor")
+	msg, err := mail.ReadMessage(strings.NewReader(string(items[1].Body)))
+	if err != nil {
+		t.Fatalf("mail does not parse: %v\n%s", err, items[1].Body)
+	}
+	if len(msg.Header) != 8 || msg.Header.Get("Bcc") != "" || msg.Header.Get("To") != "admins@example.org" {
+		t.Errorf("headers: %v", msg.Header)
+	}
+	dec := new(mime.WordDecoder)
+	if s, _ := dec.DecodeHeader(msg.Header.Get("Subject")); strings.ContainsAny(s, "\r\n") || !strings.Contains(s, "Bcc: evil") {
+		t.Errorf("subject %q", s)
+	}
+}
+
+func TestNotMailable(t *testing.T) {
+	for _, u := range []string{"alice", "j.smith", "o'brien", "a+b", "Bob_2"} {
+		if why := NotMailable(u); why != "" {
+			t.Errorf("%q: %s", u, why)
+		}
+	}
+	for _, u := range []string{"", "root", "1000", ".a", "a..b", "a b", "a@b", "a<b>", "é", strings.Repeat("a", 65)} {
+		if NotMailable(u) == "" {
+			t.Errorf("%q is mailable", u)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.slack.com/services/T0/B0/XXXX": "https://hooks.slack.com/…",
+		"https://mm.example.org/hooks/abc":            "https://mm.example.org/…",
+		"http://127.0.0.1:9000":                       "http://127.0.0.1:9000",
+		"https://x.example/?token=s3cret":             "https://x.example/…",
+		"https://user:pass@x.example/":                "https://x.example",
+		"not a url":                                   "(an unreadable URL)",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
