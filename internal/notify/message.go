@@ -56,17 +56,22 @@ func (it Item) Dest() string { _, d, _ := strings.Cut(it.Target, " "); return d 
 func WebhookTarget(url string) string  { return "webhook " + url }
 func MailTarget(addrs []string) string { return "mail " + strings.Join(addrs, ", ") }
 
-// AllTargets are the targets t can send to; items for any other (one
-// removed from config.ini since) are not sent.
-func (t Targets) AllTargets() []string {
-	var out []string
-	for _, u := range t.Webhooks {
-		out = append(out, WebhookTarget(u))
+// Configured reports whether target is one of t's: a webhook or the
+// admins' list as configured, or a holder's address in UserDomain. Items
+// for any other (taken out of config.ini since) are not sent.
+func (t Targets) Configured(target string) bool {
+	kind, dest, _ := strings.Cut(target, " ")
+	switch kind {
+	case "webhook":
+		return slices.Contains(t.Webhooks, dest)
+	case "mail":
+		if len(t.MailTo) > 0 && target == MailTarget(t.MailTo) {
+			return true
+		}
+		user, domain, ok := strings.Cut(dest, "@")
+		return ok && t.UserDomain != "" && domain == t.UserDomain && NotMailable(user) == ""
 	}
-	if len(t.MailTo) > 0 {
-		out = append(out, MailTarget(t.MailTo))
-	}
-	return out
+	return false
 }
 
 // Message limits: a command line or a user list in a message is cut, so a

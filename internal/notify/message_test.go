@@ -119,3 +119,24 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// Messages are kept only for targets config.ini still has: a holder's
+// mail counts as long as mail_users keeps the domain.
+func TestConfigured(t *testing.T) {
+	tg := Targets{Webhooks: []string{"https://a.example/h"}, MailTo: []string{"x@example.org", "y@example.org"}, UserDomain: "example.org"}
+	for target, want := range map[string]bool{
+		"webhook https://a.example/h":        true,
+		"webhook https://b.example/h":        false,
+		"mail x@example.org, y@example.org":  true,
+		"mail x@example.org":                 true, // a holder named x
+		"mail alice@example.org":             true,
+		"mail alice@other.example":           false,
+		"mail root@example.org":              false,
+		"mail x@example.org, z@example.org":  false,
+		"carrier-pigeon https://a.example/h": false,
+	} {
+		if got := tg.Configured(target); got != want {
+			t.Errorf("Configured(%q) = %v, want %v", target, got, want)
+		}
+	}
+}

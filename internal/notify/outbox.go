@@ -5,8 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
-	"time"
+		"time"
 )
 
 // Outbox keeps the open episodes and the messages not yet accepted, in
@@ -111,26 +110,18 @@ func sameEpisode(a, b Episode) bool {
 // MaxClaim is the most messages one run takes to send; the rest wait.
 const MaxClaim = 500
 
-// Claim takes the messages due for targets, oldest first, and leases them
-// until now+lease: another render running at the same time does not send
-// them too, and a render killed while sending leaves them to the run after
-// the lease.
-func (o *Outbox) Claim(ctx context.Context, targets []string, now time.Time, lease time.Duration) ([]Item, error) {
-	if len(targets) == 0 {
-		return nil, nil
-	}
+// Claim takes the messages due, oldest first, and leases them until
+// now+lease: another render running at the same time does not send them
+// too, and a render killed while sending leaves them to the run after the
+// lease.
+func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) ([]Item, error) {
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	args := []any{now.Unix()}
-	for _, t := range targets {
-		args = append(args, t)
-	}
-	args = append(args, MaxClaim)
 	rows, err := tx.QueryContext(ctx, `SELECT id, target, summary, body, created, attempts, last_error FROM notify_outbox
-		WHERE lease <= ? AND target IN (?`+strings.Repeat(", ?", len(targets)-1)+`) ORDER BY id LIMIT ?`, args...)
+		WHERE lease <= ? ORDER BY id LIMIT ?`, now.Unix(), MaxClaim)
 	if err != nil {
 		return nil, err
 	}
@@ -201,18 +192,14 @@ func (o *Outbox) Pending(ctx context.Context) (map[string]int, error) {
 // Drop removes what can no longer be sent: messages for a target that is
 // no longer configured, and messages older than maxAge (a target down for
 // that long). It returns how many it dropped, by target, for the report.
-func (o *Outbox) Drop(ctx context.Context, targets []string, now time.Time, maxAge time.Duration) (gone, old map[string]int, err error) {
+func (o *Outbox) Drop(ctx context.Context, configured func(target string) bool, now time.Time, maxAge time.Duration) (gone, old map[string]int, err error) {
 	pending, err := o.Pending(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	keep := map[string]bool{}
-	for _, t := range targets {
-		keep[t] = true
-	}
 	gone, old = map[string]int{}, map[string]int{}
 	for t, n := range pending {
-		if keep[t] {
+		if configured(t) {
 			continue
 		}
 		if _, err := o.db.ExecContext(ctx, `DELETE FROM notify_outbox WHERE target = ?`, t); err != nil {

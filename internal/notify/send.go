@@ -170,19 +170,23 @@ type Result struct {
 	Failed  string
 }
 
-// Deliver sends the messages due for targets, each target's in order and
-// the targets side by side, within Budget (taken from ctx's deadline if
-// sooner). A message a target refuses stays, with the ones after it, for
-// the next run.
-func Deliver(ctx context.Context, o *Outbox, senders Senders, targets []string, now time.Time) ([]Result, error) {
+// Deliver sends the messages due, each target's in order and the targets
+// side by side, within Budget (or ctx's deadline if sooner). A message a
+// target refuses stays, with the ones after it, for the next run. The
+// results are by target, in the order of their oldest message.
+func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, Budget)
 	defer cancel()
-	items, err := o.Claim(ctx, targets, now, Budget+time.Minute)
+	items, err := o.Claim(ctx, now, Budget+time.Minute)
 	if err != nil {
 		return nil, err
 	}
+	var targets []string
 	byTarget := map[string][]Item{}
 	for _, it := range items {
+		if byTarget[it.Target] == nil {
+			targets = append(targets, it.Target)
+		}
 		byTarget[it.Target] = append(byTarget[it.Target], it)
 	}
 	results := make([]Result, len(targets))
@@ -197,9 +201,6 @@ func Deliver(ctx context.Context, o *Outbox, senders Senders, targets []string, 
 	for i, t := range targets {
 		results[i].Target = t
 		queue := byTarget[t]
-		if len(queue) == 0 {
-			continue
-		}
 		s := senders[queue[0].Kind()]
 		wg.Go(func() {
 			r := &results[i]

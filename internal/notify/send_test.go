@@ -93,9 +93,9 @@ func advance(t testing.TB, box *Outbox, targets Targets, min int, idle ...IdleGP
 	return events
 }
 
-func deliver(t testing.TB, ctx context.Context, box *Outbox, targets Targets, s Senders) []Result {
+func deliver(t testing.TB, ctx context.Context, box *Outbox, s Senders) []Result {
 	t.Helper()
-	res, err := Deliver(ctx, box, s, targets.AllTargets(), time.Now())
+	res, err := Deliver(ctx, box, s, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDeliverRetriesInOrder(t *testing.T) {
 	tg := Targets{Webhooks: []string{rc.URL + "/hooks/secret-key"}}
 	s := Senders{"webhook": NewWebhook()}
 	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"), idle("gpu01", "1", -120, "bob"))
-	res := deliver(t, context.Background(), box, tg, s)
+	res := deliver(t, context.Background(), box, s)
 	if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "answered 500 Internal Server Error: receiver overloaded") {
 		t.Errorf("error %v, want the receiver's answer", res[0].Err)
 	}
@@ -132,16 +132,16 @@ func TestDeliverRetriesInOrder(t *testing.T) {
 	}
 	// the GPU 1 is released while the receiver is still down
 	advance(t, box, tg, 5, idle("gpu01", "0", -120, "alice"))
-	deliver(t, context.Background(), box, tg, s)
+	deliver(t, context.Background(), box, s)
 	mu.Lock()
 	down = false
 	mu.Unlock()
 	advance(t, box, tg, 10, idle("gpu01", "0", -120, "alice"))
-	res = deliver(t, context.Background(), box, tg, s)
+	res = deliver(t, context.Background(), box, s)
 	if res[0].Err != nil || res[0].Sent != 3 || res[0].Waiting != 0 {
 		t.Errorf("after recovery: %+v", res[0])
 	}
-	deliver(t, context.Background(), box, tg, s) // nothing left: nothing sent twice
+	deliver(t, context.Background(), box, s) // nothing left: nothing sent twice
 	want := []string{
 		"GPU 0 on gpu01 has been held idle by alice for 2.0 h (since 2026-11-25 06:00 UTC), 68.4 GiB in use.",
 		"GPU 1 on gpu01 has been held idle by bob for 2.0 h (since 2026-11-25 06:00 UTC), 68.4 GiB in use.",
@@ -175,7 +175,7 @@ func TestDeliverHangsAndRedirects(t *testing.T) {
 	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	res := deliver(t, ctx, box, tg, Senders{"webhook": NewWebhook()})
+	res := deliver(t, ctx, box, Senders{"webhook": NewWebhook()})
 	if res[0].Err == nil || res[0].Waiting != 1 {
 		t.Errorf("hanging receiver: %+v, want an error and the message kept", res[0])
 	}
@@ -206,17 +206,17 @@ func TestDeliverSendmailFails(t *testing.T) {
 	tg := Targets{MailTo: []string{"admins@example.org"}}
 	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"))
 
-	res := deliver(t, context.Background(), box, tg, Senders{"mail": &Sendmail{Argv: []string{filepath.Join(dir, "missing"), "-t", "-i"}}})
+	res := deliver(t, context.Background(), box, Senders{"mail": &Sendmail{Argv: []string{filepath.Join(dir, "missing"), "-t", "-i"}}})
 	if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "no such file") || res[0].Waiting != 1 {
 		t.Errorf("missing sendmail: %+v", res[0])
 	}
 	write("#!/bin/sh\necho 'sendmail: mailbox unavailable' >&2\nexit 75\n")
-	res = deliver(t, context.Background(), box, tg, Senders{"mail": &Sendmail{Argv: []string{fake, "-t", "-i"}}})
+	res = deliver(t, context.Background(), box, Senders{"mail": &Sendmail{Argv: []string{fake, "-t", "-i"}}})
 	if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "failed (exit status 75): sendmail: mailbox unavailable") || res[0].Waiting != 1 {
 		t.Errorf("failing sendmail: %+v", res[0])
 	}
 	write("#!/bin/sh\ncat >> " + spool + "\n")
-	res = deliver(t, context.Background(), box, tg, Senders{"mail": &Sendmail{Argv: []string{fake, "-t", "-i"}}})
+	res = deliver(t, context.Background(), box, Senders{"mail": &Sendmail{Argv: []string{fake, "-t", "-i"}}})
 	if res[0].Err != nil || res[0].Sent != 1 {
 		t.Errorf("working sendmail: %+v", res[0])
 	}
@@ -233,16 +233,16 @@ func TestClaimLeases(t *testing.T) {
 	tg := Targets{Webhooks: []string{"http://127.0.0.1:1/h"}}
 	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"))
 	now := time.Now()
-	a, err := box.Claim(context.Background(), tg.AllTargets(), now, time.Minute)
+	a, err := box.Claim(context.Background(), now, time.Minute)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("first claim: %d items, %v", len(a), err)
 	}
-	b, err := box.Claim(context.Background(), tg.AllTargets(), now, time.Minute)
+	b, err := box.Claim(context.Background(), now, time.Minute)
 	if err != nil || len(b) != 0 {
 		t.Fatalf("second claim, under the lease: %d items, %v", len(b), err)
 	}
 	// a render killed while sending: the lease runs out, the message is due
-	c, err := box.Claim(context.Background(), tg.AllTargets(), now.Add(2*time.Minute), time.Minute)
+	c, err := box.Claim(context.Background(), now.Add(2*time.Minute), time.Minute)
 	if err != nil || len(c) != 1 {
 		t.Fatalf("after the lease: %d items, %v", len(c), err)
 	}
@@ -255,14 +255,14 @@ func TestDrop(t *testing.T) {
 	old := Targets{Webhooks: []string{"http://127.0.0.1:1/old"}, MailTo: []string{"a@example.org"}}
 	advance(t, box, old, 0, idle("gpu01", "0", -120, "alice"))
 	now := at(0)
-	gone, stale, err := box.Drop(context.Background(), []string{MailTarget(old.MailTo)}, now, 7*24*time.Hour)
+	gone, stale, err := box.Drop(context.Background(), func(t string) bool { return t == MailTarget(old.MailTo) }, now, 7*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(map[string]int{WebhookTarget("http://127.0.0.1:1/old"): 1}, gone); diff != "" || len(stale) != 0 {
 		t.Errorf("gone (-want +got):\n%s\nstale %v", diff, stale)
 	}
-	gone, stale, err = box.Drop(context.Background(), []string{MailTarget(old.MailTo)}, now.Add(8*24*time.Hour), 7*24*time.Hour)
+	gone, stale, err = box.Drop(context.Background(), func(t string) bool { return t == MailTarget(old.MailTo) }, now.Add(8*24*time.Hour), 7*24*time.Hour)
 	if err != nil || len(gone) != 0 || stale[MailTarget(old.MailTo)] != 1 {
 		t.Errorf("a week later: gone %v, stale %v, %v", gone, stale, err)
 	}

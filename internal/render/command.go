@@ -53,6 +53,9 @@ does not parse leaves every previous file as it was.
              each answered
 `
 
+// clock is the time of a run; tests that play many runs over hours set it.
+var clock = time.Now
+
 // Main is the render command.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opts, err := parseFlags(args, stdout)
@@ -69,7 +72,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if opts.output != "" {
 		cfg.HTML = opts.output
 	}
-	now := time.Now()
+	now := clock()
 	switch {
 	case opts.usage != "":
 		return usageReport(ctx, cfg, opts.usage, opts.format, now, stdout)

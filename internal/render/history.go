@@ -167,7 +167,7 @@ func importFiles(ctx context.Context, cfg *Config, files []string, stdout, stder
 			report(f, err)
 		case newest.IsZero():
 			report(f, errors.New("no row has a timestamp: not recorded"))
-		case newest.Sub(time.Now()) > maxAhead:
+		case newest.Sub(clock()) > maxAhead:
 			report(f, fmt.Errorf("dated %s, ahead of this machine's clock: not recorded", newest.UTC().Format(time.RFC3339)))
 		default:
 			ok = append(ok, dated{f, newest})

@@ -177,8 +177,7 @@ func notifyRun(ctx context.Context, rep *Report, stderr io.Writer) error {
 	for _, p := range problems {
 		fmt.Fprintf(stderr, "render: notify: %s\n", p)
 	}
-	targets := nc.Targets.AllTargets()
-	gone, old, err := box.Drop(ctx, targets, rep.Now, MaxOutboxAge)
+	gone, old, err := box.Drop(ctx, nc.Targets.Configured, rep.Now, MaxOutboxAge)
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
@@ -188,7 +187,7 @@ func notifyRun(ctx context.Context, rep *Report, stderr io.Writer) error {
 	for _, t := range sortedKeys(old) {
 		fmt.Fprintf(stderr, "render: notify: %d messages for %s dropped: it refused them for %s\n", old[t], notify.TargetName(t), "7 days")
 	}
-	results, err := notify.Deliver(ctx, box, senders(nc), targets, rep.Now)
+	results, err := notify.Deliver(ctx, box, senders(nc), rep.Now)
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
