@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/mail"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -289,4 +290,48 @@ mail_users: the holder of an idle-held GPU is mailed as USER@example.org (not tr
 	if got := subjects(readMails(t, box)); len(got) != 1 || got[0] != "[gpumon] test message" {
 		t.Errorf("mailbox: %q", got)
 	}
+}
+
+// A mailbox that refuses the mail (here, exim finds a folder where the
+// mailbox should be) is the mail system's to retry: exim accepted the
+// message and keeps it queued, so render's run is fine and nothing is lost.
+func TestMailboxThatRefuses(t *testing.T) {
+	needExim(t)
+	box := mailbox(t, "nfybob")
+	if err := os.Mkdir(box, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(box) })
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n[history]\nidle_after = 5m\n[notify]\nmail_users = @localhost\nsendmail = /usr/sbin/sendmail -t -i -odi\n"), 0o644)
+	csv := filepath.Join(dir, "load_data.csv")
+	start := time.Now().Add(-time.Hour)
+	defer func() { clock = time.Now }()
+	for m := 0; m <= 10; m += 5 {
+		at := start.Add(time.Duration(m) * time.Minute)
+		clock = func() time.Time { return at }
+		fleetAt(t, csv, at, false, false, false)
+		data, _ := os.ReadFile(csv)
+		os.WriteFile(csv, []byte(strings.ReplaceAll(string(data), "nfyalice", "nfybob")), 0o644)
+		if _, stderr, err := renderMain(t, "-c", ini, "-i", csv); err != nil {
+			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
+		}
+	}
+	out, err := exec.Command("/usr/sbin/exim4", "-bp").CombinedOutput()
+	if err != nil {
+		t.Fatalf("exim4 -bp: %v\n%s", err, out)
+	}
+	var ids []string
+	for _, block := range strings.Split(string(out), "\n\n") {
+		if strings.Contains(block, "nfybob@localhost") {
+			if f := strings.Fields(block); len(f) > 2 {
+				ids = append(ids, f[2])
+			}
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("exim's queue holds %d messages for nfybob, want the one render handed over:\n%s", len(ids), out)
+	}
+	exec.Command("/usr/sbin/exim4", "-Mrm", ids[0]).Run()
 }
