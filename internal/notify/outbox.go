@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-		"time"
+	"time"
 )
 
 // Outbox keeps the open episodes and the messages not yet accepted, in

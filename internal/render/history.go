@@ -438,6 +438,14 @@ func promHistory(family func(name, typ, help string), sample func(name string, l
 	for _, sp := range h.IdleHeld {
 		sample("gpumon_gpu_idle_held_seconds", []string{"host", sp.Host, "gpu", sp.GPU, "users", strings.Join(sp.Users, ",")}, float64(sp.Seconds()))
 	}
+	// one series per holder, so that an alert carries the user label an
+	// Alertmanager route mails (dist/prometheus); only idle-held GPUs have one
+	family("gpumon_gpu_idle_held_by_user_seconds", "gauge", "How long the GPU has been idle-held so far, once for each of its holders; present only while it is.")
+	for _, sp := range h.IdleHeld {
+		for _, u := range sp.Users {
+			sample("gpumon_gpu_idle_held_by_user_seconds", []string{"host", sp.Host, "gpu", sp.GPU, "user", u}, float64(sp.Seconds()))
+		}
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -31,3 +31,28 @@ func TestPromRules(t *testing.T) {
 		})
 	}
 }
+
+// TestAlertmanagerExample checks dist/prometheus/alertmanager.example.yml
+// with amtool: it loads, and GPUIdleHeld reaches the holder (its user
+// label) and the admins, root's only the admins, the rest the admins.
+func TestAlertmanagerExample(t *testing.T) {
+	amtool, err := exec.LookPath("amtool")
+	if err != nil {
+		testenv.Need(t, "amtool not found (apt-get install prometheus-alertmanager)")
+	}
+	file := filepath.Join("..", "..", "dist", "prometheus", "alertmanager.example.yml")
+	if out, err := exec.Command(amtool, "check-config", file).CombinedOutput(); err != nil {
+		t.Fatalf("amtool check-config: %v\n%s", err, out)
+	}
+	for labels, want := range map[string]string{
+		"alertname=GPUIdleHeld user=alice host=gpu01 gpu=0": "gpu-holder,gpu-admins",
+		"alertname=GPUIdleHeld user=root host=gpu01 gpu=0":  "gpu-admins",
+		"alertname=GPUHostDown host=gpu01":                  "gpu-admins",
+	} {
+		args := append([]string{"config", "routes", "test", "--config.file=" + file}, strings.Fields(labels)...)
+		out, err := exec.Command(amtool, args...).Output()
+		if got := strings.TrimSpace(string(out)); err != nil || got != want {
+			t.Errorf("route of %s: %q (%v), want %q", labels, got, err, want)
+		}
+	}
+}
