@@ -50,6 +50,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/render
 	$(GO) test -run '^$$' -bench Record -benchtime 10x ./internal/history
 	$(GO) test -run '^$$' -bench Size -benchtime 1x ./internal/history
+	$(GO) test -run '^$$' -bench Advance -benchtime 5x -benchmem ./internal/notify
 	unshare --pid --fork --mount-proc env IDLEMON_CPU_WINDOW=60s $(GO) test -run '^$$' -bench . ./internal/idlemon
 
 # A simulated fleet on 127.0.1.x, fetch and render over it (again every

@@ -83,7 +83,13 @@ const (
 	maxName     = 64
 )
 
-// Route turns a run's events into messages: each event to each webhook;
+// MaxWebhookEvents is the most events a run posts one by one: more (a
+// first run over a fleet with many idle GPUs, a rack gone down) go in one
+// digest, so a chat channel gets one message, not hundreds.
+const MaxWebhookEvents = 20
+
+// Route turns a run's events into messages: each event to each webhook
+// (or one digest of them all, past MaxWebhookEvents);
 // all of them in one mail to the admins; to each holder of an idle-held
 // GPU, one mail about their GPUs (fired or reminded, not resolved). A
 // holder that cannot be mailed (no user name, one that is not a mail
@@ -94,6 +100,11 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 		return nil, nil
 	}
 	for _, u := range t.Webhooks {
+		if len(events) > MaxWebhookEvents {
+			items = append(items, Item{Target: WebhookTarget(u), Summary: digestSubject(events),
+				Body: WebhookDigest(events, t, loc), Created: now})
+			continue
+		}
 		for _, e := range events {
 			items = append(items, Item{Target: WebhookTarget(u), Summary: e.Summary(), Body: WebhookBody(e, t, loc), Created: now})
 		}
@@ -333,6 +344,40 @@ type webhookBody struct {
 	Hosts    int      `json:"hosts,omitempty"`
 	Commands []string `json:"commands,omitempty"`
 	Page     string   `json:"page,omitempty"`
+}
+
+// webhookDigest is a run's events in one POST: the text lists the first
+// MaxWebhookEvents, events holds each as WebhookBody would.
+type webhookDigest struct {
+	Text   string            `json:"text"`
+	Event  string            `json:"event"` // "digest"
+	Events []json.RawMessage `json:"events"`
+	Page   string            `json:"page,omitempty"`
+}
+
+// WebhookDigest is the JSON for many events at once.
+func WebhookDigest(events []Event, t Targets, loc *time.Location) []byte {
+	var text strings.Builder
+	text.WriteString(slackEscape(strings.TrimPrefix(digestSubject(events), "[gpumon] ")) + ":")
+	d := webhookDigest{Event: "digest", Page: t.PageURL}
+	for i, e := range events {
+		if i < MaxWebhookEvents {
+			text.WriteString("\n• " + slackEscape(e.Text(loc, false)))
+		}
+		d.Events = append(d.Events, WebhookBody(e, Targets{Commands: t.Commands}, loc))
+	}
+	if n := len(events) - MaxWebhookEvents; n > 0 {
+		fmt.Fprintf(&text, "\n… and %d more", n)
+	}
+	if t.PageURL != "" {
+		text.WriteString("\n" + slackEscape(t.PageURL))
+	}
+	d.Text = text.String()
+	out, err := json.Marshal(d)
+	if err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // WebhookBody is the JSON for e. In text, Slack reads <...> as a link or a

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/mail"
 	"strings"
@@ -138,5 +139,34 @@ func TestConfigured(t *testing.T) {
 		if got := tg.Configured(target); got != want {
 			t.Errorf("Configured(%q) = %v, want %v", target, got, want)
 		}
+	}
+}
+
+// Past MaxWebhookEvents in one run, a webhook gets one digest: the text
+// lists the first ones, events holds them all.
+func TestWebhookDigest(t *testing.T) {
+	var events []Event
+	for i := range 45 {
+		events = append(events, Event{Episode: Episode{Kind: HostDown, Host: fmt.Sprintf("gpu%02d", i), Since: at(-20)}, State: Firing, At: at(0)})
+	}
+	tg := Targets{Webhooks: []string{"https://a.example/h"}, PageURL: "https://gpus.example.org/"}
+	items, _ := Route(events, tg, at(0), time.UTC, "monitor")
+	if len(items) != 1 {
+		t.Fatalf("%d items, want one digest", len(items))
+	}
+	var d struct {
+		Text   string           `json:"text"`
+		Event  string           `json:"event"`
+		Events []map[string]any `json:"events"`
+	}
+	if err := json.Unmarshal(items[0].Body, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Event != "digest" || len(d.Events) != 45 || d.Events[44]["host"] != "gpu44" {
+		t.Errorf("digest: event %q, %d events", d.Event, len(d.Events))
+	}
+	lines := strings.Split(d.Text, "\n")
+	if lines[0] != "45 hosts down:" || len(lines) != 1+MaxWebhookEvents+2 || lines[21] != "… and 25 more" || lines[22] != "https://gpus.example.org/" {
+		t.Errorf("digest text:\n%s", d.Text)
 	}
 }
