@@ -112,9 +112,7 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 	if len(t.MailTo) > 0 {
 		subject := digestSubject(events)
 		var body strings.Builder
-		for _, e := range events {
-			body.WriteString("- " + e.Text(loc, t.Commands) + "\n")
-		}
+		eventLines(&body, events, loc, t.Commands)
 		items = append(items, Item{Target: MailTarget(t.MailTo), Summary: subject,
 			Body: Mail(t.MailTo, t.MailFrom, subject, body.String(), t.PageURL, sender, now), Created: now})
 	}
@@ -461,6 +459,19 @@ func digestSubject(events []Event) string {
 	return "[gpumon] " + strings.Join(parts, ", ")
 }
 
+// maxMailLines is the most events a mail lists; the page has the rest.
+const maxMailLines = 100
+
+func eventLines(b *strings.Builder, events []Event, loc *time.Location, commands bool) {
+	for i, e := range events {
+		if i == maxMailLines {
+			fmt.Fprintf(b, "- ... and %d more: see the status page\n", len(events)-i)
+			break
+		}
+		b.WriteString("- " + e.Text(loc, commands) + "\n")
+	}
+}
+
 // userMail is the mail to one holder about their idle-held GPUs.
 func userMail(events []Event, loc *time.Location, commands bool) (subject, body string) {
 	if len(events) == 1 {
@@ -470,9 +481,7 @@ func userMail(events []Event, loc *time.Location, commands bool) (subject, body 
 	}
 	var b strings.Builder
 	b.WriteString("Hello,\n\nyour processes hold GPUs that have done (almost) no work for a while:\n\n")
-	for _, e := range events {
-		b.WriteString("- " + e.Text(loc, commands) + "\n")
-	}
+	eventLines(&b, events, loc, commands)
 	b.WriteString("\nOthers are waiting for GPUs. If you no longer need these, please end the\nprocesses that hold them. If they are about to work again, ignore this mail.\n")
 	return subject, b.String()
 }

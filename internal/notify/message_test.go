@@ -170,3 +170,21 @@ func TestWebhookDigest(t *testing.T) {
 		t.Errorf("digest text:\n%s", d.Text)
 	}
 }
+
+// A mail lists at most maxMailLines events, whatever the run told.
+func TestMailIsBounded(t *testing.T) {
+	var events []Event
+	for i := range 3000 {
+		events = append(events, Event{Episode: Episode{Kind: IdleHeld, Host: fmt.Sprintf("gpu%04d", i), GPU: "0",
+			Users: []string{"alice"}, Since: at(-200)}, State: Firing, At: at(0)})
+	}
+	items, _ := Route(events, Targets{MailTo: []string{"a@example.org"}, UserDomain: "example.org"}, at(0), time.UTC, "monitor")
+	for _, it := range items {
+		if n := strings.Count(string(it.Body), "\n- "); n != maxMailLines+1 || len(it.Body) > 40<<10 {
+			t.Errorf("%s: %d lines, %d bytes", it.Target, n, len(it.Body))
+		}
+		if !strings.Contains(string(it.Body), "- ... and 2900 more: see the status page") {
+			t.Errorf("%s does not say how many more", it.Target)
+		}
+	}
+}
