@@ -10,12 +10,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,7 +87,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := fleet.WriteClientFiles(site.fleetDir); err != nil {
 		return err
 	}
-	if err := site.writeConfig(time.Now()); err != nil {
+	// a webhook receiver that prints what render tells: the notifications
+	// of docs/notify.md, as a chat channel would get them
+	hook, err := startHook(stdout)
+	if err != nil {
+		return err
+	}
+	defer hook.Close()
+	if err := site.writeConfig(time.Now(), "http://"+hook.Addr().String()+"/hook"); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "demo: %d simulated GPU hosts on 127.0.1.x (their files: %s)\n", len(fleet.Hosts()), site.fleetDir)
@@ -159,7 +168,7 @@ func setUp(dir string) (*site, error) {
 
 // writeConfig adds the page's settings and a reservations file, in the format
 // labs keep, to the config.ini the fleet wrote.
-func (s *site) writeConfig(now time.Time) error {
+func (s *site) writeConfig(now time.Time, webhook string) error {
 	date := func(d time.Duration) string { return now.Add(d).Format("2006-01-02 15:04") }
 	res := map[string]any{
 		// per GPU index, and a whole host, as labs write them
@@ -187,7 +196,10 @@ reservations = %s
 
 [host_names]
 ws-c01 = ws-c01 (Ivan's workstation)
-`, s.reservations)...)
+
+[notify]
+webhook = %s
+`, s.reservations, webhook)...)
 	return os.WriteFile(s.config, ini, 0o644)
 }
 
@@ -217,6 +229,30 @@ func (s *site) cycle(ctx context.Context, stdout, stderr io.Writer, first bool) 
 		}
 	}
 	return nil
+}
+
+// startHook serves a webhook on 127.0.0.1 that prints each message's
+// text as "demo: webhook: ...".
+func startHook(stdout io.Writer) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var msg struct{ Text string }
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&msg); err != nil {
+			http.Error(w, "not JSON", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(msg.Text, "\n") {
+			fmt.Fprintf(stdout, "demo: webhook: %s\n", html.UnescapeString(line))
+		}
+	})}
+	go srv.Serve(ln)
+	return ln, nil
 }
 
 // rel shows paths as the user typed them: relative to where make runs.

@@ -72,6 +72,21 @@ func TestOnce(t *testing.T) {
 	if !strings.Contains(stderr.String(), "h200-b05: unreachable") {
 		t.Errorf("fetch's report of the failed host is missing:\n%s", stderr.String())
 	}
+	// the week of history says h200-b05 has been down all along: render
+	// tells the demo's webhook once, with the others down since
+	if n := strings.Count(stdout.String(), "demo: webhook: Host h200-b05 has not answered for"); n != 1 {
+		t.Errorf("the webhook was told of h200-b05 %d times, want once:\n%s", n, grepLines(stdout.String(), "webhook"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // A new demo has a week of history: the seeded snapshots are recorded and
