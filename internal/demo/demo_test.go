@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/gpumon/gpumon/internal/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -75,18 +76,8 @@ func TestOnce(t *testing.T) {
 	// the week of history says h200-b05 has been down all along: render
 	// tells the demo's webhook once, with the others down since
 	if n := strings.Count(stdout.String(), "demo: webhook: Host h200-b05 has not answered for"); n != 1 {
-		t.Errorf("the webhook was told of h200-b05 %d times, want once:\n%s", n, grepLines(stdout.String(), "webhook"))
+		t.Errorf("the webhook was told of h200-b05 %d times, want once:\n%s", n, testenv.GrepLines(stdout.String(), "webhook"))
 	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // A new demo has a week of history: the seeded snapshots are recorded and

@@ -86,7 +86,7 @@ func TestHistoryThroughRender(t *testing.T) {
 	}
 	prom, _ := os.ReadFile(filepath.Join(dir, "metrics.prom"))
 	if !bytes.Contains(prom, []byte(`gpumon_user_gpu_seconds_total{user="alice"} 3600`)) {
-		t.Errorf("metrics.prom lacks alice's 3600 GPU-seconds:\n%s", grepLines(string(prom), "gpu_seconds_total"))
+		t.Errorf("metrics.prom lacks alice's 3600 GPU-seconds:\n%s", testenv.GrepLines(string(prom), "gpu_seconds_total"))
 	}
 	// -usage at the data's time: the clock is the test's, so look far back
 	out, stderr, err := renderMain(t, "-c", ini, "-usage", "3650d", "-format", "csv")
@@ -153,16 +153,6 @@ func TestBrokenHistoryKeepsThePage(t *testing.T) {
 	if err := json.Unmarshal(data, &st); err != nil || st.History != nil || st.Summary.GPUs == 0 {
 		t.Errorf("status.json without history: %v, history %+v, %d GPUs", err, st.History, st.Summary.GPUs)
 	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // What can happen to the database between or during runs: truncated, or

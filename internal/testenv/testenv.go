@@ -140,3 +140,15 @@ func HistoryUsersFromDays(s *history.Summary) {
 		s.Users = append(s.Users, u)
 	}
 }
+
+// GrepLines is the lines of s that contain sub, for a failure message that
+// shows only what matters of a long output.
+func GrepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
