@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/gpumon/gpumon/internal/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // TestOnce runs the whole pipeline a newcomer sees, without serving: the
