@@ -508,6 +508,8 @@ func TestJSONStreamedIsEncodingJSON(t *testing.T) {
 	for _, rep := range []*Report{
 		testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json"),
 		testReport(t, fleetRows(30, 8), ""),
+		testReport(t, attributedFleetRows(30, 8), ""),
+		testReport(t, readRows(t, "testdata/attrib.csv"), ""),
 		testReport(t, markupRows(`<"&'>`), ""),
 	} {
 		var got, want bytes.Buffer
