@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
@@ -174,4 +175,26 @@ func TestJobShownWithoutJavaScript(t *testing.T) {
 		t.Errorf("without JavaScript the job column's header is %s", h)
 	}
 	tb.noProblems("without JavaScript")
+}
+
+// On a phone the users table's jobs column does not make the page scroll
+// sideways (the table scrolls in its own box where it must), and a tap
+// shows the job / container column in the detail's sheet.
+func TestJobsOnAPhone(t *testing.T) {
+	tb := openFleet(t, tabOptions{width: 390, height: 844, mobile: true}, attribFleet(time.Now()))
+	if sw, iw := eval[int](tb, `document.documentElement.scrollWidth`), eval[int](tb, `innerWidth`); iw != 390 || sw > iw+1 {
+		t.Errorf("the page scrolls sideways on a 390 px phone: scrollWidth %d, innerWidth %d", sw, iw)
+	}
+	if !tb.isVisible("#users") {
+		t.Errorf("the users table is hidden on a phone")
+	}
+	if err := chromedp.Do(tb.ctx, chromedp.Tap(chromedp.CSS(vllmGPU))); err != nil {
+		t.Fatalf("tapping the vLLM server's GPU: %v", err)
+	}
+	tb.waitVisible(vllmGPU + aside)
+	if d := eval[string](tb, `document.querySelector(`+jsString(vllmGPU+aside)+`).innerText`); !strings.Contains(d, "vllm-server · pod 6a3f0a43…") {
+		t.Errorf("the tapped detail lacks the container and pod: %q", d)
+	}
+	tb.screenshot("page-phone-job.png", true)
+	tb.noProblems("jobs on a phone")
 }
