@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -682,5 +683,31 @@ func TestOlderCSVRenders(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no process in status.json")
+	}
+}
+
+// metrics.prom says nothing of Slurm jobs and containers (docs/render.md
+// says why): the same rows without them give the same file.
+func TestMetricsHaveNoJobs(t *testing.T) {
+	rows := readRows(t, "testdata/attrib.csv")
+	bare := slices.Clone(rows)
+	for i := range bare {
+		r := &bare[i]
+		r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod = "", "", "", "", "", ""
+	}
+	var got, want bytes.Buffer
+	if err := Prom(&got, testReport(t, rows, "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Prom(&want, testReport(t, bare, "")); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.String(), got.String()); diff != "" {
+		t.Errorf("metrics.prom changes with the jobs and containers (-without +with):\n%s", diff)
+	}
+	for _, s := range []string{"1233_5", "llama-7b", "vllm-server", "3f2a9c1e4b7d", "6a3f0a43"} {
+		if strings.Contains(got.String(), s) {
+			t.Errorf("metrics.prom names %q", s)
+		}
 	}
 }
