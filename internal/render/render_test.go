@@ -79,7 +79,6 @@ func TestGolden(t *testing.T) {
 		{"table-color.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, true) }},
 		{"page-attrib.html.golden", func(w *bytes.Buffer) error { return HTML(w, attrib) }},
 		{"status-attrib.json.golden", func(w *bytes.Buffer) error { return JSON(w, attrib) }},
-		{"metrics-attrib.prom.golden", func(w *bytes.Buffer) error { return Prom(w, attrib) }},
 		{"table-attrib.txt.golden", func(w *bytes.Buffer) error { return Text(w, attrib, false) }},
 	} {
 		t.Run(o.name, func(t *testing.T) {
