@@ -13,6 +13,7 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -138,10 +139,43 @@ type Proc struct {
 	ElapsedS    loaddata.Int
 	Preemptible bool
 	Ignored     bool
+
+	// Who the process runs for, as load_data.csv says (empty when not
+	// known; see loaddata.Row). Every one of them is chosen by a user
+	// (a job's or a container's name) or read from a cgroup path: text
+	// to escape, never to trust.
+	SlurmJob       string // "1233_5", or the bare job id
+	SlurmJobName   string
+	SlurmPartition string
+	Container      string // 12 hex digits
+	ContainerName  string
+	Pod            string // the Kubernetes pod's uid
 }
 
 // Holds reports whether the process makes its GPU busy.
 func (p *Proc) Holds() bool { return !p.Preemptible && !p.Ignored }
+
+// ContainerLabel names the process's container: its name, else its short
+// id; "" outside a container.
+func (p *Proc) ContainerLabel() string {
+	if p.ContainerName != "" {
+		return p.ContainerName
+	}
+	return p.Container
+}
+
+// Holder is who a GPU's cell says holds it for this process: its user,
+// but for root in a container the container (Docker and most images run
+// as root, so "root" would tell nobody whose work it is). A user's own
+// container (rootless, or --user) keeps the user's name, which says more.
+func (p *Proc) Holder() string {
+	if p.User == "root" {
+		if c := p.ContainerLabel(); c != "" {
+			return c
+		}
+	}
+	return p.User
+}
 
 // User is what one user holds across the cluster.
 type User struct {
@@ -150,6 +184,11 @@ type User struct {
 	MemMiB float64
 	Procs  int      // distinct processes: a pid on 8 GPUs of a host is one
 	Hosts  []string // raw host names, sorted
+	// The Slurm jobs and containers (ContainerLabel) the user's processes
+	// run in, each once, in natural order ("998" before "1233_5");
+	// for root, which containers hold GPUs.
+	Jobs       []string
+	Containers []string
 }
 
 // Model counts the GPUs of one short name. A GPU the driver lost has no
@@ -210,7 +249,9 @@ func (b *Builder) Add(r *loaddata.Row) {
 	}
 	if r.PID.Valid || r.Command != "" {
 		g.Procs = append(g.Procs, &Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
-			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Ignored(ignore.Process{Args: r.Command, UID: ignore.Unknown, MemMiB: memOr(r.ProcessMemMiB, ignore.Unknown)}, b.o.Ignore)})
+			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Ignored(ignore.Process{Args: r.Command, UID: ignore.Unknown, MemMiB: memOr(r.ProcessMemMiB, ignore.Unknown)}, b.o.Ignore),
+			SlurmJob: r.SlurmJob, SlurmJobName: r.SlurmJobName, SlurmPartition: r.SlurmPartition,
+			Container: r.Container, ContainerName: r.ContainerName, Pod: r.Pod})
 	}
 }
 
@@ -465,6 +506,14 @@ func (t *tally) addUsers(h *Host, g *GPU) {
 		if len(u.Hosts) == 0 || u.Hosts[len(u.Hosts)-1] != h.Name {
 			u.Hosts = append(u.Hosts, h.Name)
 		}
+		// a job's processes follow one another: most repeats stop here,
+		// the rest at sort
+		if j := p.SlurmJob; j != "" && (len(u.Jobs) == 0 || u.Jobs[len(u.Jobs)-1] != j) {
+			u.Jobs = append(u.Jobs, j)
+		}
+		if c := p.ContainerLabel(); c != "" && (len(u.Containers) == 0 || u.Containers[len(u.Containers)-1] != c) {
+			u.Containers = append(u.Containers, c)
+		}
 	}
 }
 
@@ -485,6 +534,10 @@ func (t *tally) sort() {
 	for _, u := range c.Users {
 		sort.Strings(u.Hosts)
 		u.Hosts = slices.Compact(u.Hosts)
+		slices.SortFunc(u.Jobs, naturalCompare)
+		u.Jobs = slices.Compact(u.Jobs)
+		slices.SortFunc(u.Containers, naturalCompare)
+		u.Containers = slices.Compact(u.Containers)
 	}
 	sort.SliceStable(c.Users, func(i, j int) bool {
 		a, b := c.Users[i], c.Users[j]
@@ -592,6 +645,46 @@ func markSharedIndexes(gpus []*GPU) {
 		g.SharedIndex = g.HasIndex && seen[g.Index] > 1
 	}
 }
+
+// naturalCompare orders strings with their runs of digits by value:
+// Slurm job "998" before "1233", "1233_5" before "1233_10", "gpu2" before
+// "gpu10". Strings that differ only in leading zeros are ordered as bytes,
+// so the order is total.
+func naturalCompare(a, b string) int {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if isDigit(a[i]) && isDigit(b[j]) {
+			// compare the two numbers: without leading zeros, the
+			// longer is the greater; of equal length, as text
+			si, sj := i, j
+			for i < len(a) && isDigit(a[i]) {
+				i++
+			}
+			for j < len(b) && isDigit(b[j]) {
+				j++
+			}
+			na, nb := strings.TrimLeft(a[si:i], "0"), strings.TrimLeft(b[sj:j], "0")
+			if len(na) != len(nb) {
+				return cmp.Compare(len(na), len(nb))
+			}
+			if c := strings.Compare(na, nb); c != 0 {
+				return c
+			}
+			continue
+		}
+		if a[i] != b[j] {
+			return cmp.Compare(a[i], b[j])
+		}
+		i++
+		j++
+	}
+	if c := cmp.Compare(len(a)-i, len(b)-j); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // hosttextClip keeps a timestamp cell short and printable for a message.
 func hosttextClip(s string) string { return hosttext.Clip(hosttext.Printable(s), 40) }

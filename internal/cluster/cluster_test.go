@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	stdcmp "cmp"
 	"testing"
 	"time"
 
@@ -303,5 +304,117 @@ func TestDuplicateIndexKeptApart(t *testing.T) {
 	// each keeps a name of its own (metrics.prom's gpu label, the history)
 	if gpus[0].ID() != "GPU-a" || gpus[1].ID() != "GPU-c" {
 		t.Errorf("ids %q and %q, want the UUIDs", gpus[0].ID(), gpus[1].ID())
+	}
+}
+
+// inJob puts a process row in a Slurm job and a container (either may be
+// "").
+func inJob(r loaddata.Row, job, name, partition, ctr, ctrName, pod string) loaddata.Row {
+	r.SlurmJob, r.SlurmJobName, r.SlurmPartition = job, name, partition
+	r.Container, r.ContainerName, r.Pod = ctr, ctrName, pod
+	return r
+}
+
+// The six attribution columns reach each process whole, as the CSV has
+// them; a row of an older fetch (no such columns) leaves them empty.
+func TestProcessAttribution(t *testing.T) {
+	rows := []loaddata.Row{
+		inJob(withProc(gpuRow(t, "h", 0, 30000), "alice", "python train.py", 29000, false),
+			"1233_5", "llama <7b>", "gpu", "", "", ""),
+		inJob(withProc(gpuRow(t, "h", 1, 30000), "root", "python serve.py", 29000, false),
+			"", "", "", "3f2a9c1e4b7d", "vllm-server", "6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11"),
+		withProc(gpuRow(t, "h", 2, 30000), "bob", "python", 29000, false),
+	}
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now})
+	var got []Proc
+	for _, g := range c.Hosts[0].GPUs {
+		for _, p := range g.Procs {
+			got = append(got, *p)
+		}
+	}
+	want := []Proc{
+		{SlurmJob: "1233_5", SlurmJobName: "llama <7b>", SlurmPartition: "gpu"},
+		{Container: "3f2a9c1e4b7d", ContainerName: "vllm-server", Pod: "6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11"},
+		{},
+	}
+	attribution := cmp.Transformer("attribution", func(p Proc) [6]string {
+		return [6]string{p.SlurmJob, p.SlurmJobName, p.SlurmPartition, p.Container, p.ContainerName, p.Pod}
+	})
+	if diff := cmp.Diff(want, got, attribution); diff != "" {
+		t.Errorf("attribution (-want +got):\n%s", diff)
+	}
+}
+
+// Who a cell names for a process: root in a container is the container,
+// by name, else by its short id; everyone else is their user.
+func TestProcHolder(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		p    Proc
+		want string
+	}{
+		{"root in a named container", Proc{User: "root", Container: "3f2a9c1e4b7d", ContainerName: "vllm-server"}, "vllm-server"},
+		{"root in a container without a name", Proc{User: "root", Container: "3f2a9c1e4b7d"}, "3f2a9c1e4b7d"},
+		{"root, no container", Proc{User: "root"}, "root"},
+		{"root in a pod whose container is not known", Proc{User: "root", Pod: "6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11"}, "root"},
+		{"root in a Slurm job", Proc{User: "root", SlurmJob: "1233"}, "root"},
+		{"alice in a container", Proc{User: "alice", Container: "3f2a9c1e4b7d", ContainerName: "vllm-server"}, "alice"},
+		{"alice in a Slurm job", Proc{User: "alice", SlurmJob: "1233_5", SlurmJobName: "llama"}, "alice"},
+		{"user unknown in a container", Proc{Container: "3f2a9c1e4b7d", ContainerName: "vllm-server"}, ""},
+		{"Root is not root", Proc{User: "Root", ContainerName: "x"}, "Root"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.p.Holder(); got != tt.want {
+				t.Errorf("Holder() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A user's jobs and containers: those of the processes that hold a GPU,
+// each once, in natural order; a container by name, else by id.
+func TestUserJobsAndContainers(t *testing.T) {
+	pid := func(r loaddata.Row, pid int64) loaddata.Row { r.PID = loaddata.IntOf(pid); return r }
+	alice := func(host string, idx, p int64, job string) loaddata.Row {
+		return pid(inJob(withProc(gpuRow(t, host, idx, 30000), "alice", "python", 29000, false), job, "train", "gpu", "", "", ""), p)
+	}
+	root := func(host string, idx, p int64, ctr, name string) loaddata.Row {
+		return pid(inJob(withProc(gpuRow(t, host, idx, 30000), "root", "python", 29000, false), "", "", "", ctr, name, ""), p)
+	}
+	rows := []loaddata.Row{
+		alice("a", 0, 1, "1233_10"), alice("a", 1, 1, "1233_10"), // one process on two GPUs
+		alice("a", 2, 2, "1233_5"), alice("b", 0, 3, "998"), alice("b", 1, 4, "1233_10"),
+		alice("b", 2, 5, ""),
+		root("c", 0, 6, "3f2a9c1e4b7d", "vllm-server"), root("c", 1, 7, "0f1e2d3c4b5a", ""),
+		root("d", 0, 8, "aaaaaaaaaaaa", "vllm-server"), // the same name on another host: named once
+		root("d", 1, 9, "", ""),
+		// the idle-time job's and ignored processes' hold nothing
+		pid(inJob(withProc(gpuRow(t, "e", 0, 30000), "alice", "python sweep.py", 29000, true), "7", "sweep", "preempt", "", "", ""), 10),
+		pid(inJob(withProc(gpuRow(t, "e", 1, 600), "root", "Xorg", 20, false), "", "", "", "bbbbbbbbbbbb", "display", ""), 11),
+	}
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now, Ignore: []string{"Xorg"}})
+	type jc struct{ Jobs, Containers []string }
+	got := map[string]jc{}
+	for _, u := range c.Users {
+		got[u.Name] = jc{u.Jobs, u.Containers}
+	}
+	want := map[string]jc{
+		"alice": {Jobs: []string{"998", "1233_5", "1233_10"}},
+		"root":  {Containers: []string{"0f1e2d3c4b5a", "vllm-server"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("jobs and containers (-want +got):\n%s", diff)
+	}
+}
+
+func TestNaturalCompare(t *testing.T) {
+	ordered := []string{"", "0", "00", "01", "1", "2", "10", "998", "1233", "1233_2", "1233_10", "1233_[5-9]", "1234",
+		"a", "gpu2", "gpu10", "gpu10a", "vllm-server"}
+	for i, a := range ordered {
+		for j, b := range ordered {
+			if got, want := naturalCompare(a, b), stdcmp.Compare(i, j); got != want {
+				t.Errorf("naturalCompare(%q, %q) = %d, want %d", a, b, got, want)
+			}
+		}
 	}
 }

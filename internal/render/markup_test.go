@@ -14,15 +14,26 @@ import (
 )
 
 // markupRows puts s in every string a host sends: host name and error, GPU
-// name, uuid, bus id and error, user and command, on an up host with a
-// process, a host that is down and a lost GPU.
+// name, uuid, bus id and error, user and command, a process's Slurm job,
+// its name and partition, its container, the container's name and its pod
+// (on a cell's detail and in the users table), root's container's name on
+// a cell, on an up host with a process, a host that is down and a lost GPU.
 func markupRows(s string) []loaddata.Row {
 	ts := "2026-11-23T14:05:00Z"
 	return []loaddata.Row{
 		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK, HostError: s,
 			GPUIndex: loaddata.IntOf(0), GPUName: "n" + s, GPUUUID: s, GPUBusID: s,
 			MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000), GPUUtilPct: loaddata.Num(50),
-			PID: loaddata.IntOf(1), User: s, Command: s},
+			PID: loaddata.IntOf(1), User: s, Command: s,
+			SlurmJob: s, SlurmJobName: s, SlurmPartition: s, Container: s, ContainerName: s, Pod: s},
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
+			GPUIndex: loaddata.IntOf(2), GPUName: "n" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
+			PID: loaddata.IntOf(3), User: "root", Command: "python", ProcessMemMiB: loaddata.Num(4000),
+			Container: s, ContainerName: s, Pod: s},
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
+			GPUIndex: loaddata.IntOf(2), GPUName: "n" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
+			PID: loaddata.IntOf(4), User: "root", Command: "python", ProcessMemMiB: loaddata.Num(100),
+			Container: s, SlurmJob: "1" + s, SlurmPartition: s},
 		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
 			GPUIndex: loaddata.IntOf(1), GPUName: "m" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
 			PID: loaddata.IntOf(2), User: s, Command: "/usr/bin/" + s, Preemptible: true},
@@ -141,6 +152,7 @@ var markupPayloads = []string{
 	`</li></ul></section><section class=host>`,
 	`<!--`, `-->`, `<![CDATA[`, `]]>`, `</svg><script>alert(1)</script>`, `</text></svg><img src=x onerror=alert(2)>`, `&lt;&amp;`, `&#60;script&#62;`,
 	"tab\there", "new\nline", "nul\x00byte", " ", "",
+	"bidi\u202eevil\u2066", "zero\u200bwidth", "a & b", `say "hi"`, "1233_[5-9%2]",
 	`{{.}} ${alert(5)}`,
 	`<div class=gpu-detail><table><tr><td>`,
 	strings.Repeat("<b>", 200),

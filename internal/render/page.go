@@ -61,8 +61,8 @@ type moreModels struct {
 }
 
 type userView struct {
-	Name, Mem, Hosts string
-	GPUs, Procs      int
+	Name, Mem, Hosts, Jobs string
+	GPUs, Procs            int
 }
 
 // HTML writes the status page.
@@ -149,11 +149,14 @@ func pageViewOf(r *Report) map[string]any {
 		v["MoreModels"] = more
 	}
 	users := make([]userView, 0, len(c.Users))
+	jobs := false // the users table's jobs column, only where someone has one
 	for _, u := range c.Users {
 		users = append(users, userView{Name: userName(u.Name), GPUs: u.GPUs, Procs: u.Procs,
-			Mem: gib(u.MemMiB) + " GiB", Hosts: strings.Join(u.Hosts, ", ")})
+			Mem: gib(u.MemMiB) + " GiB", Hosts: strings.Join(u.Hosts, ", "), Jobs: userJobsText(u)})
+		jobs = jobs || len(u.Jobs)+len(u.Containers) > 0
 	}
 	v["Users"] = users
+	v["UserJobs"] = jobs
 	return v
 }
 
@@ -423,7 +426,19 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	if len(g.Procs) > 0 {
 		// The column headers are the style sheet's (the first row's
 		// cells' ::before): a header row in each of 4,000 tables would
-		// cost 200 kB. No processes: the style sheet says so.
+		// cost 200 kB. No processes: the style sheet says so. A "job /
+		// container" column comes before the command only where a
+		// process has one, in every row then (the style sheet names the
+		// command by td:last-child, the job by a 5th cell that is not
+		// the last): a page of a cluster without Slurm or containers
+		// pays nothing for it.
+		jobs := false
+		for _, p := range g.Procs {
+			if attributed(p) {
+				jobs = true
+				break
+			}
+		}
 		w.WriteString("<table>")
 		for _, p := range g.Procs {
 			mark := ""
@@ -457,6 +472,9 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 			} else {
 				w.WriteString("?")
 			}
+			if jobs {
+				writeJobCell(w, p)
+			}
 			w.WriteString("<td>")
 			esc(w, commandText(p.Command))
 			if mark != "" {
@@ -486,8 +504,11 @@ const whoMax = 4
 
 // writeWho writes a cell's second line, which says who holds it: "alice
 // 62G", "alice, bob 58G" (the biggest holder first, and the memory their
-// processes hold together), or for whom it is reserved ("carol: ICML"), or
-// that idlemon's idle-time job runs on it.
+// processes hold together; root in a container is the container,
+// "vllm-server 70G", see cluster.Proc.Holder), or for whom it is reserved
+// ("carol: ICML"), or that idlemon's idle-time job runs on it. A Slurm job
+// is not named here but in the detail: a job id beside each name would
+// push the names out of an 8rem cell, and cost 8 bytes a process.
 func writeWho(w *bufio.Writer, g *cluster.GPU) {
 	open := false // a <p class=u> was written
 	switch g.State {
@@ -507,7 +528,7 @@ func writeWho(w *bufio.Writer, g *cluster.GPU) {
 				total += p.MemMiB.Value
 				known = true
 			}
-			name := userName(p.User)
+			name := holderName(p) // root in a container: the container
 			i := 0
 			for i < n && hs[i].name != name {
 				i++

@@ -2,10 +2,12 @@ package render
 
 import (
 	"bufio"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
@@ -58,6 +60,17 @@ func proc(user string, mib float64) *cluster.Proc {
 	return p
 }
 
+// inContainer puts p in a container; inJob in a Slurm job.
+func inContainer(p *cluster.Proc, id, name string) *cluster.Proc {
+	p.Container, p.ContainerName = id, name
+	return p
+}
+
+func inJob(p *cluster.Proc, id, name, partition string) *cluster.Proc {
+	p.SlurmJob, p.SlurmJobName, p.SlurmPartition = id, name, partition
+	return p
+}
+
 // A cell says who holds its GPU, or for whom it is kept, without a hover.
 func TestCellSaysWho(t *testing.T) {
 	idle := proc("idlejob", 100)
@@ -94,6 +107,22 @@ func TestCellSaysWho(t *testing.T) {
 		{"free", cluster.Free, nil, nil, ``},
 		{"busy GPU of a reservation: its users", cluster.Busy, []*cluster.Proc{proc("bob", 1024)}, &reservations.Reservation{Name: "carol"},
 			`<p class=u><b>bob</b> 1.0G`},
+		// root in a container is the container; everyone else their user
+		{"root in a named container", cluster.Busy, []*cluster.Proc{inContainer(proc("root", 63488), "3f2a9c1e4b7d", "vllm-server")}, nil,
+			`<p class=u><b>vllm-server</b> 62G`},
+		{"root in a container without a name: its id", cluster.Busy, []*cluster.Proc{inContainer(proc("root", 63488), "3f2a9c1e4b7d", "")}, nil,
+			`<p class=u><b>3f2a9c1e4b7d</b> 62G`},
+		{"root without a container", cluster.Busy, []*cluster.Proc{proc("root", 63488)}, nil, `<p class=u><b>root</b> 62G`},
+		{"alice in a container", cluster.Busy, []*cluster.Proc{inContainer(proc("alice", 63488), "3f2a9c1e4b7d", "vllm-server")}, nil,
+			`<p class=u><b>alice</b> 62G`},
+		{"two containers of root are two holders", cluster.Busy, []*cluster.Proc{
+			inContainer(proc("root", 1024), "3f2a9c1e4b7d", "a"), inContainer(proc("root", 2048), "0f1e2d3c4b5a", "b"), proc("root", 512)}, nil,
+			`<p class=u><b>b, a, root</b> 3.5G`},
+		{"a Slurm job is in the detail, not the cell", cluster.Busy, []*cluster.Proc{inJob(proc("alice", 63488), "1233_5", "llama", "gpu")}, nil,
+			`<p class=u><b>alice</b> 62G`},
+		{"markup, a newline and a bidi override in a container's name are inert text", cluster.Busy,
+			[]*cluster.Proc{inContainer(proc("root", 1024), "3f2a9c1e4b7d", "<b>\"x\"&\n\u202eevil")}, nil,
+			`<p class=u><b>&lt;b&gt;&#34;x&#34;&amp;??evil</b> 1.0G`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := &cluster.GPU{HasIndex: true, Name: "X", Short: "X", State: tt.state, Procs: tt.procs, Reservation: tt.resv,
@@ -165,5 +194,102 @@ func TestCellNamesModelOnMixedHost(t *testing.T) {
 		if named := strings.Contains(b.String(), "tabindex=0><p class=m>H100 80GB HBM3<p>"); named != tt.named {
 			t.Errorf("%s: the cell names its model: %v, want %v\n%s", tt.name, named, tt.named, b.String())
 		}
+	}
+}
+
+// What the detail's "job / container" column says of a process: its Slurm
+// job's id, name and partition, its container by name (else id) and pod,
+// each printable and cut.
+func TestJobText(t *testing.T) {
+	const pod = "6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11"
+	for _, tt := range []struct {
+		name string
+		p    cluster.Proc
+		want string
+	}{
+		{"nothing known", cluster.Proc{User: "alice"}, ""},
+		{"Slurm job", cluster.Proc{SlurmJob: "1233_5", SlurmJobName: "llama-7b", SlurmPartition: "gpu"}, "1233_5 llama-7b (gpu)"},
+		{"Slurm job squeue did not name", cluster.Proc{SlurmJob: "1233"}, "1233"},
+		{"Slurm job without a partition", cluster.Proc{SlurmJob: "1233", SlurmJobName: "x"}, "1233 x"},
+		{"Slurm job without a name", cluster.Proc{SlurmJob: "1233", SlurmPartition: "gpu"}, "1233 (gpu)"},
+		{"a name without an id", cluster.Proc{SlurmJobName: "x", SlurmPartition: "gpu"}, "x (gpu)"},
+		{"container by name, with its pod", cluster.Proc{Container: "3f2a9c1e4b7d", ContainerName: "vllm-server", Pod: pod},
+			"vllm-server · pod 6a3f0a43…"},
+		{"container by id", cluster.Proc{Container: "3f2a9c1e4b7d"}, "3f2a9c1e4b7d"},
+		{"a pod alone", cluster.Proc{Pod: pod}, "pod 6a3f0a43…"},
+		{"a short pod id is whole", cluster.Proc{Pod: "6a3f0a43"}, "pod 6a3f0a43"},
+		{"a job in a container", cluster.Proc{SlurmJob: "7", Container: "3f2a9c1e4b7d", ContainerName: "c"}, "7 · c"},
+		{"a long name is cut", cluster.Proc{SlurmJob: "7", SlurmJobName: strings.Repeat("n", 1000)},
+			"7 " + strings.Repeat("n", jobNameMax-len("…")) + "…"},
+		{"a long container name is cut", cluster.Proc{ContainerName: strings.Repeat("c", 1000)},
+			strings.Repeat("c", containerMax-len("…")) + "…"},
+		{"newlines, tabs and bidi are ?", cluster.Proc{SlurmJob: "7\n8", SlurmJobName: "a\tb\u202ec", SlurmPartition: "p\u200bq",
+			ContainerName: "x\u2066y", Pod: "\x1b[2J"}, "7?8 a?b?c (p?q) · x?y · pod ?[2J"},
+		{"invalid UTF-8 is ?", cluster.Proc{SlurmJobName: "a\xffb"}, "a?b"},
+		{"markup stays as it is (esc escapes it)", cluster.Proc{SlurmJobName: "<script>&"}, "<script>&"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := jobText(&tt.p); got != tt.want {
+				t.Errorf("jobText = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// The detail's process table has a "job / container" cell before the
+// command in every row where any process has a job or a container, and
+// none where none has (the page of a cluster without them pays nothing).
+func TestDetailJobColumn(t *testing.T) {
+	row := regexp.MustCompile(`<tr(?: class=x)?>((?:<td>[^<]*(?:<em>[^<]*</em>)?)*)`)
+	for _, tt := range []struct {
+		name  string
+		procs []*cluster.Proc
+		want  [][]string // each row's cells
+	}{
+		{"no job, no container", []*cluster.Proc{proc("alice", 1024), proc("bob", 1024)}, [][]string{
+			{"alice", "1", "1.0G", "?", "python"}, {"bob", "1", "1.0G", "?", "python"}}},
+		{"one process in a job: a cell in every row", []*cluster.Proc{inJob(proc("alice", 1024), "1233_5", "llama", "gpu"), proc("bob", 1024)},
+			[][]string{{"alice", "1", "1.0G", "?", "1233_5 llama (gpu)", "python"}, {"bob", "1", "1.0G", "?", "", "python"}}},
+		{"root in a container keeps root in the table", []*cluster.Proc{inContainer(proc("root", 1024), "3f2a9c1e4b7d", "vllm-server")},
+			[][]string{{"root", "1", "1.0G", "?", "vllm-server", "python"}}},
+		{"markup in a job's name is escaped", []*cluster.Proc{inJob(proc("alice", 1024), "1", `<script>"&'`, "")},
+			[][]string{{"alice", "1", "1.0G", "?", "1 &lt;script&gt;&#34;&amp;&#39;", "python"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &cluster.GPU{HasIndex: true, Name: "X", Short: "X", State: cluster.Busy, Procs: tt.procs,
+				MemUsed: loaddata.Num(1000), MemTotal: loaddata.Num(8000), Util: loaddata.Num(50)}
+			cell := cellOf(g)
+			var got [][]string
+			for _, m := range row.FindAllStringSubmatch(cell, -1) {
+				got = append(got, strings.Split(strings.TrimPrefix(m[1], "<td>"), "<td>"))
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("rows (-want +got):\n%s\ncell: %s", diff, cell)
+			}
+		})
+	}
+}
+
+// The users table names each user's jobs and containers, the first few,
+// and has no such column where nobody has one.
+func TestUsersTableJobs(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		u    cluster.User
+		want string
+	}{
+		{"none", cluster.User{Name: "alice"}, ""},
+		{"jobs", cluster.User{Jobs: []string{"998", "1233_5"}}, "998, 1233_5"},
+		{"jobs, then containers", cluster.User{Jobs: []string{"998"}, Containers: []string{"vllm-server"}}, "998, vllm-server"},
+		{"capped", cluster.User{Jobs: []string{"1", "2", "3"}, Containers: []string{"a", "b", "c"}}, "1, 2, 3, a +2 more"},
+		{"just at the cap", cluster.User{Jobs: []string{"1", "2"}, Containers: []string{"a", "b"}}, "1, 2, a, b"},
+		{"printable and cut", cluster.User{Containers: []string{"a\u202eb", strings.Repeat("c", 100)}},
+			"a?b, " + strings.Repeat("c", containerMax-len("…")) + "…"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := userJobsText(&tt.u); got != tt.want {
+				t.Errorf("userJobsText = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,8 +60,14 @@ func readRows(t testing.TB, path string) []loaddata.Row {
 	return rows
 }
 
+// TestGolden renders two fixtures: load_data.csv, as an older fetch wrote
+// it (without the Slurm and container columns), and attrib.csv, whose
+// processes run in Slurm jobs, Docker containers and Kubernetes pods
+// (root in a container named by its container, a user's own container,
+// a job squeue did not name).
 func TestGolden(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
+	attrib := testReport(t, readRows(t, "testdata/attrib.csv"), "")
 	for _, o := range []struct {
 		name  string
 		write func(w *bytes.Buffer) error
@@ -70,6 +77,9 @@ func TestGolden(t *testing.T) {
 		{"metrics.prom.golden", func(w *bytes.Buffer) error { return Prom(w, rep) }},
 		{"table.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, false) }},
 		{"table-color.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, true) }},
+		{"page-attrib.html.golden", func(w *bytes.Buffer) error { return HTML(w, attrib) }},
+		{"status-attrib.json.golden", func(w *bytes.Buffer) error { return JSON(w, attrib) }},
+		{"table-attrib.txt.golden", func(w *bytes.Buffer) error { return Text(w, attrib, false) }},
 	} {
 		t.Run(o.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -498,6 +508,8 @@ func TestJSONStreamedIsEncodingJSON(t *testing.T) {
 	for _, rep := range []*Report{
 		testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json"),
 		testReport(t, fleetRows(30, 8), ""),
+		testReport(t, attributedFleetRows(30, 8), ""),
+		testReport(t, readRows(t, "testdata/attrib.csv"), ""),
 		testReport(t, markupRows(`<"&'>`), ""),
 	} {
 		var got, want bytes.Buffer
@@ -576,5 +588,125 @@ func TestManyBadReservations(t *testing.T) {
 	if !strings.Contains(string(page), "Reservations file r.json: and 5 more problems (render&#39;s error output lists the first ones)") &&
 		!strings.Contains(string(page), "Reservations file r.json: and 5 more problems (render's error output lists the first ones)") {
 		t.Errorf("the page does not say how many more problems there are")
+	}
+}
+
+// A load_data.csv written by an older fetch, without the six Slurm and
+// container columns (testdata/load_data.csv is one), renders exactly as
+// the same rows written today with those columns empty: no job column on
+// the page, "" for each in status.json, nothing new in the terminal.
+func TestOlderCSVRenders(t *testing.T) {
+	const older = "testdata/load_data.csv"
+	header := func(path string) string {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.SplitN(string(data), "\n", 2)[0]
+	}
+	if strings.Contains(header(older), "slurm_job") {
+		t.Fatalf("%s has the attribution columns: keep it as an older fetch wrote it", older)
+	}
+	rows := readRows(t, older)
+	current := filepath.Join(t.TempDir(), "load_data.csv")
+	if err := loaddata.WriteFile(current, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(header(current), ",slurm_job,slurm_job_name,slurm_partition,container,container_name,pod,") {
+		t.Fatalf("today's header lacks the attribution columns: %s", header(current))
+	}
+	a := testReport(t, readRows(t, older), "testdata/reservations.json")
+	b := testReport(t, readRows(t, current), "testdata/reservations.json")
+	for _, o := range []struct {
+		name  string
+		write func(w *bytes.Buffer, r *Report) error
+	}{
+		{"page", func(w *bytes.Buffer, r *Report) error { return HTML(w, r) }},
+		{"status.json", func(w *bytes.Buffer, r *Report) error { return JSON(w, r) }},
+		{"metrics.prom", func(w *bytes.Buffer, r *Report) error { return Prom(w, r) }},
+		{"text", func(w *bytes.Buffer, r *Report) error { return Text(w, r, false) }},
+	} {
+		var got, want bytes.Buffer
+		if err := o.write(&got, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.write(&want, b); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("%s of the older CSV differs (-today's +older):\n%s", o.name, cmp.Diff(want.String(), got.String()))
+		}
+		if o.name == "page" {
+			if strings.Contains(got.String(), "jobs / containers</th>") {
+				t.Errorf("the users table of the older CSV has a jobs column")
+			}
+			rows := 0
+			for _, table := range regexp.MustCompile(`<aside>[^\n]*?<table>(.*?)</table>`).FindAllStringSubmatch(got.String(), -1) {
+				for _, row := range strings.Split(table[1], "<tr")[1:] {
+					rows++
+					if n := strings.Count(row, "<td>"); n != 5 {
+						t.Errorf("a process row of the older CSV has %d cells, want 5 (no job column): %s", n, row)
+					}
+				}
+			}
+			if rows != 6 {
+				t.Errorf("%d process rows on the page, want the fixture's 6", rows)
+			}
+		}
+	}
+	var st struct {
+		Hosts []struct {
+			GPUs []struct {
+				Processes []map[string]any `json:"processes"`
+			} `json:"gpus"`
+		} `json:"hosts"`
+	}
+	var js bytes.Buffer
+	JSON(&js, a)
+	if err := json.Unmarshal(js.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, h := range st.Hosts {
+		for _, g := range h.GPUs {
+			for _, p := range g.Processes {
+				n++
+				for _, k := range []string{"slurm_job", "slurm_job_name", "slurm_partition", "container", "container_name", "pod"} {
+					if v, ok := p[k]; !ok || v != "" {
+						t.Errorf("process %v: %s is %#v (present: %v), want \"\"", p["pid"], k, v, ok)
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no process in status.json")
+	}
+}
+
+// metrics.prom says nothing of Slurm jobs and containers (docs/render.md
+// says why): the same rows without them give the same file.
+func TestMetricsHaveNoJobs(t *testing.T) {
+	rows := readRows(t, "testdata/attrib.csv")
+	bare := slices.Clone(rows)
+	for i := range bare {
+		r := &bare[i]
+		r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod = "", "", "", "", "", ""
+	}
+	var got, want bytes.Buffer
+	if err := Prom(&got, testReport(t, rows, "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Prom(&want, testReport(t, bare, "")); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.String(), got.String()); diff != "" {
+		t.Errorf("metrics.prom changes with the jobs and containers (-without +with):\n%s", diff)
+	}
+	for _, s := range []string{"1233_5", "llama-7b", "vllm-server", "3f2a9c1e4b7d", "6a3f0a43"} {
+		if strings.Contains(got.String(), s) {
+			t.Errorf("metrics.prom names %q", s)
+		}
 	}
 }

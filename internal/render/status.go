@@ -107,15 +107,24 @@ type StatusGPU struct {
 }
 
 // StatusProcess is one process on a GPU. Preemptible and ignored processes
-// do not make their GPU busy.
+// do not make their GPU busy. Who it runs for is load_data.csv's six
+// columns, whole and under their names there; like user and command, each
+// is "" when not known (never left out), so a script reads every key of
+// every process.
 type StatusProcess struct {
-	PID         *int64   `json:"pid"`
-	User        string   `json:"user"`
-	Command     string   `json:"command"`
-	MemMiB      *float64 `json:"mem_mib"`
-	ElapsedS    *int64   `json:"elapsed_s"`
-	Preemptible bool     `json:"preemptible"`
-	Ignored     bool     `json:"ignored"`
+	PID            *int64   `json:"pid"`
+	User           string   `json:"user"`
+	Command        string   `json:"command"`
+	MemMiB         *float64 `json:"mem_mib"`
+	ElapsedS       *int64   `json:"elapsed_s"`
+	Preemptible    bool     `json:"preemptible"`
+	Ignored        bool     `json:"ignored"`
+	SlurmJob       string   `json:"slurm_job"`
+	SlurmJobName   string   `json:"slurm_job_name"`
+	SlurmPartition string   `json:"slurm_partition"`
+	Container      string   `json:"container"`
+	ContainerName  string   `json:"container_name"`
+	Pod            string   `json:"pod"`
 }
 
 // StatusReservation is a current reservation.
@@ -133,6 +142,10 @@ type StatusUser struct {
 	MemMiB    float64  `json:"mem_mib"`
 	Processes int      `json:"processes"` // distinct: a pid on several GPUs of a host is one
 	Hosts     []string `json:"hosts"`
+	// the Slurm jobs and the containers (by name, else short id) of
+	// the processes counted, each once, in natural order; [] for none
+	SlurmJobs  []string `json:"slurm_jobs"`
+	Containers []string `json:"containers"`
 	// GPU-hours over the last 24h, 7d and 30d; null without history
 	GPUHoursByWindow *StatusHours `json:"gpu_hours"`
 	IdleGPUHours     *StatusHours `json:"idle_gpu_hours"`
@@ -178,7 +191,8 @@ func statusUsers(c *cluster.Cluster) []StatusUser {
 	users := make([]StatusUser, 0, len(c.Users))
 	for _, u := range c.Users {
 		users = append(users, StatusUser{User: u.Name, GPUs: u.GPUs, MemMiB: u.MemMiB, Processes: u.Procs,
-			Hosts: append([]string{}, u.Hosts...)})
+			Hosts: append([]string{}, u.Hosts...), SlurmJobs: append([]string{}, u.Jobs...),
+			Containers: append([]string{}, u.Containers...)})
 	}
 	return users
 }
@@ -203,7 +217,9 @@ func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 		}
 		for _, p := range g.Procs {
 			sg.Processes = append(sg.Processes, StatusProcess{PID: intp(p.PID), User: p.User, Command: p.Command,
-				MemMiB: nump(p.MemMiB), ElapsedS: intp(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored})
+				MemMiB: nump(p.MemMiB), ElapsedS: intp(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
+				SlurmJob: p.SlurmJob, SlurmJobName: p.SlurmJobName, SlurmPartition: p.SlurmPartition,
+				Container: p.Container, ContainerName: p.ContainerName, Pod: p.Pod})
 		}
 		sh.GPUs = append(sh.GPUs, sg)
 	}

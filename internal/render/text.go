@@ -365,7 +365,9 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 }
 
 // gpuUsers are the users holding g with their memory, the most first,
-// "alice(62G) bob(3G)", and apart those of the idle-time job.
+// "alice(62G) bob(3G)", and apart those of the idle-time job. A process
+// of root in a container counts under the container's name, else its
+// short id (cluster.Proc.Holder): "vllm-server(70G)".
 func gpuUsers(g *cluster.GPU) (holders, idle string) {
 	type use struct {
 		name  string
@@ -387,11 +389,11 @@ func gpuUsers(g *cluster.GPU) (holders, idle string) {
 		var u *use
 		switch {
 		case p.Preemptible:
-			u = find(&job, p.User)
+			u = find(&job, p.Holder())
 		case p.Ignored:
 			continue
 		default:
-			u = find(&hold, p.User)
+			u = find(&hold, p.Holder()) // root in a container: the container, as on the page
 		}
 		if p.MemMiB.Valid {
 			u.mib += p.MemMiB.Value

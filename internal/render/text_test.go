@@ -222,12 +222,23 @@ func TestTextHostile(t *testing.T) {
 			TempC: loaddata.Num(40), GPUUtilPct: loaddata.Num(99), PID: loaddata.IntOf(100 + i), User: user, Command: cmd,
 			ProcessMemMiB: loaddata.Num(69000)}
 	}
+	// root in a container is named by the container, as anyone chose it
+	ctr := func(i int64, name string) loaddata.Row {
+		r := gpu("c", i, "root", "x")
+		r.Container, r.ContainerName = "3f2a9c1e4b7d", name
+		return r
+	}
 	tests := []struct {
 		name string
 		rows []loaddata.Row
 		want []string // substrings of the plain output
 		max  int      // bytes the output may take
 	}{
+		{"container names", []loaddata.Row{
+			ctr(0, "ev\x1b]0;pwned\x07il"), ctr(1, "bidi\u202eevil"), ctr(2, "new\nline"), ctr(3, "推論サーバー"),
+			ctr(4, huge), ctr(5, strings.Repeat("王", 100)),
+		}, []string{"ev ]0;pwned il(67G)", "bidi evil(67G)", "new line(67G)", "推論サーバー(67G)",
+			strings.Repeat("m", userNameMax-1) + "…(67G)", strings.Repeat("王", userNameMax/2-1) + "…(67G)"}, 4096},
 		{"escape sequences", []loaddata.Row{
 			gpu("h\x1b[2J", 0, "ev\x1b]0;pwned\x07il", "x\x1b[31m"),
 			gpu("h\x1b[2J", 1, "c1\u009b31mx\xc2\x9b", "y"),
@@ -400,5 +411,26 @@ func TestFreeFlag(t *testing.T) {
 	}
 	if _, err := os.Stat("index.html"); err == nil {
 		t.Error("-free wrote the page")
+	}
+}
+
+// root's processes in containers are named by their containers, by name,
+// else by short id, as on the page; a user's own container keeps the user.
+func TestTextContainers(t *testing.T) {
+	rep := testReport(t, readRows(t, "testdata/attrib.csv"), "")
+	var b bytes.Buffer
+	if err := TextWith(&b, rep, TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`^\[0\] .* \| vllm-server\(68G\)$`,
+		`^\[1\] .* \| 0f1e2d3c4b5a\(29G\) root\(20G\)$`,
+		`^\[0\] 2080S .* \| dave\(5\.9G\)$`,
+		`^\[1\] .* \| alice\(39G\) bob\(20G\)$`,
+		`^users: alice 2 GPUs 78G · root 2 GPUs 117G · `, // the users are who ps says
+	} {
+		if !regexp.MustCompile(`(?m)` + re).MatchString(b.String()) {
+			t.Errorf("no line matches %s in:\n%s", re, b.String())
+		}
 	}
 }
