@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -242,6 +243,19 @@ func observations(rep *Report, sum *history.Summary) notify.Observations {
 			g.Model, g.Commands = info[0], info[1:]
 		}
 		obs.IdleHeld = append(obs.IdleHeld, g)
+	}
+	// the GPUs held idle now, however short their spell, as history's
+	// spells count them: an episode goes on across a gap in the data
+	limit := rep.Config.History.Params.IdleUtilPct
+	for _, h := range history.FromCluster(rep.Cluster).Hosts {
+		if !h.Up {
+			continue
+		}
+		for _, g := range h.GPUs {
+			if len(g.Holders) > 0 && g.HasUtil && !math.IsNaN(g.UtilPct) && g.UtilPct <= limit {
+				obs.HeldIdle = append(obs.HeldIdle, notify.IdleGPU{Host: h.Name, GPU: g.ID, Users: g.Users()})
+			}
+		}
 	}
 	for name, h := range sum.Down {
 		obs.Down = append(obs.Down, notify.DownHost{Host: name, Since: time.Unix(h.DownSince, 0)})

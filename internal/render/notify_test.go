@@ -335,3 +335,30 @@ func TestMailboxThatRefuses(t *testing.T) {
 	}
 	exec.Command("/usr/sbin/exim4", "-Mrm", ids[0]).Run()
 }
+
+// Every host down for one run (the monitor's network) ends history's
+// idle spells; back, the GPU still held idle by the same holder is the
+// same episode: no "released" and no second firing an idle_after later.
+func TestNotifyAcrossOutage(t *testing.T) {
+	hook := &webhookLog{}
+	srv := httptest.NewServer(hook)
+	defer srv.Close()
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte(fmt.Sprintf("[render]\nhtml = index.html\n[history]\nidle_after = 1h\n[notify]\nwebhook = %s/hook\n", srv.URL)), 0o644)
+	csv := filepath.Join(dir, "load_data.csv")
+	start := time.Now().Truncate(time.Hour).Add(-4 * time.Hour)
+	defer func() { clock = time.Now }()
+	for m := 0; m <= 160; m += 5 {
+		at := start.Add(time.Duration(m) * time.Minute)
+		clock = func() time.Time { return at.Add(20 * time.Second) }
+		fleetAt(t, csv, at, false, false, m == 80)
+		if _, stderr, err := renderMain(t, "-c", ini, "-i", csv); err != nil {
+			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
+		}
+	}
+	want := []string{"idle_held firing gpu01/0", "all_down firing", "all_down resolved"}
+	if diff := cmp.Diff(want, hook.events()); diff != "" {
+		t.Errorf("webhook received (-want +got):\n%s", diff)
+	}
+}
