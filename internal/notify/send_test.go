@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -268,5 +269,46 @@ func TestDrop(t *testing.T) {
 	}
 	if p, _ := box.Pending(context.Background()); len(p) != 0 {
 		t.Errorf("pending after both drops: %v", p)
+	}
+}
+
+// countingSender accepts every message after a while, noting how many
+// sends overlap.
+type countingSender struct {
+	mu        sync.Mutex
+	now, most int
+	sent      int
+}
+
+func (c *countingSender) Send(ctx context.Context, it Item) error {
+	c.mu.Lock()
+	c.now++
+	c.most = max(c.most, c.now)
+	c.mu.Unlock()
+	time.Sleep(5 * time.Millisecond)
+	c.mu.Lock()
+	c.now--
+	c.sent++
+	c.mu.Unlock()
+	return nil
+}
+
+// A first run over a large fleet mails hundreds of holders: a few
+// sendmails run at once, not hundreds (each one an MTA process), so the
+// run stays within its time and the machine's means.
+func TestDeliverBoundsParallelTargets(t *testing.T) {
+	box := newOutbox(t)
+	var gpus []IdleGPU
+	for i := range 200 {
+		gpus = append(gpus, idle(fmt.Sprintf("gpu%03d", i), "0", -120, fmt.Sprintf("user%03d", i)))
+	}
+	advance(t, box, Targets{UserDomain: "example.org"}, 0, gpus...)
+	s := &countingSender{}
+	res := deliver(t, context.Background(), box, Senders{"mail": s})
+	if len(res) != 200 || s.sent != 200 {
+		t.Fatalf("%d targets, %d sent; want 200", len(res), s.sent)
+	}
+	if s.most > MaxParallel {
+		t.Errorf("%d sends at once, want at most %d", s.most, MaxParallel)
 	}
 }
