@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
@@ -284,10 +285,17 @@ func notifyTest(ctx context.Context, cfg *Config, now time.Time, stdout io.Write
 			Body: notify.Mail(nc.Targets.MailTo, nc.Targets.MailFrom, "[gpumon] test message",
 				e.Text(time.Local, false), nc.Targets.PageURL, sender, now)})
 	}
+	// every target at once: one that hangs does not spend the others' time
 	s := senders(nc)
+	errs := make([]error, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		wg.Go(func() { errs[i] = s[it.Kind()].Send(ctx, it) })
+	}
+	wg.Wait()
 	failed := 0
-	for _, it := range items {
-		if err := s[it.Kind()].Send(ctx, it); err != nil {
+	for i, it := range items {
+		if err := errs[i]; err != nil {
 			failed++
 			fmt.Fprintf(stdout, "%s: failed: %v\n", notify.TargetName(it.Target), err)
 			continue

@@ -362,3 +362,29 @@ func TestNotifyAcrossOutage(t *testing.T) {
 		t.Errorf("webhook received (-want +got):\n%s", diff)
 	}
 }
+
+// -notify-test tries the targets side by side: a webhook that hangs does
+// not spend the time of a sendmail that works (here the receiver hangs
+// until the mail is handed over, which a one-by-one test never does).
+func TestNotifyTestHangingWebhook(t *testing.T) {
+	dir := t.TempDir()
+	spool := filepath.Join(dir, "spool")
+	fake := filepath.Join(dir, "sendmail")
+	os.WriteFile(fake, []byte("#!/bin/sh\ncat > "+spool+".tmp && mv "+spool+".tmp "+spool+"\n"), 0o755)
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for range 200 {
+			if _, err := os.Stat(spool); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		http.Error(w, "slow", http.StatusServiceUnavailable)
+	}))
+	defer hang.Close()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte(fmt.Sprintf("[notify]\nwebhook = %s/hook\nmail_to = admins@example.org\nsendmail = %s -t -i\n", hang.URL, fake)), 0o644)
+	out, _, _ := renderMain(t, "-c", ini, "-notify-test")
+	if !strings.Contains(out, "mail admins@example.org: handed to "+fake) {
+		t.Errorf("output:\n%s", out)
+	}
+}
