@@ -249,6 +249,38 @@ func TestClaimLeases(t *testing.T) {
 	}
 }
 
+// A target whose oldest message is leased (a render killed while sending
+// it, or one sending now) sends nothing newer until it is done: a
+// "resolved" never overtakes its "firing".
+func TestClaimKeepsOrderUnderLease(t *testing.T) {
+	box := newOutbox(t)
+	tg := Targets{Webhooks: []string{"http://127.0.0.1:1/h"}}
+	other := Targets{Webhooks: []string{"http://127.0.0.1:1/other"}}
+	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"))
+	now := time.Now()
+	if a, err := box.Claim(context.Background(), now, time.Minute); err != nil || len(a) != 1 {
+		t.Fatalf("first claim: %d items, %v", len(a), err)
+	}
+	// the next run: the GPU released, its message queued behind the leased one
+	advance(t, box, Targets{Webhooks: append(tg.Webhooks, other.Webhooks...)}, 5)
+	b, err := box.Claim(context.Background(), now.Add(10*time.Second), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range b {
+		got = append(got, it.Target+" "+it.Summary)
+	}
+	want := []string{"webhook http://127.0.0.1:1/other idle_held resolved: gpu01 GPU 0"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("claimed under another's lease (-want +got):\n%s", diff)
+	}
+	c, err := box.Claim(context.Background(), now.Add(2*time.Minute), time.Minute)
+	if err != nil || len(c) != 3 || c[0].Summary != "idle_held firing: gpu01 GPU 0" {
+		t.Fatalf("after the lease: %d items, %v", len(c), err)
+	}
+}
+
 // Messages for a target taken out of config.ini are dropped, and said so;
 // so are messages refused for MaxOutboxAge.
 func TestDrop(t *testing.T) {
