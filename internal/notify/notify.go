@@ -61,6 +61,11 @@ type Observations struct {
 	Hosts    int       // hosts in it
 	Up       int       // hosts that answered
 	IdleHeld []IdleGPU // GPUs idle-held at it
+	// HeldIdle are the GPUs held and idle at it however short their spell
+	// so far (Host, GPU and Users only): a spell starts again after a gap
+	// in the data (a host or the monitor down), and the episode of a GPU
+	// still held idle by the same users goes on across it.
+	HeldIdle []IdleGPU
 	Down     []DownHost
 }
 
@@ -126,9 +131,11 @@ func (e Event) Duration() time.Duration {
 //   - host_down fires once a host has failed for HostDownAfter, and
 //     resolves when it answers (or is no longer polled).
 //   - idle_held fires for each idle-held GPU, and resolves when a snapshot
-//     shows the GPU and the spell is over. A GPU whose host is down is not
-//     known to be released: its episode waits, untold, for the host. A new
-//     spell on the same GPU (another holder) resolves the old one first.
+//     shows the GPU released or working. A GPU whose host is down is not
+//     known to be released: its episode waits, untold, for the host; if
+//     the host (or the monitor) comes back to the GPU held idle by the same
+//     users, the episode goes on, though history's spell starts again. A
+//     spell of other holders on the same GPU resolves the old one first.
 func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
 	next := make(map[string]Episode, len(open))
 	for k, e := range open {
@@ -199,6 +206,10 @@ func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 		}
 	}
 
+	heldIdle := make(map[string][]string, len(obs.HeldIdle))
+	for _, g := range obs.HeldIdle {
+		heldIdle[Episode{Kind: IdleHeld, Host: g.Host, GPU: g.GPU}.Key()] = g.Users
+	}
 	idle := make(map[string]bool, len(obs.IdleHeld))
 	for _, g := range obs.IdleHeld {
 		e := Episode{Kind: IdleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
@@ -206,8 +217,14 @@ func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 		idle[e.Key()] = true
 		old, isOpen := open[e.Key()]
 		if isOpen && !old.Since.Equal(g.Since) {
-			resolve(old)
-			isOpen = false
+			if slices.Equal(old.Users, g.Users) {
+				// the same holders: the spell began again after a gap in
+				// the data, and the episode goes on
+				e.Since = old.Since
+			} else {
+				resolve(old)
+				isOpen = false
+			}
 		}
 		if isOpen {
 			e.Notified = old.Notified
@@ -222,6 +239,9 @@ func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 		}
 		if _, hostDown := down[e.Host]; hostDown || allDown {
 			continue // not seen: not known to be released
+		}
+		if users, ok := heldIdle[k]; ok && slices.Equal(users, e.Users) {
+			continue // still held idle by them, in a spell that began again after a gap
 		}
 		resolve(e)
 	}

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +20,13 @@ type run struct {
 	hosts int
 	up    int
 	idle  []IdleGPU
+	held  []IdleGPU // held idle, in a spell shorter than idle_after
 	down  []DownHost
 }
 
 func (r run) obs() Observations {
-	return Observations{Now: at(r.min), DataTime: at(r.min), Hosts: r.hosts, Up: r.up, IdleHeld: r.idle, Down: r.down}
+	return Observations{Now: at(r.min), DataTime: at(r.min), Hosts: r.hosts, Up: r.up, IdleHeld: r.idle,
+		HeldIdle: append(slices.Clone(r.idle), r.held...), Down: r.down}
 }
 
 // told is an event as one line: kind, state, reminder, host, gpu.
@@ -102,6 +105,41 @@ func TestStep(t *testing.T) {
 				{min: 15, hosts: 2, up: 2},
 			},
 			want: []string{"0 idle_held firing gpu01/0", "15 idle_held resolved gpu01/0"},
+		},
+		{
+			// history's spell starts again when the host answers; the
+			// holder is not told twice about one idle GPU
+			name: "a host down for a run, back with the GPU still held idle by the same holder: the episode goes on",
+			runs: append([]run{
+				{min: 0, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
+				{min: 5, hosts: 2, up: 1, down: []DownHost{down("gpu01", 5)}},
+			}, every5(10, 200, func(m int) run {
+				if m < 130 {
+					return run{min: m, hosts: 2, up: 2, held: []IdleGPU{idle("gpu01", "0", 10, "alice")}}
+				}
+				return run{min: m, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", 10, "alice")}}
+			})...),
+			want: []string{"0 idle_held firing gpu01/0"},
+		},
+		{
+			name: "every host down for a run, back with the GPU still held idle: only all_down is told",
+			runs: []run{
+				{min: 0, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
+				{min: 5, hosts: 2, up: 0, down: []DownHost{down("gpu01", 5), down("gpu02", 5)}},
+				{min: 10, hosts: 2, up: 2, held: []IdleGPU{idle("gpu01", "0", 10, "alice")}},
+				{min: 130, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", 10, "alice")}},
+				{min: 135, hosts: 2, up: 2},
+			},
+			want: []string{"0 idle_held firing gpu01/0", "5 all_down firing", "10 all_down resolved", "135 idle_held resolved gpu01/0"},
+		},
+		{
+			name: "back after a gap with another holder on the GPU: the old episode resolves",
+			runs: []run{
+				{min: 0, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
+				{min: 5, hosts: 2, up: 1, down: []DownHost{down("gpu01", 5)}},
+				{min: 10, hosts: 2, up: 2, held: []IdleGPU{idle("gpu01", "0", 10, "bob")}},
+			},
+			want: []string{"0 idle_held firing gpu01/0", "10 idle_held resolved gpu01/0"},
 		},
 		{
 			name: "a host down past host_down_after fires once and resolves when it answers",

@@ -113,15 +113,19 @@ const MaxClaim = 500
 // Claim takes the messages due, oldest first, and leases them until
 // now+lease: another render running at the same time does not send them
 // too, and a render killed while sending leaves them to the run after the
-// lease.
+// lease. A target with a message under lease is not claimed at all, so
+// its messages keep their order.
 func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) ([]Item, error) {
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
+	// a target with a message under lease (being sent, or left by a render
+	// killed while sending it) waits: what is newer must not overtake it
 	rows, err := tx.QueryContext(ctx, `SELECT id, target, summary, body, created, attempts, last_error FROM notify_outbox
-		WHERE lease <= ? ORDER BY id LIMIT ?`, now.Unix(), MaxClaim)
+		WHERE lease <= ? AND target NOT IN (SELECT target FROM notify_outbox WHERE lease > ?)
+		ORDER BY id LIMIT ?`, now.Unix(), now.Unix(), MaxClaim)
 	if err != nil {
 		return nil, err
 	}

@@ -158,6 +158,11 @@ func (c *capped) String() string {
 	return string(c.buf)
 }
 
+// MaxParallel is the most targets sent to at once: a first run over a
+// large fleet mails hundreds of holders, and each sendmail is an MTA
+// process.
+const MaxParallel = 8
+
 // Senders are the senders by target kind.
 type Senders map[string]Sender
 
@@ -171,7 +176,7 @@ type Result struct {
 }
 
 // Deliver sends the messages due, each target's in order and the targets
-// side by side, within Budget (or ctx's deadline if sooner). A message a
+// side by side (MaxParallel at once), within Budget (or ctx's deadline if sooner). A message a
 // target refuses stays, with the ones after it, for the next run. The
 // results are by target, in the order of their oldest message.
 func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]Result, error) {
@@ -198,12 +203,18 @@ func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]
 		defer mu.Unlock()
 		dbErr = errors.Join(dbErr, err)
 	}
+	slots := make(chan struct{}, MaxParallel)
 	for i, t := range targets {
 		results[i].Target = t
 		queue := byTarget[t]
 		s := senders[queue[0].Kind()]
 		wg.Go(func() {
 			r := &results[i]
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-ctx.Done():
+			}
 			for j, it := range queue {
 				if ctx.Err() != nil {
 					r.Err = errors.New("out of time: the rest waits for the next run")

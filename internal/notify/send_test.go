@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -248,6 +249,38 @@ func TestClaimLeases(t *testing.T) {
 	}
 }
 
+// A target whose oldest message is leased (a render killed while sending
+// it, or one sending now) sends nothing newer until it is done: a
+// "resolved" never overtakes its "firing".
+func TestClaimKeepsOrderUnderLease(t *testing.T) {
+	box := newOutbox(t)
+	tg := Targets{Webhooks: []string{"http://127.0.0.1:1/h"}}
+	other := Targets{Webhooks: []string{"http://127.0.0.1:1/other"}}
+	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"))
+	now := time.Now()
+	if a, err := box.Claim(context.Background(), now, time.Minute); err != nil || len(a) != 1 {
+		t.Fatalf("first claim: %d items, %v", len(a), err)
+	}
+	// the next run: the GPU released, its message queued behind the leased one
+	advance(t, box, Targets{Webhooks: append(tg.Webhooks, other.Webhooks...)}, 5)
+	b, err := box.Claim(context.Background(), now.Add(10*time.Second), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range b {
+		got = append(got, it.Target+" "+it.Summary)
+	}
+	want := []string{"webhook http://127.0.0.1:1/other idle_held resolved: gpu01 GPU 0"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("claimed under another's lease (-want +got):\n%s", diff)
+	}
+	c, err := box.Claim(context.Background(), now.Add(2*time.Minute), time.Minute)
+	if err != nil || len(c) != 3 || c[0].Summary != "idle_held firing: gpu01 GPU 0" {
+		t.Fatalf("after the lease: %d items, %v", len(c), err)
+	}
+}
+
 // Messages for a target taken out of config.ini are dropped, and said so;
 // so are messages refused for MaxOutboxAge.
 func TestDrop(t *testing.T) {
@@ -268,5 +301,46 @@ func TestDrop(t *testing.T) {
 	}
 	if p, _ := box.Pending(context.Background()); len(p) != 0 {
 		t.Errorf("pending after both drops: %v", p)
+	}
+}
+
+// countingSender accepts every message after a while, noting how many
+// sends overlap.
+type countingSender struct {
+	mu        sync.Mutex
+	now, most int
+	sent      int
+}
+
+func (c *countingSender) Send(ctx context.Context, it Item) error {
+	c.mu.Lock()
+	c.now++
+	c.most = max(c.most, c.now)
+	c.mu.Unlock()
+	time.Sleep(5 * time.Millisecond)
+	c.mu.Lock()
+	c.now--
+	c.sent++
+	c.mu.Unlock()
+	return nil
+}
+
+// A first run over a large fleet mails hundreds of holders: a few
+// sendmails run at once, not hundreds (each one an MTA process), so the
+// run stays within its time and the machine's means.
+func TestDeliverBoundsParallelTargets(t *testing.T) {
+	box := newOutbox(t)
+	var gpus []IdleGPU
+	for i := range 200 {
+		gpus = append(gpus, idle(fmt.Sprintf("gpu%03d", i), "0", -120, fmt.Sprintf("user%03d", i)))
+	}
+	advance(t, box, Targets{UserDomain: "example.org"}, 0, gpus...)
+	s := &countingSender{}
+	res := deliver(t, context.Background(), box, Senders{"mail": s})
+	if len(res) != 200 || s.sent != 200 {
+		t.Fatalf("%d targets, %d sent; want 200", len(res), s.sent)
+	}
+	if s.most > MaxParallel {
+		t.Errorf("%d sends at once, want at most %d", s.most, MaxParallel)
 	}
 }

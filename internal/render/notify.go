@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
@@ -243,6 +245,19 @@ func observations(rep *Report, sum *history.Summary) notify.Observations {
 		}
 		obs.IdleHeld = append(obs.IdleHeld, g)
 	}
+	// the GPUs held idle now, however short their spell, as history's
+	// spells count them: an episode goes on across a gap in the data
+	limit := rep.Config.History.Params.IdleUtilPct
+	for _, h := range history.FromCluster(rep.Cluster).Hosts {
+		if !h.Up {
+			continue
+		}
+		for _, g := range h.GPUs {
+			if len(g.Holders) > 0 && g.HasUtil && !math.IsNaN(g.UtilPct) && g.UtilPct <= limit {
+				obs.HeldIdle = append(obs.HeldIdle, notify.IdleGPU{Host: h.Name, GPU: g.ID, Users: g.Users()})
+			}
+		}
+	}
 	for name, h := range sum.Down {
 		obs.Down = append(obs.Down, notify.DownHost{Host: name, Since: time.Unix(h.DownSince, 0)})
 	}
@@ -270,10 +285,17 @@ func notifyTest(ctx context.Context, cfg *Config, now time.Time, stdout io.Write
 			Body: notify.Mail(nc.Targets.MailTo, nc.Targets.MailFrom, "[gpumon] test message",
 				e.Text(time.Local, false), nc.Targets.PageURL, sender, now)})
 	}
+	// every target at once: one that hangs does not spend the others' time
 	s := senders(nc)
+	errs := make([]error, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		wg.Go(func() { errs[i] = s[it.Kind()].Send(ctx, it) })
+	}
+	wg.Wait()
 	failed := 0
-	for _, it := range items {
-		if err := s[it.Kind()].Send(ctx, it); err != nil {
+	for i, it := range items {
+		if err := errs[i]; err != nil {
 			failed++
 			fmt.Fprintf(stdout, "%s: failed: %v\n", notify.TargetName(it.Target), err)
 			continue

@@ -335,3 +335,56 @@ func TestMailboxThatRefuses(t *testing.T) {
 	}
 	exec.Command("/usr/sbin/exim4", "-Mrm", ids[0]).Run()
 }
+
+// Every host down for one run (the monitor's network) ends history's
+// idle spells; back, the GPU still held idle by the same holder is the
+// same episode: no "released" and no second firing an idle_after later.
+func TestNotifyAcrossOutage(t *testing.T) {
+	hook := &webhookLog{}
+	srv := httptest.NewServer(hook)
+	defer srv.Close()
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte(fmt.Sprintf("[render]\nhtml = index.html\n[history]\nidle_after = 1h\n[notify]\nwebhook = %s/hook\n", srv.URL)), 0o644)
+	csv := filepath.Join(dir, "load_data.csv")
+	start := time.Now().Truncate(time.Hour).Add(-4 * time.Hour)
+	defer func() { clock = time.Now }()
+	for m := 0; m <= 160; m += 5 {
+		at := start.Add(time.Duration(m) * time.Minute)
+		clock = func() time.Time { return at.Add(20 * time.Second) }
+		fleetAt(t, csv, at, false, false, m == 80)
+		if _, stderr, err := renderMain(t, "-c", ini, "-i", csv); err != nil {
+			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
+		}
+	}
+	want := []string{"idle_held firing gpu01/0", "all_down firing", "all_down resolved"}
+	if diff := cmp.Diff(want, hook.events()); diff != "" {
+		t.Errorf("webhook received (-want +got):\n%s", diff)
+	}
+}
+
+// -notify-test tries the targets side by side: a webhook that hangs does
+// not spend the time of a sendmail that works (here the receiver hangs
+// until the mail is handed over, which a one-by-one test never does).
+func TestNotifyTestHangingWebhook(t *testing.T) {
+	dir := t.TempDir()
+	spool := filepath.Join(dir, "spool")
+	fake := filepath.Join(dir, "sendmail")
+	os.WriteFile(fake, []byte("#!/bin/sh\ncat > "+spool+".tmp && mv "+spool+".tmp "+spool+"\n"), 0o755)
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for range 200 {
+			if _, err := os.Stat(spool); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		http.Error(w, "slow", http.StatusServiceUnavailable)
+	}))
+	defer hang.Close()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte(fmt.Sprintf("[notify]\nwebhook = %s/hook\nmail_to = admins@example.org\nsendmail = %s -t -i\n", hang.URL, fake)), 0o644)
+	out, _, _ := renderMain(t, "-c", ini, "-notify-test")
+	if !strings.Contains(out, "mail admins@example.org: handed to "+fake) {
+		t.Errorf("output:\n%s", out)
+	}
+}
