@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"mime"
+	"mime/quotedprintable"
 	"net/mail"
 	"slices"
 	"strings"
@@ -345,13 +346,20 @@ type webhookBody struct {
 }
 
 // webhookDigest is a run's events in one POST: the text lists the first
-// MaxWebhookEvents, events holds each as WebhookBody would.
+// MaxWebhookEvents, events holds the first maxDigestEvents as WebhookBody
+// would, more counts the rest.
 type webhookDigest struct {
 	Text   string            `json:"text"`
 	Event  string            `json:"event"` // "digest"
 	Events []json.RawMessage `json:"events"`
+	More   int               `json:"more,omitempty"` // events not in Events
 	Page   string            `json:"page,omitempty"`
 }
+
+// maxDigestEvents is the most events a digest carries as fields: a first
+// run over a large fleet would otherwise post megabytes (nginx in front of
+// a receiver refuses a body over 1 MB by default).
+const maxDigestEvents = 100
 
 // WebhookDigest is the JSON for many events at once.
 func WebhookDigest(events []Event, t Targets, loc *time.Location) []byte {
@@ -362,7 +370,11 @@ func WebhookDigest(events []Event, t Targets, loc *time.Location) []byte {
 		if i < MaxWebhookEvents {
 			text.WriteString("\n• " + slackEscape(e.Text(loc, false)))
 		}
-		d.Events = append(d.Events, WebhookBody(e, Targets{Commands: t.Commands}, loc))
+		if i < maxDigestEvents {
+			d.Events = append(d.Events, WebhookBody(e, Targets{Commands: t.Commands}, loc))
+		} else {
+			d.More++
+		}
 	}
 	if n := len(events) - MaxWebhookEvents; n > 0 {
 		fmt.Fprintf(&text, "\n… and %d more", n)
@@ -446,15 +458,19 @@ func digestSubject(events []Event) string {
 		}
 		counts[k]++
 	}
-	words := map[string]string{
-		"idle_held firing": "GPUs idle-held", "idle_held resolved": "GPUs released",
-		"host_down firing": "hosts down", "host_down resolved": "hosts back",
-		"all_down firing": "no host answers", "all_down resolved": "hosts answer again",
-		"test firing": "test",
+	words := map[string][2]string{ // one, many
+		"idle_held firing": {"GPU idle-held", "GPUs idle-held"}, "idle_held resolved": {"GPU released", "GPUs released"},
+		"host_down firing": {"host down", "hosts down"}, "host_down resolved": {"host back", "hosts back"},
+		"all_down firing": {"no host answers", "no host answers"}, "all_down resolved": {"hosts answer again", "hosts answer again"},
+		"test firing": {"test", "tests"},
 	}
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%d %s", counts[k], words[k]))
+		w := words[k][1]
+		if counts[k] == 1 {
+			w = words[k][0]
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], w))
 	}
 	return "[gpumon] " + strings.Join(parts, ", ")
 }
@@ -505,16 +521,18 @@ func Mail(to []string, fromAddr, subject, body, pageURL, sender string, now time
 	h("Auto-Submitted", "auto-generated")
 	h("MIME-Version", "1.0")
 	h("Content-Type", "text/plain; charset=utf-8")
-	h("Content-Transfer-Encoding", "8bit")
+	// quoted-printable: a line with commands or many users can pass the
+	// 998 bytes SMTP allows, and an MTA would bounce it
+	h("Content-Transfer-Encoding", "quoted-printable")
 	b.WriteString("\r\n")
-	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
-		b.WriteString(line + "\r\n")
-	}
-	b.WriteString("\r\n")
+	qp := quotedprintable.NewWriter(&b)
+	text := strings.TrimRight(body, "\n") + "\n\n"
 	if pageURL != "" {
-		b.WriteString("The status page: " + headerValue(pageURL) + "\r\n")
+		text += "The status page: " + headerValue(pageURL) + "\n"
 	}
-	b.WriteString("-- \r\nSent by gpumon's render" + headerValue(senderText(sender)) + ". The admins set who is told in config.ini's [notify].\r\n")
+	text += "-- \nSent by gpumon's render" + headerValue(senderText(sender)) + ". The admins set who is told in config.ini's [notify].\n"
+	qp.Write([]byte(text)) // into a bytes.Buffer: no error
+	qp.Close()
 	return b.Bytes()
 }
 

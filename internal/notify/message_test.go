@@ -3,6 +3,8 @@ package notify
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"mime/quotedprintable"
 	"mime"
 	"net/mail"
 	"strings"
@@ -40,7 +42,7 @@ func TestRoute(t *testing.T) {
 		"webhook https://b.example/h | idle_held firing: gpu01 GPU 1",
 		"webhook https://b.example/h | idle_held resolved: gpu02 GPU 0",
 		"webhook https://b.example/h | idle_held firing: gpu03 GPU 0",
-		"mail admins@example.org | [gpumon] 1 hosts down, 3 GPUs idle-held, 1 GPUs released",
+		"mail admins@example.org | [gpumon] 1 host down, 3 GPUs idle-held, 1 GPU released",
 		"mail alice@example.org | [gpumon] 2 of your GPUs have been idle for hours",
 		"mail bob@example.org | [gpumon] your GPU 1 on gpu01 has been idle for 2.2 h",
 	}
@@ -186,5 +188,55 @@ func TestMailIsBounded(t *testing.T) {
 		if !strings.Contains(string(it.Body), "- ... and 2900 more: see the status page") {
 			t.Errorf("%s does not say how many more", it.Target)
 		}
+	}
+}
+
+// A mail's lines stay within what SMTP carries (998 bytes; quoted-printable
+// keeps them at 76), however long the commands and names.
+func TestMailLinesAreShort(t *testing.T) {
+	long := strings.Repeat("x", 4000)
+	var users []string
+	for i := range 20 {
+		users = append(users, fmt.Sprintf("user%02d%s", i, strings.Repeat("y", 60)))
+	}
+	e := Event{Episode: Episode{Kind: IdleHeld, Host: long, GPU: "0", Model: long, Users: users, Since: at(-200)},
+		State: Firing, At: at(0), Commands: []string{long, long, long, long, long, long, long, long, long}}
+	items, _ := Route([]Event{e}, Targets{MailTo: []string{"a@example.org"}, Commands: true}, at(0), time.UTC, "monitor")
+	header, body, _ := strings.Cut(string(items[0].Body), "\r\n\r\n")
+	for i, line := range strings.Split(header, "\r\n") {
+		if len(line) > 998 {
+			t.Errorf("header line %d is %d bytes", i+1, len(line))
+		}
+	}
+	for i, line := range strings.Split(body, "\r\n") {
+		if len(line) > 78 {
+			t.Errorf("body line %d is %d bytes", i+1, len(line))
+		}
+	}
+	msg, err := mail.ReadMessage(strings.NewReader(string(items[0].Body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded, _ := io.ReadAll(quotedprintable.NewReader(msg.Body))
+	if !strings.Contains(string(decoded), "user07yyyy") || !strings.Contains(string(decoded), "12 more") {
+		t.Errorf("decoded body:\n%s", decoded)
+	}
+}
+
+// A digest carries at most maxDigestEvents events as fields, and counts
+// the rest: a first run over a large fleet posts kilobytes, not megabytes.
+func TestWebhookDigestIsBounded(t *testing.T) {
+	var events []Event
+	for i := range 8000 {
+		events = append(events, Event{Episode: Episode{Kind: IdleHeld, Host: fmt.Sprintf("gpu%04d", i), GPU: "0",
+			Users: []string{"alice"}, Since: at(-200)}, State: Firing, At: at(0)})
+	}
+	body := WebhookDigest(events, Targets{}, time.UTC)
+	var d struct {
+		Events []json.RawMessage
+		More   int
+	}
+	if err := json.Unmarshal(body, &d); err != nil || len(d.Events) != maxDigestEvents || d.More != 8000-maxDigestEvents || len(body) > 64<<10 {
+		t.Errorf("digest: %d events, more %d, %d bytes (%v)", len(d.Events), d.More, len(body), err)
 	}
 }

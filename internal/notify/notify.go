@@ -125,7 +125,8 @@ func (e Event) Duration() time.Duration {
 // in a stable order. Running it again on the same observations tells
 // nothing new (reminders aside, which follow the clock).
 //
-//   - all_down fires when no host answered, and resolves when one does.
+//   - all_down fires when no host has answered for HostDownAfter (since
+//     the last one stopped), and resolves when one does.
 //     While it is open no host_down fires: a thousand messages would say
 //     what one says. Hosts still down when it resolves fire then.
 //   - host_down fires once a host has failed for HostDownAfter, and
@@ -171,13 +172,18 @@ func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 			resolve(e)
 		}
 	} else if allDown {
-		all.Since = obs.DataTime
 		for _, d := range obs.Down {
-			if all.Since.IsZero() || d.Since.After(all.Since) {
+			if d.Since.After(all.Since) {
 				all.Since = d.Since // the last host to go down
 			}
 		}
-		fire(all, nil)
+		if all.Since.IsZero() {
+			all.Since = obs.DataTime
+		}
+		// one missed run (the monitor's own network) is not news either
+		if obs.DataTime.Sub(all.Since) >= p.HostDownAfter {
+			fire(all, nil)
+		}
 	}
 
 	down := make(map[string]DownHost, len(obs.Down))

@@ -122,15 +122,16 @@ func TestStep(t *testing.T) {
 			want: []string{"0 idle_held firing gpu01/0"},
 		},
 		{
-			name: "every host down for a run, back with the GPU still held idle: only all_down is told",
+			name: "every host down for a while, back with the GPU still held idle: only all_down is told",
 			runs: []run{
 				{min: 0, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", -120, "alice")}},
 				{min: 5, hosts: 2, up: 0, down: []DownHost{down("gpu01", 5), down("gpu02", 5)}},
-				{min: 10, hosts: 2, up: 2, held: []IdleGPU{idle("gpu01", "0", 10, "alice")}},
-				{min: 130, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", 10, "alice")}},
-				{min: 135, hosts: 2, up: 2},
+				{min: 20, hosts: 2, up: 0, down: []DownHost{down("gpu01", 5), down("gpu02", 5)}},
+				{min: 25, hosts: 2, up: 2, held: []IdleGPU{idle("gpu01", "0", 25, "alice")}},
+				{min: 145, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu01", "0", 25, "alice")}},
+				{min: 150, hosts: 2, up: 2},
 			},
-			want: []string{"0 idle_held firing gpu01/0", "5 all_down firing", "10 all_down resolved", "135 idle_held resolved gpu01/0"},
+			want: []string{"0 idle_held firing gpu01/0", "20 all_down firing", "25 all_down resolved", "150 idle_held resolved gpu01/0"},
 		},
 		{
 			name: "back after a gap with another holder on the GPU: the old episode resolves",
@@ -176,7 +177,7 @@ func TestStep(t *testing.T) {
 				{min: 40, hosts: 3, up: 2, down: []DownHost{down("c", 5)}},
 				{min: 45, hosts: 3, up: 3},
 			},
-			want: []string{"5 all_down firing", "35 all_down resolved", "35 host_down firing c", "45 host_down resolved c"},
+			want: []string{"30 all_down firing", "35 all_down resolved", "35 host_down firing c", "45 host_down resolved c"},
 		},
 		{
 			name: "a host told down before everything went down resolves when it answers",
@@ -185,7 +186,26 @@ func TestStep(t *testing.T) {
 				{min: 25, hosts: 2, up: 0, down: []DownHost{down("a", 0), down("b", 25)}},
 				{min: 30, hosts: 2, up: 2},
 			},
-			want: []string{"20 host_down firing a", "25 all_down firing", "30 all_down resolved", "30 host_down resolved a"},
+			want: []string{"20 host_down firing a", "30 host_down resolved a"},
+		},
+		{
+			name: "everything down for one run (the monitor's network) is not news",
+			runs: []run{
+				{min: 0, hosts: 1, up: 1},
+				{min: 5, hosts: 1, up: 0, down: []DownHost{down("a", 5)}},
+				{min: 10, hosts: 1, up: 1},
+			},
+			want: nil,
+		},
+		{
+			name: "everything down counts from the last host to go down",
+			runs: []run{
+				{min: 0, hosts: 2, up: 1, down: []DownHost{down("a", 0)}},
+				{min: 20, hosts: 2, up: 0, down: []DownHost{down("a", 0), down("b", 20)}},
+				{min: 30, hosts: 2, up: 0, down: []DownHost{down("a", 0), down("b", 20)}},
+				{min: 35, hosts: 2, up: 0, down: []DownHost{down("a", 0), down("b", 20)}},
+			},
+			want: []string{"35 all_down firing"},
 		},
 		{
 			name: "a host no longer polled resolves",

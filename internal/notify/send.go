@@ -72,12 +72,20 @@ func (w *Webhook) Send(ctx context.Context, it Item) error {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return nil
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		to := "(no Location)"
+		if loc, err := resp.Location(); err == nil { // resolved against the request's URL
+			to = RedactURL(loc.String())
+		}
 		return fmt.Errorf("answered %s, a redirect (to %s): redirects are not followed; set the webhook URL to where it leads",
-			resp.Status, RedactURL(resp.Header.Get("Location")))
+			hosttext.Clip(hosttext.Printable(resp.Status), 80), to)
 	}
 	msg := fmt.Sprintf("answered %s", hosttext.Clip(hosttext.Printable(resp.Status), 80))
 	if a := hosttext.FirstLine(string(answer)); a != "" {
 		msg += ": " + hosttext.Clip(hosttext.Printable(a), 200)
+	}
+	switch resp.StatusCode {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return &RefusedError{errors.New(msg)}
 	}
 	return errors.New(msg)
 }
@@ -103,6 +111,10 @@ type Sendmail struct {
 	Argv []string
 }
 
+// killGrace is how long a sendmail killed at the deadline (or a child of
+// it holding its pipes) is waited for.
+const killGrace = time.Second
+
 // maxStderr is what is kept of sendmail's complaint.
 const maxStderr = 4 << 10
 
@@ -117,7 +129,7 @@ func (s *Sendmail) Send(ctx context.Context, it Item) error {
 	cmd.Stdin = bytes.NewReader(it.Body)
 	var errOut capped
 	cmd.Stdout, cmd.Stderr = &errOut, &errOut
-	cmd.WaitDelay = time.Second // a child holding the pipes open does not hold render
+	cmd.WaitDelay = killGrace // a child holding the pipes open does not hold render
 	err := cmd.Run()
 	if err == nil {
 		return nil
@@ -163,6 +175,19 @@ func (c *capped) String() string {
 // process.
 const MaxParallel = 8
 
+// ErrOutOfTime is a target whose messages were not all tried within the
+// budget: they wait for the next run.
+var ErrOutOfTime = errors.New("out of time: the rest waits for the next run")
+
+// A RefusedError is a message its target refuses for what it is (too
+// large, malformed: HTTP 400, 413, 422), not for the target's state:
+// sending it again cannot succeed, and keeping it would hold back every
+// message after it. It is dropped, and said so.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
 // Senders are the senders by target kind.
 type Senders map[string]Sender
 
@@ -173,6 +198,7 @@ type Result struct {
 	Waiting int   // still in the outbox after the run
 	Err     error // the failure that held the rest back, if any
 	Failed  string
+	Dropped []string // messages the target refused for what they are (RefusedError), dropped
 }
 
 // Deliver sends the messages due, each target's in order and the targets
@@ -180,7 +206,9 @@ type Result struct {
 // target refuses stays, with the ones after it, for the next run. The
 // results are by target, in the order of their oldest message.
 func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, Budget)
+	// sends stop a little before the budget: a sendmail killed at the
+	// deadline is given killGrace to go
+	ctx, cancel := context.WithTimeout(ctx, Budget-killGrace)
 	defer cancel()
 	items, err := o.Claim(ctx, now, Budget+time.Minute)
 	if err != nil {
@@ -217,7 +245,7 @@ func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]
 			}
 			for j, it := range queue {
 				if ctx.Err() != nil {
-					r.Err = errors.New("out of time: the rest waits for the next run")
+					r.Err = ErrOutOfTime
 					keep(o.Release(context.WithoutCancel(ctx), ids(queue[j:])))
 					return
 				}
@@ -227,6 +255,12 @@ func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]
 				}
 				if err == nil {
 					r.Sent++
+					keep(o.Sent(context.WithoutCancel(ctx), it.ID))
+					continue
+				}
+				var refused *RefusedError
+				if errors.As(err, &refused) {
+					r.Dropped = append(r.Dropped, it.Summary+": "+err.Error())
 					keep(o.Sent(context.WithoutCancel(ctx), it.ID))
 					continue
 				}

@@ -167,7 +167,8 @@ func TestDeliverHangsAndRedirects(t *testing.T) {
 	defer close(release)
 	var loop *receiver
 	loop = newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) bool {
-		http.Redirect(w, r, loop.URL+"/again", http.StatusTemporaryRedirect)
+		w.Header().Set("Location", "/again") // relative: resolved against the request
+		w.WriteHeader(http.StatusTemporaryRedirect)
 		return false
 	})
 	good := newReceiver(t, ok)
@@ -342,5 +343,29 @@ func TestDeliverBoundsParallelTargets(t *testing.T) {
 	}
 	if s.most > MaxParallel {
 		t.Errorf("%d sends at once, want at most %d", s.most, MaxParallel)
+	}
+}
+
+// A message the receiver refuses for what it is (413, 400, 422) is dropped
+// and reported: sending it again cannot succeed, and the messages after it
+// go on. A refusal of the target's own (401, 404, 5xx) keeps everything.
+func TestDeliverDropsRefusedMessage(t *testing.T) {
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) bool {
+		if n == 0 {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return false
+		}
+		return true
+	})
+	box := newOutbox(t)
+	tg := Targets{Webhooks: []string{rc.URL + "/h"}}
+	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"), idle("gpu01", "1", -120, "bob"))
+	res := deliver(t, context.Background(), box, Senders{"webhook": NewWebhook()})
+	if res[0].Err != nil || res[0].Sent != 1 || res[0].Waiting != 0 || len(res[0].Dropped) != 1 ||
+		!strings.Contains(res[0].Dropped[0], "idle_held firing: gpu01 GPU 0: answered 413 Request Entity Too Large: body too large") {
+		t.Errorf("result %+v", res[0])
+	}
+	if got := rc.texts(); len(got) != 1 || !strings.Contains(got[0], "GPU 1 on gpu01") {
+		t.Errorf("received %q, want GPU 1's message", got)
 	}
 }

@@ -194,16 +194,29 @@ func notifyRun(ctx context.Context, rep *Report, stderr io.Writer) error {
 		return fmt.Errorf("notify: %w", err)
 	}
 	var failed []error
+	late, lateWaiting := 0, 0 // targets out of time: one line for all, not one each
 	for _, r := range results {
-		if r.Err == nil {
-			continue
+		for _, d := range r.Dropped {
+			fmt.Fprintf(stderr, "render: notify: %s refused a message, which is dropped (sending it again cannot help): %s\n",
+				notify.TargetName(r.Target), d)
 		}
-		what := ""
-		if r.Failed != "" {
-			what = " (" + r.Failed + ")"
+		switch {
+		case r.Err == nil:
+		case errors.Is(r.Err, notify.ErrOutOfTime):
+			late++
+			lateWaiting += r.Waiting
+		default:
+			what := ""
+			if r.Failed != "" {
+				what = " (" + r.Failed + ")"
+			}
+			failed = append(failed, fmt.Errorf("notify: %s%s: %v; %d messages wait for the next run",
+				notify.TargetName(r.Target), what, r.Err, r.Waiting))
 		}
-		failed = append(failed, fmt.Errorf("notify: %s%s: %v; %d messages wait for the next run",
-			notify.TargetName(r.Target), what, r.Err, r.Waiting))
+	}
+	if late > 0 {
+		failed = append(failed, fmt.Errorf("notify: %d targets not reached within %s: %d messages wait for the next run",
+			late, notify.Budget, lateWaiting))
 	}
 	if len(failed) == 0 {
 		return nil
