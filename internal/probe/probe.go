@@ -239,6 +239,7 @@ cgroups() {
       printf '%s\n' "$l"
     done 2>/dev/null <"/proc/$pid/cgroup"
   done
+  return 0
 }
 run @GPUS@ "nvidia-smi --query-gpu" $TO nvidia-smi --query-gpu="$GF" --format=csv,nounits
 printf '%s begin gpus\n%s\n%s end gpus %d\n' "$N" "$out" "$N" "$rc"
