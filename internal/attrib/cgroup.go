@@ -60,9 +60,10 @@ const (
 //
 // A line that does not parse, or a hierarchy id listed twice, makes the
 // whole unknown too: the kernel prints each hierarchy once, and refuses a
-// newline in a cgroup's name (mkdir and rename fail with EINVAL; checked on
-// Linux 6.18, v1 and v2, as root), so such a text was not made by the
-// kernel alone.
+// newline in a cgroup's name (mkdir fails with EINVAL in v1 and v2, and so
+// does a v1 rename; checked on Linux 6.18 as root, see
+// TestRealSSHDAttribution), so such a text was not made by the kernel
+// alone.
 func ParseCgroup(text string) Cgroup {
 	if text == "" || len(text) > MaxCgroupText {
 		return Cgroup{}
