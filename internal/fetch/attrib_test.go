@@ -141,3 +141,24 @@ func TestBuildAttribution(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBuild is one host's answer turned into rows: three processes,
+// without and with the sections that say who they run for.
+func BenchmarkBuild(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		out  hostOutput
+	}{
+		{"plain", hostOutput{gpus: twoGPUs, apps: attribApps, ps: attribPS}},
+		{"attributed", attributedHost},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			out := bc.out.bytes("n0nce")
+			for b.Loop() {
+				if r := Build("gpu01", "n0nce", out, nil, at); r.Status != hoststatus.OK {
+					b.Fatal(r.Error)
+				}
+			}
+		})
+	}
+}
