@@ -19,9 +19,10 @@ import (
 )
 
 // The script in a real sh, for processes in real cgroups: each process's
-// cgroup text once (one of them is on two GPUs), ONE squeue for the job
-// ids in them (not for a job named by a folder of a user's own), ONE
-// docker ps, and neither where nothing asks for it.
+// cgroup text once (one of them is on two GPUs, one is gone: exit 0 all
+// the same), ONE squeue for the job ids in them (not for a job named by a
+// folder of a user's own), ONE docker ps, and none where nothing asks for
+// it.
 func TestScriptAttributionInRealShell(t *testing.T) {
 	sshdtest.NeedCgroups(t)
 	job, user := randomJob(t), randomJob(t)
@@ -29,6 +30,7 @@ func TestScriptAttributionInRealShell(t *testing.T) {
 	inJob := sshdtest.StartProcessAs(t, "root", "sleep", "600")
 	inCtr := sshdtest.StartProcessAs(t, "root", "sleep", "601")
 	inOwn := sshdtest.StartProcessAs(t, "root", "sleep", "602")
+	const gone = 999_999_999 // above any pid_max: ended before the script looked
 	sshdtest.PutInCgroup(t, sshdtest.CgroupV2, fmt.Sprintf("/system.slice/slurmstepd.scope/job_%s/step_0", job), inJob)
 	sshdtest.PutInCgroup(t, sshdtest.CgroupV1, "/docker/"+ctr, inCtr)
 	sshdtest.PutInCgroup(t, sshdtest.CgroupV2, fmt.Sprintf("/user.slice/user-0.slice/user@0.service/app.slice/slurm/uid_0/job_%s/step_0", user), inOwn)
@@ -37,8 +39,8 @@ func TestScriptAttributionInRealShell(t *testing.T) {
 	calls := filepath.Join(t.TempDir(), "calls")
 	writeScript(t, bin, "nvidia-smi", fmt.Sprintf(`case "$1" in
 --query-gpu=*) echo "index, uuid"; echo "0, GPU-a"; echo "1, GPU-b" ;;
---query-compute-apps=*) echo "pid, gpu_uuid, used_gpu_memory [MiB]"; echo "%d, GPU-a, 10"; echo "%d, GPU-a, 10"; echo "%d, GPU-b, 10"; echo "%d, GPU-b, 10" ;;
-esac`, inJob, inCtr, inJob, inOwn))
+--query-compute-apps=*) echo "pid, gpu_uuid, used_gpu_memory [MiB]"; echo "%d, GPU-a, 10"; echo "%d, GPU-a, 10"; echo "%d, GPU-b, 10"; echo "%d, GPU-b, 10"; echo "%d, GPU-b, 10" ;;
+esac`, inJob, inCtr, inJob, inOwn, gone))
 	writeScript(t, bin, "squeue", fmt.Sprintf(`echo "squeue $*" >>%s
 fmt=; for a in "$@"; do case $a in --format=*) fmt=${a#--format=} ;; esac; done
 p=${fmt%%%%job *}
@@ -60,12 +62,12 @@ echo "${p}ctr %s trainer"`, calls, ctr))
 			}
 			prefix := probe.RecordPrefix(req.Nonce)
 			cg := attrib.ParseCgroups(o.Sections[probe.SectionCgroups].Body, prefix)
-			want := map[int]attrib.Cgroup{inJob: {SlurmJob: job}, inCtr: {ContainerID: ctr}, inOwn: {}}
+			want := map[int]attrib.Cgroup{inJob: {SlurmJob: job}, inCtr: {ContainerID: ctr}, inOwn: {}, gone: {}}
 			if diff := cmp.Diff(want, cg); diff != "" {
 				t.Errorf("cgroups (-want +got):\n%s\n%s", diff, o.Sections[probe.SectionCgroups].Body)
 			}
-			if n := strings.Count(string(o.Sections[probe.SectionCgroups].Body), prefix+"pid "); n != 3 {
-				t.Errorf("%d pid records, want 3 (one a process)", n)
+			if n := strings.Count(string(o.Sections[probe.SectionCgroups].Body), prefix+"pid "); n != 4 {
+				t.Errorf("%d pid records, want 4 (one a process)", n)
 			}
 			jobs, _ := attrib.ParseSqueue(o.Sections[probe.SectionSqueue].Body, prefix, map[string]bool{job: true})
 			if got := jobs[job]; got != (attrib.Job{ID: job + "_3", Partition: "gpu", Name: "sweep"}) {
