@@ -15,7 +15,7 @@ const DefaultOutput = "load_data.csv"
 var CommonKeys = []string{
 	"user", "hosts", "hosts_file", "hosts_command", "key_filename",
 	"ssh_config", "known_hosts", "strict_host_key_checking",
-	"timeout", "concurrency", "output", "idlemon_state",
+	"timeout", "concurrency", "output", "idlemon_state", "containers",
 }
 
 // RenderKeys are the keys of [render].

@@ -189,7 +189,12 @@ func (s *site) writeConfig(now time.Time, webhook string) error {
 	if err != nil {
 		return err
 	}
-	ini = append(ini, fmt.Sprintf(`
+	// The simulated hosts run Docker: ask its ps for the names of the
+	// containers GPU processes run in. (A real site sets this only where
+	// fetch's account may use the engine's socket, which is root.) The
+	// fleet's config.ini ends in [common].
+	ini = append(ini, fmt.Sprintf(`containers = docker
+
 [render]
 title = gpumon demo cluster
 reservations = %s

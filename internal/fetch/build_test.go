@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/attrib"
 	"github.com/gpumon/gpumon/internal/captures"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
@@ -28,6 +29,14 @@ type hostOutput struct {
 	incomplete           bool
 	banner               string
 	idlemon              string // the state file's content, "" for none
+	// attrib are the sections after ps (cgroups, squeue, docker); "@R@"
+	// in their bodies becomes the record prefix of the run's nonce.
+	attrib []section
+}
+
+type section struct {
+	name, body string
+	rc         int
 }
 
 func (h hostOutput) bytes(nonce string) []byte {
@@ -43,6 +52,9 @@ func (h hostOutput) bytes(nonce string) []byte {
 	}
 	if !h.noPS {
 		w.Section(probe.SectionPS, []byte(h.ps), h.psRC)
+	}
+	for _, s := range h.attrib {
+		w.Section(s.name, []byte(strings.ReplaceAll(s.body, "@R@", probe.RecordPrefix(nonce))), s.rc)
 	}
 	host := h.host
 	if host == "" {
@@ -397,6 +409,7 @@ func FuzzBuild(f *testing.F) {
 		apps: appsHeader + "1, GPU-cccc, 5\n", ps: "ps: not found", psRC: 127}.bytes("n"))
 	f.Add(hostOutput{gpus: "No devices were found", gpusRC: 6}.bytes("n"))
 	f.Add([]byte("@@gpumon:n begin gpus\nindex\n0\n@@gpumon:n end gpus 0\n@@gpumon:n done\n"))
+	f.Add(attributedHost.bytes("n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
 		r := Build("h", "n", out, nil, at)
 		if len(r.Rows) == 0 {
@@ -406,13 +419,19 @@ func FuzzBuild(f *testing.F) {
 			t.Fatalf("%d rows from one host", len(r.Rows))
 		}
 		for _, row := range r.Rows {
-			for _, s := range []string{row.User, row.Command, row.HostError, row.GPUName, row.GPUUUID, row.GPUBusID, row.GPUError} {
+			for _, s := range []string{row.User, row.Command, row.HostError, row.GPUName, row.GPUUUID, row.GPUBusID, row.GPUError,
+				row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.Container, row.ContainerName, row.Pod} {
 				if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f }) {
 					t.Errorf("control character in %q", s)
 				}
 			}
 			if len(row.HostError) > MaxHostError || len(row.Command) > probe.MaxCommand || len(row.GPUName) > nvsmi.MaxCell {
 				t.Errorf("cells over their bounds: host_error %d bytes, command %d, gpu_name %d", len(row.HostError), len(row.Command), len(row.GPUName))
+			}
+			if len(row.SlurmJob) > 32 || len(row.SlurmJobName) > attrib.MaxName || len(row.SlurmPartition) > attrib.MaxPartition ||
+				len(row.Container) > 12 || len(row.ContainerName) > attrib.MaxName || len(row.Pod) > 36 {
+				t.Errorf("attribution cells over their bounds: %q %q %q %q %q %q",
+					row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.Container, row.ContainerName, row.Pod)
 			}
 		}
 		if r.Status == hoststatus.OK {

@@ -117,7 +117,7 @@ func pollAndWrite(ctx context.Context, cfg *Config) ([]Result, error) {
 	defer client.Close()
 	// idlemon's state file, where a host has one, says which processes are
 	// its idle-time job (read in the same round trip; absent is fine).
-	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState}
+	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers}
 	results := p.Poll(ctx, hosts)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("interrupted; %s left as it was", cfg.Output)

@@ -8,6 +8,7 @@ import (
 	"github.com/gpumon/gpumon/internal/configini"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/inifile"
+	"github.com/gpumon/gpumon/internal/probe"
 )
 
 // Defaults, documented in config.example.ini.
@@ -44,6 +45,11 @@ type Config struct {
 	// IdlemonState is idlemon's state file on the hosts, read in the same
 	// round trip when it exists; "" to not look.
 	IdlemonState string
+	// Containers is the engine asked for the names of the containers GPU
+	// processes run in: probe.ContainersDocker, probe.ContainersPodman, or
+	// "" (containers = none, the default: the account would need the
+	// engine's socket, which is root on the host).
+	Containers string
 
 	file *inifile.File // for errors found later (ResolveHosts)
 }
@@ -119,6 +125,15 @@ func configFrom(f *inifile.File) (*Config, error) {
 			return nil, common.ErrorAt("idlemon_state", "%q is not an absolute path (it is a path on the GPU hosts)", v)
 		}
 		c.IdlemonState = v
+	}
+	if v, ok := common.String("containers"); ok {
+		switch strings.ToLower(v) {
+		case probe.ContainersDocker, probe.ContainersPodman:
+			c.Containers = strings.ToLower(v)
+		case "none":
+		default:
+			return nil, common.ErrorAt("containers", "%q is not docker, podman or none", v)
+		}
 	}
 	if len(c.Hosts) == 0 && c.HostsFile == "" && c.HostsCommand == "" {
 		return nil, common.ErrorAt("hosts", "no hosts: set hosts, hosts_file or hosts_command in [common]")

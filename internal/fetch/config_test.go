@@ -51,6 +51,7 @@ known_hosts = ~/kh, /etc/ssh/ssh_known_hosts
 strict_host_key_checking = accept-new
 output = /srv/www/load_data.csv
 idlemon_state = /var/run/idle/state.json
+containers = Docker
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +68,7 @@ idlemon_state = /var/run/idle/state.json
 		{"strict", c.StrictHostKeyChecking, StrictAcceptNew},
 		{"output", c.Output, "/srv/www/load_data.csv"},
 		{"idlemon_state, a path on the hosts", c.IdlemonState, "/var/run/idle/state.json"},
+		{"containers, any case", c.Containers, "docker"},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -95,6 +97,7 @@ func TestBadConfig(t *testing.T) {
 		{"reversed range", "[common]\nhosts = gpu[9-1]\n", `"9-1" is not a range`, ""},
 		{"huge range", "[common]\nhosts = gpu[1-9999999]\n", "more than 100000 hosts", ""},
 		{"relative idlemon_state", "[common]\nhosts = a\nidlemon_state = state.json\n", `config.ini:3: idlemon_state: "state.json" is not an absolute path`, ""},
+		{"unknown container engine", "[common]\nhosts = a\ncontainers = containerd\n", `config.ini:3: containers: "containerd" is not docker, podman or none`, ""},
 		{"option-like host", "[common]\nhosts = -oProxyCommand=x\n", "cannot start with '-'", ""},
 	}
 	for _, tt := range tests {
@@ -120,7 +123,7 @@ func TestExampleConfigParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Hosts) != 5 || c.User != "" || c.Timeout != 20*time.Second {
+	if len(c.Hosts) != 5 || c.User != "" || c.Timeout != 20*time.Second || c.Containers != "" {
 		t.Errorf("example config read as %+v", c)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/attrib"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/idlestate"
@@ -41,6 +42,9 @@ type Poller struct {
 	Concurrency int
 	Now         func() time.Time
 	StateFile   string // idlemon's state file on the hosts, "" for none
+	// Containers is the engine asked for container names
+	// (probe.Request.Containers): "docker", "podman" or "" for none.
+	Containers string
 	// MaxRowBytes bounds the run's rows (0: the package's MaxRowBytes): a
 	// host whose rows would go past it is failed instead of kept.
 	MaxRowBytes int64
@@ -126,7 +130,8 @@ func (p *Poller) keep(res Result) Result {
 // for the numbers and separators.
 func rowBytes(r *loaddata.Row) int64 {
 	return int64(len(r.Timestamp)+len(r.Host)+len(r.HostError)+len(r.GPUUUID)+len(r.GPUName)+
-		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)) + 160
+		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)+len(r.SlurmJob)+len(r.SlurmJobName)+
+		len(r.SlurmPartition)+len(r.Container)+len(r.ContainerName)+len(r.Pod)) + 160
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -155,6 +160,7 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 	defer cancel()
 	req := probe.NewRequest(nvTimeout(p.Timeout))
 	req.StateFile = p.StateFile
+	req.Containers = p.Containers
 	script := []byte(req.Script())
 	var out []byte
 	var err error
@@ -186,7 +192,7 @@ func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	w.sharedUUIDs(gpus.GPUs)
 	procs := readApps(po, &w)
 	base := hostRow(ts, host, probe.ParseHost(po.Sections[probe.SectionHost].Body))
-	d := processDetails{ps: readPS(po, len(procs) > 0, &w), jobPIDs: readIdlemon(po, &w)}
+	d := processDetails{ps: readPS(po, len(procs) > 0, &w), attrib: readAttribution(po, nonce, &w), jobPIDs: readIdlemon(po, &w)}
 	rows := gpuRows(base, gpus, procs, d)
 	if len(rows) == 0 {
 		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Driver, Message: "nvidia-smi listed no GPU"})
@@ -404,6 +410,7 @@ func readIdlemon(po probe.Output, w *warnings) map[int]bool {
 // processDetails is what a process row takes from outside nvidia-smi.
 type processDetails struct {
 	ps      map[int]probe.PSProcess
+	attrib  map[int]attrib.Attribution
 	jobPIDs map[int]bool
 }
 
@@ -472,6 +479,10 @@ func (d processDetails) processRow(r loaddata.Row, pr nvsmi.Process) loaddata.Ro
 	if p, ok := d.ps[pr.PID]; ok {
 		r.User, r.Command = p.User, p.Command
 		r.ProcessElapsedS = loaddata.IntOf(p.ElapsedS)
+	}
+	if a, ok := d.attrib[pr.PID]; ok {
+		r.SlurmJob, r.SlurmJobName, r.SlurmPartition = a.SlurmJob, a.SlurmJobName, a.SlurmPartition
+		r.Container, r.ContainerName, r.Pod = a.Container, a.ContainerName, a.Pod
 	}
 	return r
 }

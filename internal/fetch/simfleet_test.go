@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/simfleet"
@@ -152,5 +154,59 @@ func TestFleetFailures(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "13 hosts: 2 ok, 11 failed:") {
 		t.Errorf("summary line missing or wrong:\n%s", stderr.String())
+	}
+}
+
+// The demo fleet through fetch with containers = docker: its processes in
+// Slurm jobs, a Docker container and a Kubernetes pod get their columns;
+// the others stay empty.
+func TestFleetAttribution(t *testing.T) {
+	_, ini := fleetConfig(t, simfleet.Demo(), 10)
+	f, err := os.OpenFile(ini, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, "containers = docker") // the file ends in [common]
+	f.Close()
+	out := t.TempDir() + "/load_data.csv"
+	var stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"-c", ini, "-o", out, "-v"}, &stderr, &stderr); err != nil {
+		t.Fatalf("fetch: %v\n%s", err, stderr.String())
+	}
+	rows, err := loaddata.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cells struct {
+		User                                   string
+		SlurmJob, SlurmJobName, SlurmPartition string
+		Container, ContainerName, Pod          string
+	}
+	got := map[string]cells{} // "host pid"
+	for _, r := range rows {
+		if r.HostStatus == hoststatus.OK && r.HostError != "" {
+			t.Errorf("%s: %s", r.Host, r.HostError)
+		}
+		if r.PID.Valid {
+			got[fmt.Sprintf("%s %d", r.Host, r.PID.Value)] = cells{r.User, r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod}
+		}
+	}
+	want := map[string]cells{
+		"h100-a01 401233": {User: "alice", SlurmJob: "7310", SlurmJobName: "alice-7b-pretrain", SlurmPartition: "h100"},
+		"h100-a03 51200":  {User: "bob", SlurmJob: "7400_3", SlurmJobName: "lr-sweep", SlurmPartition: "h100"},
+		"h100-a03 51388":  {User: "carol"},
+		"h200-b01 70001":  {User: "root", Container: got["h200-b01 70001"].Container, ContainerName: "frank-vllm-70b"},
+		"h100-a05 61500":  {User: "erin", Container: got["h100-a05 61500"].Container, Pod: "7c1e9b52-4d3a-4f0e-9a61-2b8d5e3f1c07"},
+		"h200-b02 88001":  {User: "bob"},
+	}
+	for k, w := range want {
+		if diff := cmp.Diff(w, got[k]); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
+	}
+	for _, k := range []string{"h200-b01 70001", "h100-a05 61500"} {
+		if c := got[k].Container; len(c) != 12 || strings.Trim(c, "0123456789abcdef") != "" {
+			t.Errorf("%s: container %q is not 12 hex digits", k, c)
+		}
 	}
 }

@@ -1,12 +1,19 @@
 // Package probe is the one round trip fetch makes to a GPU host: a POSIX sh
-// script that runs nvidia-smi (twice), ps for the GPU processes only, and reads
-// the host's CPU count, load and memory, and the framing of its output.
-// ParseOutput splits the answer into sections; ParsePS and ParseHost read
-// the sections the script makes itself (nvsmi reads nvidia-smi's).
+// script that runs nvidia-smi (twice), ps for the GPU processes only, reads
+// their /proc/PID/cgroup, asks squeue (and, where configured, docker or
+// podman ps) about the jobs and containers those name, and reads the host's
+// CPU count, load and memory; and the framing of its output. ParseOutput
+// splits the answer into sections; ParsePS and ParseHost read the sections
+// the script makes itself (nvsmi reads nvidia-smi's, package attrib the
+// cgroups, squeue and ps records).
 //
-// Text a user chooses reaches the output in one place only: the commands
-// that ps prints, one process a line, control characters replaced, last on
-// the line. nvidia-smi is asked for nothing a user names (see AppFields).
+// Text a user chooses reaches the output in two kinds of places: the
+// commands that ps prints, one process a line, control characters
+// replaced, last on the line; and names (a cgroup folder in a user's own
+// subtree, a Slurm job's name), each inside a record that starts with the
+// run's nonce (RecordPrefix), so that it can lengthen its own record but
+// never start another. nvidia-smi is asked for nothing a user names (see
+// AppFields).
 //
 // The script travels on the session's standard input to `sh -s`, so it works
 // whatever the account's login shell is (bash, zsh, fish, tcsh) and needs no
@@ -31,11 +38,25 @@ const Command = "sh -s"
 
 // Section names, in the order the script prints them.
 const (
-	SectionGPUs      = "gpus"
-	SectionApps      = "apps"
-	SectionPS        = "ps"
-	SectionHost      = "host"
-	SectionIdlemon   = "idlemon"
+	SectionGPUs = "gpus"
+	SectionApps = "apps"
+	SectionPS   = "ps"
+	// SectionCgroups is /proc/PID/cgroup of each GPU process, each after a
+	// record line "PREFIXpid PID" (see RecordPrefix and package attrib).
+	SectionCgroups = "cgroups"
+	// SectionSqueue is one squeue for the Slurm jobs the cgroups name,
+	// where the host has squeue.
+	SectionSqueue = "squeue"
+	// SectionDocker and SectionPodman are one `docker ps` or `podman ps`,
+	// as Request.Containers asks, where a cgroup names a container and the
+	// host has the command.
+	SectionDocker  = ContainersDocker
+	SectionPodman  = ContainersPodman
+	SectionHost    = "host"
+	SectionIdlemon = "idlemon"
+)
+
+const (
 	markerPrefix     = "@@gpumon:"
 	defaultNVTimeout = 8
 )
@@ -68,7 +89,22 @@ type Request struct {
 	NVTimeout int
 	// StateFile is idlemon's state file, printed when it exists ("" for none).
 	StateFile string
+	// Containers is the engine asked for container names: ContainersDocker,
+	// ContainersPodman, or "" for none (the default: its socket is
+	// root-equivalent, see config.example.ini).
+	Containers string
 }
+
+// The values of Request.Containers that ask something.
+const (
+	ContainersDocker = "docker"
+	ContainersPodman = "podman"
+)
+
+// RecordPrefix is what starts each record of the cgroups, squeue and
+// docker/podman sections: "@@gpumon:NONCE:". A record line is never a
+// section marker, which has a space after the nonce.
+func RecordPrefix(nonce string) string { return markerPrefix + nonce + ":" }
 
 // NewRequest returns a request with a fresh nonce and the standard fields.
 func NewRequest(nvTimeout int) Request {
@@ -90,8 +126,12 @@ func NewRequest(nvTimeout int) Request {
 // Script renders the shell script for r.
 func (r Request) Script() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\n",
-		markerPrefix, r.Nonce, strings.Join(r.GPUFields, ","), strings.Join(r.AppFields, ","), r.NVTimeout, r.StateFile)
+	ct := r.Containers
+	if ct != ContainersDocker && ct != ContainersPodman {
+		ct = "" // the script runs what CT names: nothing else
+	}
+	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\nCT='%s'\n",
+		markerPrefix, r.Nonce, strings.Join(r.GPUFields, ","), strings.Join(r.AppFields, ","), r.NVTimeout, r.StateFile, ct)
 	b.WriteString(script)
 	return b.String()
 }
@@ -108,6 +148,19 @@ const (
 	MaxAppsOutput = 512 << 10  // nvidia-smi --query-compute-apps: 4,096 processes take about 280 KiB
 	MaxPSOutput   = 1536 << 10 // ps: 4,096 processes take about 1 MiB (psBudget)
 	MaxStateFile  = 1 << 20    // idlemon's state file (head -c)
+	// MaxCgroupsOutput bounds the cgroups section: each process's
+	// /proc/PID/cgroup (a few hundred bytes on a cgroup v2 host, about
+	// 1 KiB on a v1 host in a container) up to 4,096 bytes, less where
+	// there are more than 150 processes: MaxCgroupsOutput / processes, less
+	// 96 bytes for its record lines. A process whose file is longer is
+	// unknown, not read in part.
+	MaxCgroupsOutput = 640 << 10
+	// MaxSqueueOutput bounds squeue's answer: up to 1,024 jobs (the script
+	// asks for no more), about 60 bytes each and their names.
+	MaxSqueueOutput = 128 << 10
+	// MaxContainersOutput bounds docker or podman ps, which lists every
+	// running container: about 130 bytes each, some 1,000 containers.
+	MaxContainersOutput = 128 << 10
 	// psBudget is what the script asks of ps in all: each line is
 	// psBudget / processes columns wide, between 256 and 4,096 (a line holds
 	// pid, user and elapsed time too).
@@ -115,7 +168,8 @@ const (
 	// MaxAnswer is the most a host running the script can send: the
 	// sections above and a few KiB of framing and host lines. fetch's own
 	// per-host cap (remote.MaxOutput) is above it.
-	MaxAnswer = MaxGPUsOutput + MaxAppsOutput + MaxPSOutput + MaxStateFile + 16<<10
+	MaxAnswer = MaxGPUsOutput + MaxAppsOutput + MaxPSOutput + MaxStateFile +
+		MaxCgroupsOutput + MaxSqueueOutput + MaxContainersOutput + 16<<10
 )
 
 // The body is one function called with stdin from /dev/null: sh has read the
@@ -136,21 +190,56 @@ const (
 // to 256 processes and less beyond (see psBudget). The state file is read
 // through head -c, under the same timeout: a state file grown huge, or one
 // whose reads block, costs 1 MiB and T seconds at most.
+//
+// The sections that say who a process runs for come after ps, and no
+// failure of theirs fails the host: in run's soft mode, output past the
+// limit becomes exit 3 and a message in the section instead of the end of
+// the script. cgroups reads each GPU process's /proc/PID/cgroup once (the
+// pid list repeats a process on several GPUs) with read, no command per
+// process, after a record line carrying the nonce; a line past the
+// process's share, or a last line without its newline, is not printed, so
+// no path is ever cut into a shorter one that parses. The Slurm job ids
+// are picked out of that text with parameter expansion and case only,
+// anchored where slurmstepd makes its folders (a user's own folder named
+// job_42 asks nothing), and asked of ONE squeue, whose format starts every
+// record with the nonce and puts the name last. docker or podman ps runs
+// once, only where Request.Containers names it and a cgroup names a
+// container.
 const scriptBody = `export LC_ALL=C
 PATH="$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $T"; else TO=; fi
 NL='
 '
+soft=
 run() {
   lim=$1; what=$2; shift 2
   out=$( { rc=$( { { "$@" 2>&1; echo "$?" >&3; } | head -c "$((lim + 1))" >&4; } 3>&1 ); printf '\n%s' "$rc"; } 4>&1 )
   rc=${out##*"$NL"}
   out=${out%"$NL"*}
+  if [ "${#out}" -gt "$lim" ] && [ -n "$soft" ]; then
+    out="gpumon probe: $what printed more than $lim bytes (cut off on the host)" rc=3
+  fi
   if [ "${#out}" -gt "$lim" ]; then
     echo "gpumon probe: the host sent too much: $what printed more than $lim bytes (cut off on the host)" >&2
     exit 3
   fi
   while :; do case $out in *"$NL") out=${out%"$NL"} ;; *) break ;; esac; done
+}
+cgroups() {
+  seen=,
+  IFS=,
+  for pid in $pids; do
+    case $seen in *",$pid,"*) continue ;; esac
+    seen=$seen$pid,
+    printf '%s:pid %s\n' "$N" "$pid"
+    n=0
+    while IFS= read -r l; do
+      n=$((n + ${#l} + 1))
+      if [ "$n" -gt "$cgl" ]; then printf '%s:cut\n' "$N"; break; fi
+      printf '%s\n' "$l"
+    done 2>/dev/null <"/proc/$pid/cgroup"
+  done
+  return 0
 }
 run @GPUS@ "nvidia-smi --query-gpu" $TO nvidia-smi --query-gpu="$GF" --format=csv,nounits
 printf '%s begin gpus\n%s\n%s end gpus %d\n' "$N" "$out" "$N" "$rc"
@@ -174,6 +263,38 @@ if [ -n "$pids" ]; then
   [ "$cols" -lt 256 ] && cols=256
   run @PS@ ps env COLUMNS="$cols" ps -o pid=,user:32=,etimes=,args= -p "$$,$pids"
   printf '%s begin ps\n%s\n%s end ps %d\n' "$N" "$out" "$N" "$rc"
+  soft=1
+  cgl=$((@CGROUPS@ / np - 96))
+  [ "$cgl" -gt 4096 ] && cgl=4096
+  run @CGROUPS@ /proc/PID/cgroup cgroups
+  printf '%s begin cgroups\n%s\n%s end cgroups %d\n' "$N" "$out" "$N" "$rc"
+  jobs= nj=0 ctr=
+  while IFS= read -r line; do
+    p=${line#*:}
+    p=${p#*:}
+    case $p in
+    /slurm/uid_*/job_[1-9]*|/slurm_*/uid_*/job_[1-9]*|/system.slice/slurmstepd.scope/job_[1-9]*|/system.slice/*_slurmstepd.scope/job_[1-9]*)
+      j=${p#*/job_}
+      j=${j%%[!0-9]*}
+      case ,$jobs, in
+      *",$j,"*) ;;
+      *) if [ "$nj" -lt 1024 ]; then jobs=$jobs${jobs:+,}$j nj=$((nj + 1)); fi ;;
+      esac ;;
+    /docker/*|/system.slice/docker-*|/kubepods*) [ "$CT" = docker ] && ctr=1 ;;
+    *libpod-*) [ "$CT" = podman ] && ctr=1 ;;
+    esac
+  done <<EOF
+$out
+EOF
+  if [ -n "$jobs" ] && command -v squeue >/dev/null 2>&1; then
+    run @SQUEUE@ squeue $TO squeue --noheader --jobs="$jobs" --format="$N:job %A %i %P %j"
+    printf '%s begin squeue\n%s\n%s end squeue %d\n' "$N" "$out" "$N" "$rc"
+  fi
+  if [ -n "$ctr" ] && command -v "$CT" >/dev/null 2>&1; then
+    run @CTRS@ "$CT ps" $TO "$CT" ps --no-trunc --format "$N:ctr {{.ID}} {{.Names}}"
+    printf '%s begin %s\n%s\n%s end %s %d\n' "$N" "$CT" "$out" "$N" "$CT" "$rc"
+  fi
+  soft=
 fi
 cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)
 load=
@@ -197,9 +318,10 @@ exit 0
 var script = strings.NewReplacer(
 	"@GPUS@", strconv.Itoa(MaxGPUsOutput), "@APPS@", strconv.Itoa(MaxAppsOutput),
 	"@PS@", strconv.Itoa(MaxPSOutput), "@PSBUDGET@", strconv.Itoa(psBudget),
-	"@STATE@", strconv.Itoa(MaxStateFile)).Replace(scriptBody)
+	"@STATE@", strconv.Itoa(MaxStateFile), "@CGROUPS@", strconv.Itoa(MaxCgroupsOutput),
+	"@SQUEUE@", strconv.Itoa(MaxSqueueOutput), "@CTRS@", strconv.Itoa(MaxContainersOutput)).Replace(scriptBody)
 
-var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF)=(?:'([^']*)'|(\d+))$`)
+var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF|CT)=(?:'([^']*)'|(\d+))$`)
 
 // ParseScript recovers the request from a script made by Request.Script, so a
 // simulated host answers exactly the fields fetch asked for.
@@ -219,6 +341,8 @@ func ParseScript(script string) (Request, error) {
 			r.NVTimeout, _ = strconv.Atoi(m[3])
 		case "SF":
 			r.StateFile = m[2]
+		case "CT":
+			r.Containers = m[2]
 		}
 	}
 	if !seen["N"] || !seen["GF"] || !seen["AF"] {

@@ -111,14 +111,23 @@ func TestAppFieldsHoldNoName(t *testing.T) {
 }
 
 func TestParseScriptRoundTrip(t *testing.T) {
-	req := NewRequest(7)
-	req.StateFile = "/run/idlemon/state.json"
-	got, err := ParseScript(req.Script())
-	if err != nil {
-		t.Fatal(err)
+	for _, ct := range []string{ContainersDocker, ContainersPodman, ""} {
+		req := NewRequest(7)
+		req.StateFile = "/run/idlemon/state.json"
+		req.Containers = ct
+		got, err := ParseScript(req.Script())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(req, got); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
 	}
-	if diff := cmp.Diff(req, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
+	// the script runs the command CT names: only the two engines
+	req := NewRequest(7)
+	req.Containers = "rm -rf /; docker"
+	if got, _ := ParseScript(req.Script()); got.Containers != "" {
+		t.Errorf("containers %q made it into the script", got.Containers)
 	}
 	if _, err := ParseScript("echo hello"); err == nil {
 		t.Error("ParseScript accepted a script that is not a probe")
@@ -152,5 +161,19 @@ func TestParseOutputIgnoresForgedMarkers(t *testing.T) {
 	}
 	if ParseOutput("n1", []byte("@@gpumon:n1 begin gpus\n0\n")).Complete {
 		t.Error("truncated output reported complete")
+	}
+}
+
+// The record lines of the cgroups, squeue and ps sections start with the
+// nonce but are no marker: they stay in their section's body.
+func TestRecordLinesAreNotMarkers(t *testing.T) {
+	var buf bytes.Buffer
+	w := Writer{W: &buf, Nonce: "n1"}
+	body := RecordPrefix("n1") + "pid 42\n0::/\n" + RecordPrefix("n1") + "cut\n" + RecordPrefix("n1") + "job 1 1 gpu done\n"
+	w.Section(SectionCgroups, []byte(body), 0)
+	w.Done()
+	o := ParseOutput("n1", buf.Bytes())
+	if got := string(o.Sections[SectionCgroups].Body); got != body || !o.Complete {
+		t.Errorf("body %q, complete %v", got, o.Complete)
 	}
 }

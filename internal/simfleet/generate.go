@@ -1,6 +1,8 @@
 package simfleet
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 )
@@ -29,7 +31,10 @@ var commaJob = job{"/home/erin/my runs/eval,v2.sh", "/home/erin/my runs/eval,v2.
 // through the Linux captures, with about half the GPUs running processes of
 // several users. The same n and seed give the same fleet. Some processes
 // span two GPUs (one pid, one row per GPU); some have a comma and spaces in
-// their name.
+// their name. Every third host is a Slurm node, each process in a job of
+// its own (every fourth an array task); every third, from the second, runs
+// its processes in Docker containers (engine docker, so their names are
+// there for a fetch with containers = docker).
 func Generate(n int, seed int64) []HostSpec {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 	caps := linuxCaptures()
@@ -95,15 +100,56 @@ func Generate(n int, seed int64) []HostSpec {
 			}
 		}
 		s.Load1 = float64(busy)*1.5 + float64(rng.IntN(400))/100
+		attribute(&s, i) // after every draw: a seed's fleet is as it was
 		specs[i] = s
 	}
 	return specs
 }
 
+// attribute puts the processes of host i into Slurm jobs (i%3 == 0) or
+// Docker containers (i%3 == 1), one each, by pid: a process on two GPUs
+// is one process.
+func attribute(s *HostSpec, i int) {
+	if i%3 == 2 || len(s.Processes) == 0 {
+		return
+	}
+	byPID := map[int]string{}
+	for k := range s.Processes {
+		p := &s.Processes[k]
+		if c, ok := byPID[p.PID]; ok {
+			p.Cgroup = c
+			continue
+		}
+		switch n := len(byPID); i % 3 {
+		case 0:
+			id := 100000 + i*16 + n
+			j := SlurmJob{JobID: id, Partition: "gpu", Name: "job-" + p.User}
+			if n%4 == 3 {
+				j.Display = fmt.Sprintf("%d_%d", id-n, n)
+			}
+			s.Slurm = append(s.Slurm, j)
+			p.Cgroup = SlurmCgroup(id)
+		case 1:
+			id := containerID(fmt.Sprintf("%s/%d", s.Name, p.PID))
+			s.ContainerEngine = "docker"
+			s.Containers = append(s.Containers, Container{ID: id, Names: fmt.Sprintf("%s-%d", p.User, n)})
+			p.Cgroup = DockerCgroup(id)
+		}
+		byPID[p.PID] = p.Cgroup
+	}
+}
+
+// containerID is a container id (64 hex digits) made from seed.
+func containerID(seed string) string {
+	sum := sha256.Sum256([]byte(seed))
+	return hex.EncodeToString(sum[:])
+}
+
 // Demo is the fleet `make demo` shows: every Linux capture model (H100 with
 // MIG, H200, RTX 2080 SUPER), several users, idle and busy hosts, one host
 // that refuses connections, one with a lost GPU and one whose driver is not
-// loaded.
+// loaded; processes in Slurm jobs (one an array task), in a Docker
+// container run by root, and in a Kubernetes pod.
 func Demo() []HostSpec {
 	const (
 		h100 = "nvidia-h100-mig"
@@ -125,27 +171,44 @@ func Demo() []HostSpec {
 	}
 	comma := Process{PID: 88123, User: "erin", GPU: 5, MemMiB: 30211, ElapsedS: 5400,
 		Name: commaJob.name, Command: commaJob.command}
+	// in puts processes into the cgroup whose /proc/PID/cgroup is c
+	in := func(c string, ps ...Process) []Process {
+		for i := range ps {
+			ps[i].Cgroup = c
+		}
+		return ps
+	}
+	vllmCtr, proxyCtr := containerID("demo/frank-vllm"), containerID("demo/proxy")
+	pod, podCtr := "7c1e9b52-4d3a-4f0e-9a61-2b8d5e3f1c07", containerID("demo/erin-ddp")
 	return []HostSpec{
+		// alice's 8-GPU pretraining is Slurm job 7310
 		{Name: "h100-a01", Capture: h100, State: "load", CPUs: 192, Load1: 24.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1210 * 1024,
-			Processes: eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")},
+			Processes: in(SlurmCgroup(7310), eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")...),
+			Slurm:     []SlurmJob{{JobID: 7310, Partition: "h100", Name: "alice-7b-pretrain"}}},
 		// idle but for idlemon's idle-time job, which fetch marks preemptible
 		{Name: "h100-a02", Capture: h100, State: "idle", CPUs: 192, Load1: 8.12, MemTotalMiB: 2048 * 1024, MemUsedMiB: 41 * 1024,
 			Processes: eight(30001, "idlejob", 6100, 5*3600, "python eval_sweep.py --queue nightly"),
 			Idlemon:   `{"version": 1, "pid": 2999, "gpus": [], "jobs": [{"name": "process-evals", "gpus": [0,1,2,3,4,5,6,7], "pgid": 30000, "pids": [30000, 30001], "running": true}]}`},
 		{Name: "h100-a03", Capture: h100, CPUs: 192, Load1: 9.8, MemTotalMiB: 2048 * 1024, MemUsedMiB: 530 * 1024,
 			Processes: []Process{
-				p(51200, "bob", 0, 40112, 7200, train),
+				// bob's run is task 3 of his array job 7400 (its own job id 7403)
+				in(SlurmCgroup(7403), p(51200, "bob", 0, 40112, 7200, train))[0],
 				p(51388, "carol", 1, 18220, 650, "julia --project=. --threads=8 simulate.jl"),
 				p(51388, "carol", 2, 18104, 650, "julia --project=. --threads=8 simulate.jl"),
 				p(52011, "dave", 5, 2296, 90, "/root/tools/memhog 2048"),
-			}},
+			},
+			Slurm: []SlurmJob{{JobID: 7403, Display: "7400_3", Partition: "h100", Name: "lr-sweep"}}},
 		{Name: "h100-a04", Capture: h100, Failure: DriverNotLoaded, CPUs: 192, Load1: 0.4, MemTotalMiB: 2048 * 1024, MemUsedMiB: 12 * 1024},
 		{Name: "h200-b01", Capture: h200, State: "load", CPUs: 224, Load1: 31.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1700 * 1024,
+			// frank's vLLM server runs in a Docker container: as root, as
+			// docker runs it, so only the container's name says whose it is
 			Processes: append(
-				[]Process{p(70001, "frank", 0, 120500, 12*day, vllm), p(70001, "frank", 1, 120480, 12*day, vllm),
-					p(70001, "frank", 2, 120490, 12*day, vllm), p(70001, "frank", 3, 120470, 12*day, vllm)},
+				in(DockerCgroup(vllmCtr), p(70001, "root", 0, 120500, 12*day, vllm), p(70001, "root", 1, 120480, 12*day, vllm),
+					p(70001, "root", 2, 120490, 12*day, vllm), p(70001, "root", 3, 120470, 12*day, vllm)),
 				p(70442, "alice", 4, 98000, 2*day, train), p(70443, "alice", 5, 98000, 2*day, train),
-				p(70444, "alice", 6, 98000, 2*day, train), p(70445, "alice", 7, 98000, 2*day, train))},
+				p(70444, "alice", 6, 98000, 2*day, train), p(70445, "alice", 7, 98000, 2*day, train)),
+			ContainerEngine: "docker",
+			Containers:      []Container{{ID: vllmCtr, Names: "frank-vllm-70b"}, {ID: proxyCtr, Names: "nginx-proxy,proxy"}}},
 		{Name: "h200-b02", Capture: h200, CPUs: 224, Load1: 6.1, MemTotalMiB: 2048 * 1024, MemUsedMiB: 300 * 1024,
 			Processes: []Process{
 				p(88001, "bob", 0, 64000, 3600, train),
@@ -168,10 +231,10 @@ func Demo() []HostSpec {
 			}},
 		{Name: "ws-c02", Capture: rtx, State: "idle", GPUs: 1, CPUs: 16, Load1: 0.31, MemTotalMiB: 64 * 1024, MemUsedMiB: 9 * 1024},
 		{Name: "h100-a05", Capture: h100, CPUs: 192, Load1: 4.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 250 * 1024,
-			Processes: []Process{
-				p(61000, "carol", 3, 60000, 4*day, "python train.py --config configs/vit-h.yaml"),
-				p(61500, "erin", 6, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
-				p(61500, "erin", 7, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
-			}},
+			// erin's run is a Kubernetes pod's
+			Processes: append([]Process{p(61000, "carol", 3, 60000, 4*day, "python train.py --config configs/vit-h.yaml")},
+				in(PodCgroup(pod, podCtr),
+					p(61500, "erin", 6, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
+					p(61500, "erin", 7, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"))...)},
 	}
 }

@@ -511,6 +511,7 @@ type answers struct {
 type appsAnswer struct {
 	apps, ps rendered
 	hasPS    bool
+	attrib   attribAnswer // with hasPS: the sections after ps
 }
 
 const maxCached = 32
@@ -552,6 +553,9 @@ func (h *host) appsAnswer(fields []string) appsAnswer {
 		var a appsAnswer
 		a.apps = h.renderApps(fields)
 		a.ps, a.hasPS = h.renderPS(a.apps.body)
+		if a.hasPS {
+			a.attrib = h.renderAttrib(a.apps.body)
+		}
 		return a
 	}
 	if !cacheable(fields) {

@@ -96,6 +96,9 @@ type Process struct {
 	// Name is what nvidia-smi prints as process_name; "" means the first
 	// word of Command. A comma in it is printed as '?', as modern drivers do.
 	Name string
+	// Cgroup is its /proc/PID/cgroup ("" for a login session's): see
+	// SlurmCgroup, DockerCgroup, PodCgroup.
+	Cgroup string
 }
 
 func (p *Process) processName() string {
@@ -129,6 +132,13 @@ type HostSpec struct {
 	// Idlemon, when not empty, is the content of the idlemon state file: it
 	// is printed when the request names a state file.
 	Idlemon string
+	// Slurm, when not nil, makes the host a Slurm node: it has squeue,
+	// which knows these jobs.
+	Slurm []SlurmJob
+	// ContainerEngine is the container command the host has ("docker",
+	// "podman", "" for none); its ps lists Containers.
+	ContainerEngine string
+	Containers      []Container
 }
 
 // HostInfo is where a simulated host listens.
@@ -176,6 +186,7 @@ type host struct {
 	procByPID  map[int]*Process
 	lostGPU    int
 	hostBody   []byte
+	containers []byte // the engine's ps, recordMark for the record prefix
 	cache      answers
 	count      counters
 }
@@ -267,6 +278,16 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	if spec.State != "" && spec.State != "idle" && spec.State != "load" {
 		return nil, fmt.Errorf("host %s: state %q is neither idle nor load", spec.Name, spec.State)
 	}
+	switch spec.ContainerEngine {
+	case "", probe.ContainersDocker, probe.ContainersPodman:
+	default:
+		return nil, fmt.Errorf("host %s: container engine %q is neither docker nor podman", spec.Name, spec.ContainerEngine)
+	}
+	for _, c := range spec.Containers {
+		if len(c.ID) != 64 || strings.Trim(c.ID, "0123456789abcdef") != "" || strings.ContainsAny(c.Names, "\n ") {
+			return nil, fmt.Errorf("host %s: container %q %q: want 64 hex digits and names without spaces", spec.Name, c.ID, c.Names)
+		}
+	}
 	name, err := resolveCapture(spec.Capture)
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %v", spec.Name, err)
@@ -296,6 +317,7 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	}
 	h.gpus = makeGPUs(&h.spec, h.model)
 	h.hostBody = h.renderHost()
+	h.containers = h.renderContainers()
 
 	_, hpriv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -650,6 +672,7 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 		_ = w.Section(probe.SectionApps, a.apps.body, a.apps.code)
 		if a.hasPS {
 			_ = w.Section(probe.SectionPS, a.ps.body, a.ps.code)
+			h.writeAttrib(w, req, a.attrib)
 		}
 	}
 	_ = w.Section(probe.SectionHost, h.hostBody, 0)

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumon/gpumon/internal/attrib"
 	"github.com/gpumon/gpumon/internal/captures"
 	"github.com/gpumon/gpumon/internal/nvsmi"
 	"github.com/gpumon/gpumon/internal/probe"
@@ -541,9 +544,15 @@ func TestGenerate(t *testing.T) {
 	if fmt.Sprint(a) == fmt.Sprint(simfleet.Generate(1000, 8)) {
 		t.Error("seed makes no difference")
 	}
-	var gpus, busy, shared, comma int
+	var gpus, busy, shared, comma, slurm, docker int
 	users, caps := map[string]bool{}, map[string]bool{}
 	for _, s := range a {
+		if len(s.Slurm) > 0 {
+			slurm++
+		}
+		if s.ContainerEngine == "docker" {
+			docker++
+		}
 		if s.GPUs != 8 || s.Failure != simfleet.None {
 			t.Fatalf("%s: %+v", s.Name, s)
 		}
@@ -571,6 +580,9 @@ func TestGenerate(t *testing.T) {
 	}
 	if shared == 0 || comma == 0 || len(users) < 5 || len(caps) != 3 {
 		t.Errorf("shared pids %d, comma names %d, users %d, captures %d", shared, comma, len(users), len(caps))
+	}
+	if slurm < 300 || docker < 300 {
+		t.Errorf("%d Slurm nodes, %d Docker hosts of 1000", slurm, docker)
 	}
 	// and Demo launches
 	f := testenv.StartFleet(t, simfleet.Demo())
@@ -623,5 +635,94 @@ func BenchmarkServe(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/host")
 		})
+	}
+}
+
+// The demo's hosts answer the sections after ps as the script does: each
+// process's cgroup once, squeue on a Slurm node for the jobs the cgroups
+// name, docker ps only where asked for and a cgroup names a container.
+func TestAttribution(t *testing.T) {
+	f := testenv.StartFleet(t, simfleet.Demo())
+	c := newClient(t, f)
+	probeAs := func(name, containers string) (probe.Output, string) {
+		t.Helper()
+		req := probe.NewRequest(5)
+		req.Containers = containers
+		o, err := c.probeHost(name, req, time.Minute)
+		if err != nil || !o.Complete {
+			t.Fatalf("%s: %v, complete %v", name, err, o.Complete)
+		}
+		return o, probe.RecordPrefix(req.Nonce)
+	}
+	type answer struct {
+		cgroups map[int]attrib.Cgroup
+		jobs    map[string]attrib.Job
+		names   map[string]string
+		has     []string
+	}
+	read := func(o probe.Output, prefix string) answer {
+		a := answer{cgroups: attrib.ParseCgroups(o.Sections[probe.SectionCgroups].Body, prefix)}
+		asked := map[string]bool{}
+		for _, cg := range a.cgroups {
+			asked[cg.SlurmJob] = cg.SlurmJob != ""
+		}
+		a.jobs, _ = attrib.ParseSqueue(o.Sections[probe.SectionSqueue].Body, prefix, asked)
+		a.names, _ = attrib.ParseContainers(o.Sections[probe.SectionDocker].Body, prefix)
+		for _, s := range []string{probe.SectionCgroups, probe.SectionSqueue, probe.SectionDocker, probe.SectionPodman} {
+			if o.Has(s) {
+				a.has = append(a.has, s)
+			}
+		}
+		return a
+	}
+
+	o, prefix := probeAs("h100-a03", probe.ContainersDocker)
+	a := read(o, prefix)
+	if diff := cmp.Diff([]string{"cgroups", "squeue"}, a.has); diff != "" {
+		t.Errorf("h100-a03 sections (-want +got):\n%s", diff)
+	}
+	if got := a.cgroups[51200]; got != (attrib.Cgroup{SlurmJob: "7403"}) {
+		t.Errorf("bob's cgroup: %+v", got)
+	}
+	if got := a.cgroups[51388]; got != (attrib.Cgroup{}) || len(a.cgroups) != 3 {
+		t.Errorf("carol's cgroup %+v, %d processes: %v", got, len(a.cgroups), a.cgroups)
+	}
+	if diff := cmp.Diff(map[string]attrib.Job{"7403": {ID: "7400_3", Partition: "h100", Name: "lr-sweep"}}, a.jobs); diff != "" {
+		t.Errorf("squeue (-want +got):\n%s", diff)
+	}
+
+	o, prefix = probeAs("h200-b01", probe.ContainersDocker)
+	a = read(o, prefix)
+	var vllm attrib.Cgroup
+	for _, cg := range a.cgroups {
+		if cg.ContainerID != "" {
+			vllm = cg
+		}
+	}
+	if diff := cmp.Diff([]string{"cgroups", "docker"}, a.has); diff != "" {
+		t.Errorf("h200-b01 sections (-want +got):\n%s", diff)
+	}
+	if a.names[vllm.ContainerID] != "frank-vllm-70b" || len(a.names) != 2 {
+		t.Errorf("vllm's container %q, names %v", vllm.ContainerID, a.names)
+	}
+	if o, _ := probeAs("h200-b01", ""); o.Has(probe.SectionDocker) {
+		t.Error("docker ps without containers = docker")
+	}
+	if o, _ := probeAs("h200-b01", probe.ContainersPodman); o.Has(probe.SectionDocker) || o.Has(probe.SectionPodman) {
+		t.Error("podman ps on a host with docker")
+	}
+
+	o, prefix = probeAs("h100-a05", probe.ContainersDocker)
+	a = read(o, prefix)
+	if got := a.cgroups[61500]; got.Pod != "7c1e9b52-4d3a-4f0e-9a61-2b8d5e3f1c07" || got.ContainerID == "" {
+		t.Errorf("erin's pod: %+v", got)
+	}
+	if diff := cmp.Diff([]string{"cgroups"}, a.has); diff != "" {
+		t.Errorf("h100-a05 sections (-want +got):\n%s", diff) // a containerd pod: no docker here
+	}
+
+	// an idle host runs no ps, so reads no cgroups either
+	if o, _ := probeAs("h200-b03", probe.ContainersDocker); o.Has(probe.SectionCgroups) {
+		t.Error("cgroups read on an idle host")
 	}
 }

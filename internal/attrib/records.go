@@ -1,0 +1,263 @@
+package attrib
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gpumon/gpumon/internal/hosttext"
+)
+
+// The probe prints every record of its cgroups, squeue and ps sections on
+// a line that starts with the run's secret nonce and a kind:
+// "PREFIXpid 4242", "PREFIXjob 1240 1233_5 gpu train", "PREFIXctr ID
+// NAMES", PREFIX being "@@gpumon:NONCE:" (see probe.RecordPrefix). Text a
+// user chose (a job's name) or a host printed (an error) cannot start a
+// line with a nonce it never saw, so it can add to a record, never forge
+// one.
+const (
+	KindPID       = "pid" // a process's /proc/PID/cgroup follows
+	KindCut       = "cut" // the one before was longer than the probe reads
+	KindJob       = "job"
+	KindContainer = "ctr"
+)
+
+// Bounds on what the sections can make fetch hold.
+const (
+	MaxPIDs       = 8192 // pid records read; the probe lists at most 4,096
+	MaxJobs       = 1024 // squeue records read; the probe asks for at most 1,024
+	MaxContainers = 8192 // docker/podman ps records read
+	MaxName       = 128  // bytes kept of a job's or container's name
+	MaxPartition  = 128  // bytes kept of a job's partition
+	MaxSkipped    = 20   // records named as not used; the rest are counted
+	maxQuoted     = 40   // bytes of a bad field quoted in a reason
+)
+
+// ParseCgroups reads the cgroups section: for each pid record, the
+// /proc/PID/cgroup text that follows it, parsed with ParseCgroup. A pid
+// listed twice, one cut short on the host, or one whose file could not be
+// read (it ended) is there with an empty Cgroup: unknown.
+func ParseCgroups(body []byte, prefix string) map[int]Cgroup {
+	out := map[int]Cgroup{}
+	pidTag, cutTag := prefix+KindPID+" ", prefix+KindCut
+	var (
+		cur   = -1 // the pid whose text is being read; -1 for none
+		start int  // where its text starts in body
+		bad   bool // it was listed twice or cut
+		twice = map[int]bool{}
+	)
+	end := func(at int) {
+		if cur < 0 {
+			return
+		}
+		if bad || twice[cur] {
+			out[cur] = Cgroup{}
+		} else {
+			out[cur] = ParseCgroup(string(body[start:at]))
+		}
+	}
+	for pos := 0; pos < len(body); {
+		lineStart := pos
+		line := body[pos:]
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line, pos = line[:i], pos+i+1
+		} else {
+			pos = len(body)
+		}
+		switch s := string(line); {
+		case strings.HasPrefix(s, pidTag):
+			end(lineStart)
+			pid, err := strconv.Atoi(s[len(pidTag):])
+			if err != nil || pid <= 0 || !digits(s[len(pidTag):]) {
+				cur = -1 // its text is skipped: it belongs to no pid
+				continue
+			}
+			if len(out) >= MaxPIDs {
+				return out
+			}
+			if _, seen := out[pid]; seen {
+				twice[pid] = true
+			}
+			cur, start, bad = pid, pos, false
+		case s == cutTag:
+			bad = true
+		}
+	}
+	end(len(body))
+	return out
+}
+
+func listed(jobs map[string]Job, id string) bool {
+	_, ok := jobs[id]
+	return ok
+}
+
+// A Job is what squeue says about one job.
+type Job struct {
+	ID        string // as squeue prints it (%i): "1233_5" for task 5 of array job 1233
+	Partition string // %P, printable, cut at MaxPartition bytes
+	Name      string // %j, a newline in it a space, printable, cut at MaxName bytes
+}
+
+// ParseSqueue reads the squeue section, made by
+//
+//	squeue --noheader --jobs=LIST --format="PREFIXjob %A %i %P %j"
+//
+// and returns the jobs by %A, the numeric id a cgroup names. The name comes
+// last, so spaces in it shift no field; a newline in it makes the lines
+// after it (which hold no nonce) part of it. A record for a job not in
+// asked, or a job listed twice, is not used: squeue prints each job asked
+// for once. skipped names the records not used (at most MaxSkipped, then
+// how many more).
+func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[string]Job, skipped []string) {
+	jobs = map[string]Job{}
+	var (
+		tag    = prefix + KindJob + " "
+		cur    string // %A of the record being read, "" for none
+		name   strings.Builder
+		twice  = map[string]bool{}
+		nSkip  int
+		nRecs  int
+		finish = func() {
+			if cur == "" {
+				return
+			}
+			j := jobs[cur]
+			j.Name = hosttext.Clip(hosttext.Printable(strings.TrimSpace(name.String())), MaxName)
+			jobs[cur] = j
+		}
+	)
+	skip := func(format string, args ...any) {
+		if nSkip++; nSkip <= MaxSkipped {
+			skipped = append(skipped, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, isRecord := strings.CutPrefix(line, tag)
+		if !isRecord {
+			// the rest of a name with a newline, or squeue's own words
+			// before any record; either way no record of its own
+			if cur != "" && name.Len() <= 4*MaxName {
+				name.WriteByte(' ')
+				name.WriteString(strings.TrimSuffix(line, "\r"))
+			}
+			continue
+		}
+		finish()
+		cur = ""
+		name.Reset()
+		if nRecs++; nRecs > MaxJobs {
+			skip("squeue printed more than %d jobs, more than were asked for; the rest are not used", MaxJobs)
+			break
+		}
+		numeric, rest, _ := strings.Cut(rest, " ")
+		display, rest, _ := strings.Cut(rest, " ")
+		partition, jobName, _ := strings.Cut(rest, " ")
+		switch {
+		case !digits(numeric) || !displayID(display, numeric):
+			skip("squeue record %q is not a job", quote(numeric+" "+display))
+		case !asked[numeric]:
+			skip("squeue answered for job %s, which was not asked for; not used", numeric)
+		case twice[numeric]:
+		case listed(jobs, numeric):
+			twice[numeric] = true
+			delete(jobs, numeric)
+			skip("squeue listed job %s twice; neither record is used", numeric)
+		default:
+			cur = numeric
+			jobs[cur] = Job{ID: display, Partition: hosttext.Clip(hosttext.Printable(partition), MaxPartition)}
+			name.WriteString(strings.TrimSuffix(jobName, "\r"))
+		}
+	}
+	finish()
+	if nSkip > MaxSkipped {
+		skipped = append(skipped, fmt.Sprintf("%d more squeue records not used", nSkip-MaxSkipped))
+	}
+	return jobs, skipped
+}
+
+// displayID reports whether s is a job id as squeue's %i prints the job
+// whose numeric id (%A) is numeric: that id itself, an array task
+// ("1233_5", whose %A is its own id), or a heterogeneous job's component
+// ("1234+1").
+func displayID(s, numeric string) bool {
+	if s == numeric {
+		return true
+	}
+	base, task, ok := strings.Cut(s, "_")
+	if !ok {
+		base, task, ok = strings.Cut(s, "+")
+	}
+	return ok && digits(base) && digits(task) && len(s) <= 32
+}
+
+// ParseContainers reads the section of one
+//
+//	docker ps --no-trunc --format "PREFIXctr {{.ID}} {{.Names}}"
+//
+// (or podman's): each running container's full id and its first name. An
+// id listed twice is not used. skipped names the records not used.
+func ParseContainers(body []byte, prefix string) (names map[string]string, skipped []string) {
+	names = map[string]string{}
+	tag := prefix + KindContainer + " "
+	twice := map[string]bool{}
+	nSkip, nRecs := 0, 0
+	skip := func(format string, args ...any) {
+		if nSkip++; nSkip <= MaxSkipped {
+			skipped = append(skipped, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\r"), tag)
+		if !ok {
+			continue // a warning of the engine's own, never a record
+		}
+		if nRecs++; nRecs > MaxContainers {
+			skip("more than %d containers listed; the rest are not used", MaxContainers)
+			break
+		}
+		id, list, _ := strings.Cut(rest, " ")
+		first, _, _ := strings.Cut(list, ",")
+		switch _, dup := names[id]; {
+		case !hexID(id):
+			skip("container id %q is not 64 hex digits", quote(id))
+		case twice[id]:
+		case dup:
+			twice[id] = true
+			delete(names, id)
+			skip("container %s listed twice; neither record is used", id[:shortID])
+		default:
+			names[id] = hosttext.Clip(hosttext.Printable(strings.TrimSpace(first)), MaxName)
+		}
+	}
+	if nSkip > MaxSkipped {
+		skipped = append(skipped, fmt.Sprintf("%d more container records not used", nSkip-MaxSkipped))
+	}
+	return names, skipped
+}
+
+func quote(s string) string {
+	return hosttext.Clip(hosttext.Printable(s), maxQuoted)
+}
+
+// Attribution is a process's six columns of load_data.csv.
+type Attribution struct {
+	SlurmJob, SlurmJobName, SlurmPartition string
+	Container, ContainerName               string
+	Pod                                    string
+}
+
+// Attribute names what c says: slurm_job is squeue's %i where squeue
+// answered for the job, else the numeric id from the cgroup; the
+// container's name is the first docker or podman gave for its id.
+func Attribute(c Cgroup, jobs map[string]Job, containers map[string]string) Attribution {
+	a := Attribution{SlurmJob: c.SlurmJob, Container: c.Container(), Pod: c.Pod}
+	if j, ok := jobs[c.SlurmJob]; ok && c.SlurmJob != "" {
+		a.SlurmJob, a.SlurmJobName, a.SlurmPartition = j.ID, j.Name, j.Partition
+	}
+	if c.ContainerID != "" {
+		a.ContainerName = containers[c.ContainerID]
+	}
+	return a
+}
