@@ -76,8 +76,10 @@ func TestOnce(t *testing.T) {
 	}
 	// the week of history says h200-b05 has been down all along: render
 	// tells the demo's webhook once, with the others down since
-	if n := strings.Count(stdout.String(), "demo: webhook: Host h200-b05 has not answered for"); n != 1 {
-		t.Errorf("the webhook was told of h200-b05 %d times, want once:\n%s", n, testenv.GrepLines(stdout.String(), "webhook"))
+	for _, told := range []string{"demo: webhook: Host h200-b05 has not answered for", "demo: webhook: GPU 1 on ws-c01 (NVIDIA GeForce RTX 2080 SUPER) has been held idle by judy for"} {
+		if n := strings.Count(stdout.String(), told); n != 1 {
+			t.Errorf("the webhook was told %q %d times, want once:\n%s", told, n, testenv.GrepLines(stdout.String(), "webhook"))
+		}
 	}
 }
 

@@ -35,8 +35,16 @@ func (s *site) seedHistory(ctx context.Context, now time.Time, stdout, stderr io
 		return err
 	}
 	defer os.RemoveAll(dir)
+	// the newest past snapshot is less than max_gap before the first
+	// fetch's, so that what goes on (a GPU left idle) goes on into it
+	first := now
+	for _, r := range rows {
+		if t, err := time.Parse(loaddata.TimeFormat, r.Timestamp); err == nil && t.Before(first) {
+			first = t
+		}
+	}
 	var files []string
-	for t := now.Add(-seedDays * 24 * time.Hour).Truncate(seedStep); t.Before(now.Add(-seedStep)); t = t.Add(seedStep) {
+	for t := first.Add(-seedDays*24*time.Hour + 5*time.Minute); t.Before(first.Add(-seedStep / 2)); t = t.Add(seedStep) {
 		f := filepath.Join(dir, t.UTC().Format("20060102T150405")+".csv")
 		if err := loaddata.WriteFile(f, pastRows(rows, t)); err != nil {
 			return err
@@ -58,8 +66,10 @@ func pastRows(rows []loaddata.Row, t time.Time) []loaddata.Row {
 	for i, r := range rows {
 		r.Timestamp = t.UTC().Format(loaddata.TimeFormat)
 		held := r.PID.Valid && !bool(r.Preemptible)
-		// a job goes home at night, except every third one and alice's
-		if held && !day && i%3 != 0 && r.User != "alice" {
+		// a job goes home at night, except every third one and alice's; a
+		// GPU left idle (judy's notebook) stays held day and night
+		idle := r.GPUUtilPct.Valid && r.GPUUtilPct.Value <= 5
+		if held && !day && i%3 != 0 && r.User != "alice" && !idle {
 			r.PID, r.User, r.Command, r.ProcessMemMiB, r.ProcessElapsedS = loaddata.Int{}, "", "", loaddata.Number{}, loaddata.Int{}
 			r.GPUUtilPct, r.MemUsedMiB = loaddata.Num(0), loaddata.Num(3)
 		} else if held && r.GPUUtilPct.Valid {

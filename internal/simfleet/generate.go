@@ -223,11 +223,16 @@ func Demo() []HostSpec {
 				p(90200, "dave", 4, 77000, day, "/usr/local/bin/ollama serve"),
 			}},
 		{Name: "h200-b05", Capture: h200, Failure: Refuse},
-		{Name: "ws-c01", Capture: rtx, State: "load", GPUs: 2, CPUs: 16, Load1: 2.7, MemTotalMiB: 64 * 1024, MemUsedMiB: 22 * 1024,
+		// judy's notebook kernel holds GPU 1 and computes nothing: idle-held
+		{Name: "ws-c01", Capture: rtx, GPUs: 2, CPUs: 16, Load1: 2.7, MemTotalMiB: 64 * 1024, MemUsedMiB: 22 * 1024,
 			Processes: []Process{
 				p(5267, "ivan", 0, 230, 420, "ffmpeg -hwaccel cuda -i input.mp4 -c:v h264_nvenc -b:v 8M out.mp4"),
 				p(5268, "ivan", 0, 370, 415, "ffmpeg -hwaccel cuda -i talk.mkv -c:v hevc_nvenc talk.mp4"),
-				p(6001, "judy", 1, 5100, 9000, "python3 notebook_kernel.py"),
+				func() Process {
+					k := p(6001, "judy", 1, 5100, 3*day, "python3 -m ipykernel_launcher -f kernel-4f1c.json")
+					k.Idle = true
+					return k
+				}(),
 			}},
 		{Name: "ws-c02", Capture: rtx, State: "idle", GPUs: 1, CPUs: 16, Load1: 0.31, MemTotalMiB: 64 * 1024, MemUsedMiB: 9 * 1024},
 		{Name: "h100-a05", Capture: h100, CPUs: 192, Load1: 4.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 250 * 1024,

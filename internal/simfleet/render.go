@@ -231,7 +231,7 @@ func makeGPUs(spec *HostSpec, m *capModel) []simGPU {
 	}
 	for _, p := range spec.Processes {
 		gpus[p.GPU].usedMiB += p.MemMiB
-		if spec.State == "" {
+		if spec.State == "" && !p.Idle {
 			gpus[p.GPU].state = "load"
 		}
 	}

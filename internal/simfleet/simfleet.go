@@ -99,6 +99,9 @@ type Process struct {
 	// Cgroup is its /proc/PID/cgroup ("" for a login session's): see
 	// SlurmCgroup, DockerCgroup, PodCgroup.
 	Cgroup string
+	// Idle holds memory and computes nothing (a notebook left open): its
+	// GPU keeps the capture's idle readings (with State "").
+	Idle bool
 }
 
 func (p *Process) processName() string {
