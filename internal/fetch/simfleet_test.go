@@ -50,15 +50,7 @@ func TestFleetFailures(t *testing.T) {
 		specs = append(specs, simfleet.HostSpec{Name: strings.ToLower(f.String()), Capture: h100, Failure: f})
 	}
 	fleet, ini := fleetConfig(t, specs, 3)
-	out := t.TempDir() + "/load_data.csv"
-	var stderr bytes.Buffer
-	if err := Main(context.Background(), []string{"-c", ini, "-o", out, "-v"}, &stderr, &stderr); err != nil {
-		t.Fatalf("fetch: %v\n%s", err, stderr.String())
-	}
-	rows, err := loaddata.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows, stderr := fetchRows(t, ini)
 	byHost := map[string][]loaddata.Row{}
 	for _, r := range rows {
 		byHost[r.Host] = append(byHost[r.Host], r)
@@ -168,15 +160,7 @@ func TestFleetAttribution(t *testing.T) {
 	}
 	fmt.Fprintln(f, "containers = docker") // the file ends in [common]
 	f.Close()
-	out := t.TempDir() + "/load_data.csv"
-	var stderr bytes.Buffer
-	if err := Main(context.Background(), []string{"-c", ini, "-o", out, "-v"}, &stderr, &stderr); err != nil {
-		t.Fatalf("fetch: %v\n%s", err, stderr.String())
-	}
-	rows, err := loaddata.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows, _ := fetchRows(t, ini)
 	type cells struct {
 		User                                   string
 		SlurmJob, SlurmJobName, SlurmPartition string
@@ -209,4 +193,20 @@ func TestFleetAttribution(t *testing.T) {
 			t.Errorf("%s: container %q is not 12 hex digits", k, c)
 		}
 	}
+}
+
+// fetchRows runs fetch -v with the config ini and returns its rows and
+// what it printed.
+func fetchRows(t testing.TB, ini string) ([]loaddata.Row, *bytes.Buffer) {
+	t.Helper()
+	out := t.TempDir() + "/load_data.csv"
+	var stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"-c", ini, "-o", out, "-v"}, &stderr, &stderr); err != nil {
+		t.Fatalf("fetch: %v\n%s", err, stderr.String())
+	}
+	rows, err := loaddata.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, &stderr
 }
