@@ -59,11 +59,25 @@ bench:
 demo: build
 	@$(BIN)/demo -addr $(ADDR) -dir $(DEMO)
 
-# Static idlemon binaries (no cgo) to copy to the GPU hosts.
+# The version stamped into the binaries (`PROG -version`): git describe, e.g.
+# 0.3.0-12-gabc1234 (a bare hash while there are no tags), "dev" outside git.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/gpumon/gpumon/internal/version.version=$(VERSION)
+PROGS   := fetch render idlemon
+ARCHES  := amd64 arm64
+
+# Static binaries (no cgo), trimmed and stamped, for each architecture:
+# bin/linux-ARCH/{fetch,render,idlemon}. Copy idlemon to the GPU hosts; or
+# see `make deb`.
 dist:
-	mkdir -p $(BIN)/linux-amd64 $(BIN)/linux-arm64
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/linux-amd64/idlemon ./cmd/idlemon
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/linux-arm64/idlemon ./cmd/idlemon
+	@for arch in $(ARCHES); do \
+		mkdir -p $(BIN)/linux-$$arch || exit 1; \
+		for p in $(PROGS); do \
+			echo "build $(BIN)/linux-$$arch/$$p $(VERSION)"; \
+			CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='$(LDFLAGS)' \
+				-o $(BIN)/linux-$$arch/$$p ./cmd/$$p || exit 1; \
+		done; \
+	done
 
 clean:
 	rm -rf $(BIN) $(DEMO)

@@ -17,9 +17,11 @@ import (
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/remote"
+	"github.com/gpumon/gpumon/internal/version"
 )
 
 const usage = `usage: fetch [-c config.ini] [-o load_data.csv] [-q] [-v]
+       fetch -version
 
 Polls every GPU host in config.ini over SSH (one connection each, all at
 once) and writes load_data.csv. Exits 0 when the file was written, even if
@@ -30,6 +32,7 @@ untouched, when nothing could be written.
   -o FILE   output CSV (default: [common] output, else load_data.csv)
   -q        no summary line on stderr (for cron, which mails any output)
   -v        one line per failed host on stderr
+  -version  print the version and exit
 `
 
 // Main is the fetch command.
@@ -69,6 +72,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type options struct {
 	configPath, output string
 	quiet, verbose     bool
+	version            bool
 }
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
@@ -79,12 +83,17 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.output, "o", "", "")
 	fs.BoolVar(&o.quiet, "q", false, "")
 	fs.BoolVar(&o.verbose, "v", false, "")
+	fs.BoolVar(&o.version, "version", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
 			return nil, err
 		}
 		return nil, &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
+	}
+	if o.version {
+		fmt.Fprintln(stdout, version.Line("fetch"))
+		return nil, flag.ErrHelp // exit 0, do nothing else
 	}
 	if fs.NArg() > 0 {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}

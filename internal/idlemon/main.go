@@ -19,12 +19,14 @@ import (
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/idlemon/config"
 	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/version"
 )
 
 const usage = `usage: idlemon [-c FILE] [run]        run the daemon (what the systemd unit does)
        idlemon [-c FILE] check|-n        check the config and print what it would do
        idlemon [-c FILE | -s STATE] status
        idlemon [-c FILE | -s STATE] available [-l N]
+       idlemon -version
 
 idlemon runs the jobs of its config's [process-*] sections on idle GPUs and
 stops them (SIGTERM to every process of the job, SIGKILL after grace_seconds)
@@ -35,6 +37,7 @@ as soon as anybody else opens one of their GPUs.
   -s FILE   state file to read (default: the config's state_file, else
             /run/idlemon/state.json)
   -l N      available: print at most N GPU indices
+  -version  print the version and exit
 
 Commands:
   run        the daemon; SIGTERM or SIGINT stops its jobs and exits
@@ -58,6 +61,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, opt 
 	statePath := fs.String("s", "", "")
 	limit := fs.Int("l", 0, "")
 	help := fs.Bool("h", false, "")
+	showVersion := fs.Bool("version", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -67,6 +71,10 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, opt 
 	}
 	if *help {
 		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("idlemon"))
 		return nil
 	}
 	cmd := "run"

@@ -21,6 +21,7 @@ import (
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
+	"github.com/gpumon/gpumon/internal/version"
 )
 
 const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
@@ -28,6 +29,7 @@ const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
        render -usage SPAN [-format text|csv|json]
        render -import FILE...
        render -notify-test
+       render -version
 
 Reads load_data.csv (fetch's output), records it in the history database
 ([history] db) and writes a self-contained status page, status.json and
@@ -51,6 +53,7 @@ does not parse leaves every previous file as it was.
   -notify-test
              send a test message to every [notify] target and say what
              each answered
+  -version   print the version and exit
 `
 
 // clock is the time of a run; tests that play many runs over hours set it.
@@ -127,6 +130,7 @@ type options struct {
 	notifyTest                bool
 	files                     []string
 	color                     string // auto, always or never
+	version                   bool
 }
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
@@ -143,12 +147,17 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.imports, "import", false, "")
 	fs.BoolVar(&o.notifyTest, "notify-test", false, "")
 	fs.StringVar(&o.color, "color", "auto", "")
+	fs.BoolVar(&o.version, "version", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
 			return nil, err
 		}
 		return nil, &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
+	}
+	if o.version {
+		fmt.Fprintln(stdout, version.Line("render"))
+		return nil, flag.ErrHelp // exit 0, do nothing else
 	}
 	if o.imports {
 		o.files = fs.Args()
