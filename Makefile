@@ -10,7 +10,7 @@ ADDR    ?= 127.0.0.1:8080
 # parsers and FuzzBuild, about 3s for FuzzMarkup.
 FUZZTIME ?= 5000x
 
-.PHONY: all build test fuzz bench demo dist vet clean
+.PHONY: all build test fuzz bench demo dist deb vet clean
 
 all: build
 
@@ -76,6 +76,26 @@ dist:
 			echo "build $(BIN)/linux-$$arch/$$p $(VERSION)"; \
 			CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='$(LDFLAGS)' \
 				-o $(BIN)/linux-$$arch/$$p ./cmd/$$p || exit 1; \
+		done; \
+	done
+
+# Debian packages for each architecture, built by nfpm (a separate module,
+# tools/go.mod, so that the main go.mod stays lean): bin/gpumon_V_ARCH.deb
+# (fetch, render, the gpumon-live unit, /etc/gpumon/config.ini, the docs, the
+# Prometheus rules) and bin/gpumon-idlemon_V_ARCH.deb. V is VERSION as a
+# Debian version (dist/deb/debversion). Install with sudo dpkg -i.
+DEB_VERSION ?= $(shell dist/deb/debversion $(VERSION))
+MAINTAINER  ?= gpumon authors <gpumon@localhost>
+NFPM        := $(BIN)/nfpm
+
+$(NFPM): tools/go.mod tools/go.sum
+	cd tools && $(GO) build -o ../$(NFPM) github.com/goreleaser/nfpm/v2/cmd/nfpm
+
+deb: dist $(NFPM)
+	@for arch in $(ARCHES); do \
+		for pkg in gpumon gpumon-idlemon; do \
+			ARCH=$$arch VERSION='$(DEB_VERSION)' MAINTAINER='$(MAINTAINER)' \
+				$(NFPM) package -f dist/deb/$$pkg.yaml -p deb -t $(BIN)/ || exit 1; \
 		done; \
 	done
 
