@@ -74,7 +74,7 @@ dist:
 		mkdir -p $(BIN)/linux-$$arch || exit 1; \
 		for p in $(PROGS); do \
 			echo "build $(BIN)/linux-$$arch/$$p $(VERSION)"; \
-			CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='$(LDFLAGS)' \
+			CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -ldflags='$(LDFLAGS)' \
 				-o $(BIN)/linux-$$arch/$$p ./cmd/$$p || exit 1; \
 		done; \
 	done
@@ -89,7 +89,7 @@ MAINTAINER  ?= gpumon authors <gpumon@localhost>
 NFPM        := $(BIN)/nfpm
 
 $(NFPM): tools/go.mod tools/go.sum
-	cd tools && $(GO) build -o ../$(NFPM) github.com/goreleaser/nfpm/v2/cmd/nfpm
+	cd tools && $(GO) build -buildvcs=false -o ../$(NFPM) github.com/goreleaser/nfpm/v2/cmd/nfpm
 
 deb: dist $(NFPM)
 	@for arch in $(ARCHES); do \
