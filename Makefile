@@ -86,6 +86,9 @@ dist:
 # Debian version (dist/deb/debversion). Install with sudo dpkg -i.
 DEB_VERSION ?= $(shell dist/deb/debversion $(VERSION))
 MAINTAINER  ?= gpumon authors <gpumon@localhost>
+# Every file in the packages gets the last commit's time: the same commit
+# gives the same .deb, byte for byte (the binaries are reproducible too).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 NFPM        := $(BIN)/nfpm
 
 $(NFPM): tools/go.mod tools/go.sum
@@ -94,7 +97,7 @@ $(NFPM): tools/go.mod tools/go.sum
 deb: dist $(NFPM)
 	@for arch in $(ARCHES); do \
 		for pkg in gpumon gpumon-idlemon; do \
-			ARCH=$$arch VERSION='$(DEB_VERSION)' MAINTAINER='$(MAINTAINER)' \
+			ARCH=$$arch VERSION='$(DEB_VERSION)' MAINTAINER='$(MAINTAINER)' SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' \
 				$(NFPM) package -f dist/deb/$$pkg.yaml -p deb -t $(BIN)/ || exit 1; \
 		done; \
 	done
