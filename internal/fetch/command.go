@@ -11,7 +11,9 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/hoststatus"
@@ -19,7 +21,7 @@ import (
 	"github.com/gpumon/gpumon/internal/remote"
 )
 
-const usage = `usage: fetch [-c config.ini] [-o load_data.csv] [-q] [-v]
+const usage = `usage: fetch [-c config.ini] [-o load_data.csv] [-q] [-v] [-every 15s]
 
 Polls every GPU host in config.ini over SSH (one connection each, all at
 once) and writes load_data.csv. Exits 0 when the file was written, even if
@@ -30,10 +32,31 @@ untouched, when nothing could be written.
   -o FILE   output CSV (default: [common] output, else load_data.csv)
   -q        no summary line on stderr (for cron, which mails any output)
   -v        one line per failed host on stderr
+  -every D  live mode: stay running, keep one SSH connection per host, poll
+            every D (at least 5s), and after each round write the CSV and
+            run the render step (page, status.json, metrics.prom, history,
+            notifications) in this process; SIGINT or SIGTERM stops it
 `
 
-// Main is the fetch command.
+// Main is the fetch command, without live mode (see MainWith).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return MainWith(ctx, args, stdout, stderr, nil)
+}
+
+// Renderer is live mode's render step, run after each round's CSV is
+// written, at the round's time.
+type Renderer interface {
+	Render(ctx context.Context, now time.Time) error
+}
+
+// NewRenderer sets up the render step from the config file, once, for the
+// CSV at csvPath; package live provides it (package fetch does not import
+// render).
+type NewRenderer func(configPath, csvPath string, every time.Duration, stderr io.Writer) (Renderer, error)
+
+// MainWith is the fetch command; newRenderer, when not nil, makes -every
+// (live mode) available.
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newRenderer NewRenderer) error {
 	limitMemory()
 	opts, err := parseFlags(args, stdout)
 	if err != nil {
@@ -48,6 +71,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opts.output != "" {
 		cfg.Output = opts.output
+	}
+	if opts.every != 0 {
+		if newRenderer == nil {
+			return errors.New("-every: this build of fetch has no live mode")
+		}
+		return runLive(ctx, cfg, opts, newRenderer, stderr)
 	}
 	results, err := pollAndWrite(ctx, cfg)
 	if err != nil {
@@ -69,6 +98,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type options struct {
 	configPath, output string
 	quiet, verbose     bool
+	every              time.Duration
 }
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
@@ -79,6 +109,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.output, "o", "", "")
 	fs.BoolVar(&o.quiet, "q", false, "")
 	fs.BoolVar(&o.verbose, "v", false, "")
+	fs.DurationVar(&o.every, "every", 0, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -88,6 +119,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
+	}
+	if o.every != 0 && o.every < MinEvery {
+		return nil, &cli.UsageError{Msg: fmt.Sprintf("-every %s: live mode polls at most every %s", o.every, MinEvery)}
 	}
 	return &o, nil
 }
@@ -196,4 +230,56 @@ func limitMemory() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(MemoryLimit)
 	}
+}
+
+// runLive is live mode: it holds the lock on cfg.Output for its whole life
+// (a cron fetch meanwhile fails, saying so) and runs rounds until ctx ends.
+func runLive(ctx context.Context, cfg *Config, opts *options, newRenderer NewRenderer, stderr io.Writer) error {
+	hosts, err := cfg.ResolveHosts(ctx)
+	if err != nil {
+		return err
+	}
+	unlock, err := lockFile(cfg.Output + ".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_ = loaddata.RemoveLeftovers(cfg.Output)
+	rend, err := newRenderer(cfg.Path, cfg.Output, opts.every, stderr)
+	if err != nil {
+		return err
+	}
+	client, err := newClient(cfg)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	// back-offs count from the start of the round that failed, so that
+	// "one interval" means the next round
+	var roundStart atomic.Int64
+	keeper := &remote.Keeper{Client: client, Backoff: opts.every, Now: func() time.Time { return time.Unix(0, roundStart.Load()) }}
+	defer keeper.Close()
+	p := &Poller{Runner: keeper, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers}
+	l := &Live{Poller: p, Hosts: hosts, Output: cfg.Output, Every: opts.every,
+		Now: func() time.Time {
+			t := time.Now()
+			roundStart.Store(t.UnixNano())
+			return t
+		},
+		Log: stderr, Summaries: !opts.quiet,
+		AfterWrite: func(ctx context.Context, r *Round) error {
+			if opts.verbose {
+				for _, res := range r.Results {
+					if res.Status != hoststatus.OK {
+						fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", res.Host, res.Status, res.Error)
+					}
+				}
+			}
+			return rend.Render(ctx, r.Start)
+		},
+	}
+	if !opts.quiet {
+		fmt.Fprintf(stderr, "fetch: live: %d hosts every %s, writing %s\n", len(hosts), opts.every, cfg.Output)
+	}
+	return l.Run(ctx)
 }

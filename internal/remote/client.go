@@ -83,6 +83,27 @@ func (c *Client) Close() {
 // standard output. ctx's deadline covers everything; when it passes, the
 // connection is closed and the error is hoststatus.Timeout, naming the phase.
 func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) ([]byte, error) {
+	k, err := c.Connect(ctx, alias)
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
+	return k.Run(ctx, command, stdin)
+}
+
+// Conn is one host's SSH connection, kept open for many commands (live
+// mode); each Run opens a session of its own.
+type Conn struct {
+	c      *Client
+	t      Target
+	conn   net.Conn
+	client *ssh.Client
+	dead   chan struct{} // closed once the connection is gone
+}
+
+// Connect resolves alias, dials it and completes the SSH handshake (host
+// key checked, as for Run) under ctx's deadline.
+func (c *Client) Connect(ctx context.Context, alias string) (*Conn, error) {
 	t, err := c.SSHConfig.Resolve(alias)
 	if err != nil {
 		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}
@@ -98,23 +119,62 @@ func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) (
 	// x/crypto/ssh (Timeout covers only the TCP connect, and a channel over a
 	// jump host takes no deadline).
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	defer conn.Close()
-
-	phase := "SSH handshake with " + t.Addr() + route
 	client, err := c.handshake(conn, t)
-	if err != nil {
-		return nil, c.classify(ctx, phase, err, t)
+	stopped := stop()
+	if err == nil && !stopped {
+		// the deadline passed as the handshake ended: the connection is closed
+		client.Close()
+		err = ctx.Err()
 	}
-	defer client.Close()
-
-	phase = "opening a session"
-	sess, err := client.NewSession()
 	if err != nil {
-		return nil, c.classify(ctx, phase, err, t)
+		conn.Close()
+		return nil, c.classify(ctx, "SSH handshake with "+t.Addr()+route, err, t)
+	}
+	k := &Conn{c: c, t: t, conn: conn, client: client, dead: make(chan struct{})}
+	go func() {
+		client.Wait()
+		close(k.dead)
+	}()
+	return k, nil
+}
+
+// Alive reports whether the connection is still open, as far as is known
+// without a round trip.
+func (k *Conn) Alive() bool {
+	select {
+	case <-k.dead:
+		return false
+	default:
+		return true
+	}
+}
+
+// Close closes the connection.
+func (k *Conn) Close() {
+	k.client.Close()
+	k.conn.Close()
+}
+
+// Run opens a session, runs command with stdin and returns its standard
+// output. When ctx's deadline passes (or the host sends more than it may),
+// the whole connection is closed: sessions take no context.
+func (k *Conn) Run(ctx context.Context, command string, stdin []byte) ([]byte, error) {
+	out, _, err := k.run(ctx, command, stdin)
+	return out, err
+}
+
+// run is Run that also says whether the host opened a session: a kept
+// connection that died unseen fails before that.
+func (k *Conn) run(ctx context.Context, command string, stdin []byte) (out []byte, opened bool, err error) {
+	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
+	defer stop()
+	sess, err := k.client.NewSession()
+	if err != nil {
+		return nil, false, k.c.classify(ctx, "opening a session", err, k.t)
 	}
 	defer sess.Close()
-	return c.runCommand(ctx, sess, conn, command, stdin, t)
+	out, err = k.c.runCommand(ctx, sess, k.conn, command, stdin, k.t)
+	return out, true, err
 }
 
 // runCommand runs command in sess and returns its standard output, cut off

@@ -38,6 +38,9 @@ type Config struct {
 	FreeMemMiB   float64       // a GPU using this much memory or more is busy
 	Ignore       []string      // programs that never make a GPU busy: ignore.Default plus ignore_processes
 	Reservations string        // reservations JSON file, "" for none
+	// LiveEvery is fetch's live-mode interval when render runs inside it
+	// (not a config.ini key); 0 otherwise.
+	LiveEvery time.Duration
 
 	// JSONSet and PromSet tell an explicit path (even an empty one) from the
 	// default, which follows HTML (and so -o).
