@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -232,54 +231,67 @@ func limitMemory() {
 	}
 }
 
-// runLive is live mode: it holds the lock on cfg.Output for its whole life
-// (a cron fetch meanwhile fails, saying so) and runs rounds until ctx ends.
+// runLive is live mode: SetupLive, then rounds until ctx ends.
 func runLive(ctx context.Context, cfg *Config, opts *options, newRenderer NewRenderer, stderr io.Writer) error {
-	hosts, err := cfg.ResolveHosts(ctx)
+	l, closeAll, err := SetupLive(ctx, cfg, opts.every, newRenderer, stderr)
 	if err != nil {
 		return err
+	}
+	defer closeAll()
+	l.Summaries = !opts.quiet
+	if opts.verbose {
+		render := l.AfterWrite
+		l.AfterWrite = func(ctx context.Context, r *Round) error {
+			for _, res := range r.Results {
+				if res.Status != hoststatus.OK {
+					fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", res.Host, res.Status, res.Error)
+				}
+			}
+			return render(ctx, r)
+		}
+	}
+	if !opts.quiet {
+		fmt.Fprintf(stderr, "fetch: live: %d hosts every %s, writing %s\n", len(l.Hosts), opts.every, cfg.Output)
+	}
+	return l.Run(ctx)
+}
+
+// SetupLive prepares live mode over cfg, polling every interval: the
+// hosts resolved (once), the lock on cfg.Output taken for the whole life
+// of the returned Live (a cron fetch meanwhile fails, saying so), the
+// render step set up, and a remote.Keeper as the Poller's Runner, whose
+// back-off starts at one interval, counted from the round that failed.
+// closeAll closes the connections and releases the lock, once Run returned.
+func SetupLive(ctx context.Context, cfg *Config, every time.Duration, newRenderer NewRenderer, stderr io.Writer) (l *Live, closeAll func(), err error) {
+	hosts, err := cfg.ResolveHosts(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	unlock, err := lockFile(cfg.Output + ".lock")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer unlock()
 	_ = loaddata.RemoveLeftovers(cfg.Output)
-	rend, err := newRenderer(cfg.Path, cfg.Output, opts.every, stderr)
+	rend, err := newRenderer(cfg.Path, cfg.Output, every, stderr)
 	if err != nil {
-		return err
+		unlock()
+		return nil, nil, err
 	}
 	client, err := newClient(cfg)
 	if err != nil {
-		return err
+		unlock()
+		return nil, nil, err
 	}
-	defer client.Close()
-	// back-offs count from the start of the round that failed, so that
-	// "one interval" means the next round
-	var roundStart atomic.Int64
-	keeper := &remote.Keeper{Client: client, Backoff: opts.every, Now: func() time.Time { return time.Unix(0, roundStart.Load()) }}
-	defer keeper.Close()
+	keeper := &remote.Keeper{Client: client, Backoff: every}
 	p := &Poller{Runner: keeper, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers}
-	l := &Live{Poller: p, Hosts: hosts, Output: cfg.Output, Every: opts.every,
-		Now: func() time.Time {
-			t := time.Now()
-			roundStart.Store(t.UnixNano())
-			return t
-		},
-		Log: stderr, Summaries: !opts.quiet,
-		AfterWrite: func(ctx context.Context, r *Round) error {
-			if opts.verbose {
-				for _, res := range r.Results {
-					if res.Status != hoststatus.OK {
-						fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", res.Host, res.Status, res.Error)
-					}
-				}
-			}
-			return rend.Render(ctx, r.Start)
-		},
+	l = &Live{Poller: p, Hosts: hosts, Output: cfg.Output, Every: every, Log: stderr, Summaries: true,
+		AfterWrite: func(ctx context.Context, r *Round) error { return rend.Render(ctx, r.Start) },
 	}
-	if !opts.quiet {
-		fmt.Fprintf(stderr, "fetch: live: %d hosts every %s, writing %s\n", len(hosts), opts.every, cfg.Output)
+	keeper.Now = l.RoundStart
+	closeAll = func() {
+		keeper.Close()
+		client.Close()
+		unlock()
 	}
-	return l.Run(ctx)
+	return l, closeAll, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
@@ -44,7 +45,13 @@ type Live struct {
 	// changes; nil: none.
 	Log       io.Writer
 	Summaries bool
+
+	roundStart atomic.Int64 // UnixNano of the round under way
 }
+
+// RoundStart is the time of the round under way (of the last one, between
+// rounds).
+func (l *Live) RoundStart() time.Time { return time.Unix(0, l.roundStart.Load()) }
 
 // Round is what one live round did.
 type Round struct {
@@ -95,7 +102,9 @@ func (l *Live) Run(ctx context.Context) error {
 	}
 	defer s.drain()
 	for round := 1; ; round++ {
-		if !s.round(ctx, round, now(), wait) {
+		start := now()
+		l.roundStart.Store(start.UnixNano())
+		if !s.round(ctx, round, start, wait) {
 			return nil
 		}
 		select {
