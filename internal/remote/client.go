@@ -59,6 +59,28 @@ type jump struct {
 	ready  chan struct{}
 	client *ssh.Client
 	err    error
+	at     time.Time     // when the dial ended
+	dead   chan struct{} // closed when client's connection is gone
+}
+
+// stale says whether a finished jump dial should be made again: its
+// connection is gone (live mode keeps a Client for days), or it failed
+// longer than jumpTimeout ago (within one run, a failure is shared).
+func (j *jump) stale() bool {
+	select {
+	case <-j.ready:
+	default:
+		return false
+	}
+	if j.err != nil {
+		return time.Since(j.at) > jumpTimeout
+	}
+	select {
+	case <-j.dead:
+		return true
+	default:
+		return false
+	}
 }
 
 // Close ends shared jump-host connections and the agent connection.
@@ -278,11 +300,24 @@ func (c *Client) jumpClient(ctx context.Context, hops []string) (*ssh.Client, er
 		c.jumps = map[string]*jump{}
 	}
 	j, ok := c.jumps[key]
+	if ok && j.stale() {
+		if j.client != nil {
+			j.client.Close()
+		}
+		ok = false
+	}
 	if !ok {
-		j = &jump{ready: make(chan struct{})}
+		j = &jump{ready: make(chan struct{}), dead: make(chan struct{})}
 		c.jumps[key] = j
 		c.mu.Unlock()
 		j.client, j.err = c.dialChain(hops)
+		j.at = time.Now()
+		if j.client != nil {
+			go func() {
+				j.client.Wait()
+				close(j.dead)
+			}()
+		}
 		close(j.ready)
 	} else {
 		c.mu.Unlock()
