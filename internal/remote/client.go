@@ -208,8 +208,7 @@ func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Con
 	stdout := newCapture(MaxOutput, "output", acct)
 	stderr := newCapture(MaxStderr, "error output", acct)
 	sess.Stdin = bytes.NewReader(stdin)
-	sess.Stdout, sess.Stderr = stdout, stderr
-	err := sess.Run(command)
+	err := runCopying(sess, command, stdout, stderr)
 	for _, stream := range []*capture{stdout, stderr} {
 		if e := stream.failed(); e != nil {
 			return nil, e
@@ -229,6 +228,47 @@ func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Con
 		return stdout.bytes(), &Error{Status: hoststatus.Error, Msg: "the connection closed before the output was complete"}
 	}
 	return stdout.bytes(), c.classify(ctx, "running the probe", err, t)
+}
+
+// copyBuffers are the buffers that carry a session's output into its
+// captures. Left to itself, x/crypto/ssh copies each stream with io.Copy,
+// which makes a 32 KiB buffer per stream and session: in live mode, 64 MB
+// of garbage per round of 1,000 hosts, and a sixth of fetch's CPU spent
+// collecting it.
+var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// runCopying is sess.Run(command) with stdout and stderr filled through
+// pooled buffers. The captures' Write still sees every byte (they have no
+// ReadFrom, and a channel has no WriteTo), so their caps hold.
+func runCopying(sess *ssh.Session, command string, stdout, stderr *capture) error {
+	outPipe, err := sess.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	errPipe, err := sess.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := sess.Start(command); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		dst *capture
+		src io.Reader
+	}{{stdout, outPipe}, {stderr, errPipe}} {
+		wg.Go(func() {
+			buf := copyBuffers.Get().(*[32 << 10]byte)
+			defer copyBuffers.Put(buf)
+			if _, err := io.CopyBuffer(c.dst, c.src, buf[:]); err != nil {
+				// cut off (the capture closed the connection) or the
+				// connection failed: Wait says so; drain nothing more
+				return
+			}
+		})
+	}
+	wg.Wait()
+	return sess.Wait()
 }
 
 // exitError explains a remote command that failed: the first line it
