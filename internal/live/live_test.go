@@ -213,8 +213,8 @@ func TestLiveRounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(page, []byte("live: fetch polls every 15 s")) {
-			t.Fatalf("round %d: the page does not say it is live", n)
+		if !bytes.Contains(page, []byte("live: fetch polls every 15 s; reloads every 15 s")) {
+			t.Fatalf("round %d: the page does not say it is live, or does not reload every interval", n)
 		}
 		if bytes.Equal(page, prevPage) {
 			t.Fatalf("round %d: the page was not rewritten", n)

@@ -405,6 +405,10 @@ func NewLive(configPath, csvPath string, every time.Duration, stderr io.Writer) 
 	}
 	cfg.Input = csvPath
 	cfg.LiveEvery = every
+	if !cfg.RefreshSet && every < cfg.Refresh {
+		// the page is rewritten every interval: reload it as often
+		cfg.Refresh = every
+	}
 	return &Live{cfg: cfg, stderr: stderr}, nil
 }
 
