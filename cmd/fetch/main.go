@@ -9,12 +9,12 @@ import (
 	"syscall"
 
 	"github.com/gpumon/gpumon/internal/cli"
-	"github.com/gpumon/gpumon/internal/fetch"
+	"github.com/gpumon/gpumon/internal/live"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := fetch.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := live.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(cli.Exit("fetch", err, os.Stderr))
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/hoststatus"
@@ -20,7 +21,7 @@ import (
 	"github.com/gpumon/gpumon/internal/version"
 )
 
-const usage = `usage: fetch [-c config.ini] [-o load_data.csv] [-q] [-v]
+const usage = `usage: fetch [-c config.ini] [-o load_data.csv] [-q] [-v] [-every 15s]
        fetch -version
 
 Polls every GPU host in config.ini over SSH (one connection each, all at
@@ -32,11 +33,32 @@ untouched, when nothing could be written.
   -o FILE   output CSV (default: [common] output, else load_data.csv)
   -q        no summary line on stderr (for cron, which mails any output)
   -v        one line per failed host on stderr
+  -every D  live mode: stay running, keep one SSH connection per host, poll
+            every D (at least 5s), and after each round write the CSV and
+            run the render step (page, status.json, metrics.prom, history,
+            notifications) in this process; SIGINT or SIGTERM stops it
   -version  print the version and exit
 `
 
-// Main is the fetch command.
+// Main is the fetch command, without live mode (see MainWith).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return MainWith(ctx, args, stdout, stderr, nil)
+}
+
+// Renderer is live mode's render step, run after each round's CSV is
+// written, at the round's time.
+type Renderer interface {
+	Render(ctx context.Context, now time.Time) error
+}
+
+// NewRenderer sets up the render step from the config file, once, for the
+// CSV at csvPath; package live provides it (package fetch does not import
+// render).
+type NewRenderer func(configPath, csvPath string, every time.Duration, stderr io.Writer) (Renderer, error)
+
+// MainWith is the fetch command; newRenderer, when not nil, makes -every
+// (live mode) available.
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newRenderer NewRenderer) error {
 	limitMemory()
 	opts, err := parseFlags(args, stdout)
 	if err != nil {
@@ -51,6 +73,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opts.output != "" {
 		cfg.Output = opts.output
+	}
+	if opts.every != 0 {
+		if newRenderer == nil {
+			return errors.New("-every: this build of fetch has no live mode")
+		}
+		return runLive(ctx, cfg, opts, newRenderer, stderr)
 	}
 	results, err := pollAndWrite(ctx, cfg)
 	if err != nil {
@@ -73,6 +101,7 @@ type options struct {
 	configPath, output string
 	quiet, verbose     bool
 	version            bool
+	every              time.Duration
 }
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
@@ -84,6 +113,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.quiet, "q", false, "")
 	fs.BoolVar(&o.verbose, "v", false, "")
 	fs.BoolVar(&o.version, "version", false, "")
+	fs.DurationVar(&o.every, "every", 0, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -97,6 +127,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
+	}
+	if o.every != 0 && o.every < MinEvery {
+		return nil, &cli.UsageError{Msg: fmt.Sprintf("-every %s: live mode polls at most every %s", o.every, MinEvery)}
 	}
 	return &o, nil
 }
@@ -205,4 +238,69 @@ func limitMemory() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(MemoryLimit)
 	}
+}
+
+// runLive is live mode: SetupLive, then rounds until ctx ends.
+func runLive(ctx context.Context, cfg *Config, opts *options, newRenderer NewRenderer, stderr io.Writer) error {
+	l, closeAll, err := SetupLive(ctx, cfg, opts.every, newRenderer, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	l.Summaries = !opts.quiet
+	if opts.verbose {
+		render := l.AfterWrite
+		l.AfterWrite = func(ctx context.Context, r *Round) error {
+			for _, res := range r.Results {
+				if res.Status != hoststatus.OK {
+					fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", res.Host, res.Status, res.Error)
+				}
+			}
+			return render(ctx, r)
+		}
+	}
+	if !opts.quiet {
+		fmt.Fprintf(stderr, "fetch: live: %d hosts every %s, writing %s\n", len(l.Hosts), opts.every, cfg.Output)
+	}
+	return l.Run(ctx)
+}
+
+// SetupLive prepares live mode over cfg, polling every interval: the
+// hosts resolved (once), the lock on cfg.Output taken for the whole life
+// of the returned Live (a cron fetch meanwhile fails, saying so), the
+// render step set up, and a remote.Keeper as the Poller's Runner, whose
+// back-off starts at one interval, counted from the round that failed.
+// closeAll closes the connections and releases the lock, once Run returned.
+func SetupLive(ctx context.Context, cfg *Config, every time.Duration, newRenderer NewRenderer, stderr io.Writer) (l *Live, closeAll func(), err error) {
+	hosts, err := cfg.ResolveHosts(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock, err := lockFile(cfg.Output + ".lock")
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = loaddata.RemoveLeftovers(cfg.Output)
+	rend, err := newRenderer(cfg.Path, cfg.Output, every, stderr)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	client, err := newClient(cfg)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	keeper := &remote.Keeper{Client: client, Backoff: every}
+	p := &Poller{Runner: keeper, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers}
+	l = &Live{Poller: p, Hosts: hosts, Output: cfg.Output, Every: every, Log: stderr, Summaries: true,
+		AfterWrite: func(ctx context.Context, r *Round) error { return rend.Render(ctx, r.Start) },
+	}
+	keeper.Now = l.RoundStart
+	closeAll = func() {
+		keeper.Close()
+		client.Close()
+		unlock()
+	}
+	return l, closeAll, nil
 }

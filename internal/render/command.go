@@ -84,28 +84,34 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case opts.notifyTest:
 		return notifyTest(ctx, cfg, now, stdout)
 	}
+	if !opts.text && !opts.free {
+		return renderFiles(ctx, cfg, now, stderr)
+	}
+	// -text only looks: it records nothing (it may run as anyone)
 	rep, problems, err := buildReport(cfg, now)
 	if err != nil {
 		return err
 	}
-	var histErr error
-	if !opts.text && !opts.free {
-		// -text only looks: it records nothing (it may run as anyone)
-		histErr = recordHistory(ctx, rep)
-	}
-	if opts.text || opts.free {
-		err = TextWith(stdout, rep, TextOptions{Color: opts.color == "always" || opts.color == "auto" && isTerminal(stdout),
-			Free: opts.free, Width: terminalWidth(stdout)})
-	} else {
-		err = writeFiles(rep, pathsOf(cfg))
-	}
+	err = TextWith(stdout, rep, TextOptions{Color: opts.color == "always" || opts.color == "auto" && isTerminal(stdout),
+		Free: opts.free, Width: terminalWidth(stdout)})
 	if err != nil {
 		return err
 	}
-	var notifyErr error
-	if !opts.text && !opts.free {
-		notifyErr = notifyRun(ctx, rep, stderr)
+	return reservationError(problems, stderr)
+}
+
+// renderFiles is one render: cfg.Input read, the history recorded, the
+// page, status.json and metrics.prom replaced, notifications sent.
+func renderFiles(ctx context.Context, cfg *Config, now time.Time, stderr io.Writer) error {
+	rep, problems, err := buildReport(cfg, now)
+	if err != nil {
+		return err
 	}
+	histErr := recordHistory(ctx, rep)
+	if err := writeFiles(rep, pathsOf(cfg)); err != nil {
+		return err
+	}
+	notifyErr := notifyRun(ctx, rep, stderr)
 	// every error is printed; the last one is returned, with its hint
 	errs := []error{histErr, notifyErr, reservationError(problems, stderr)}
 	var last error
@@ -390,4 +396,33 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// Live is the render step of fetch's live mode: the config read once, then
+// one render per round (see fetch.Live).
+type Live struct {
+	cfg    *Config
+	stderr io.Writer
+}
+
+// NewLive reads render's part of the config file at configPath for a
+// fetch -every that writes csvPath every interval.
+func NewLive(configPath, csvPath string, every time.Duration, stderr io.Writer) (*Live, error) {
+	cfg, err := LoadConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Input = csvPath
+	cfg.LiveEvery = every
+	if !cfg.RefreshSet && every < cfg.Refresh {
+		// the page is rewritten every interval: reload it as often
+		cfg.Refresh = every
+	}
+	return &Live{cfg: cfg, stderr: stderr}, nil
+}
+
+// Render renders the CSV as render would, at time now: same outputs, same
+// atomic writes, history and notifications.
+func (l *Live) Render(ctx context.Context, now time.Time) error {
+	return renderFiles(ctx, l.cfg, now, l.stderr)
 }

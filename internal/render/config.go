@@ -35,9 +35,13 @@ type Config struct {
 	Prom         string        // "" means not written; default beside HTML
 	StaleAfter   time.Duration // data older than this gets a banner
 	Refresh      time.Duration // the page reloads itself this often; 0 never
+	RefreshSet   bool          // refresh is in the file
 	FreeMemMiB   float64       // a GPU using this much memory or more is busy
 	Ignore       []string      // programs that never make a GPU busy: ignore.Default plus ignore_processes
 	Reservations string        // reservations JSON file, "" for none
+	// LiveEvery is fetch's live-mode interval when render runs inside it
+	// (not a config.ini key); 0 otherwise.
+	LiveEvery time.Duration
 
 	// JSONSet and PromSet tell an explicit path (even an empty one) from the
 	// default, which follows HTML (and so -o).
@@ -144,6 +148,7 @@ func readRender(sec inifile.Section, c *Config) error {
 	if err := readRefresh(sec, &c.Refresh); err != nil {
 		return err
 	}
+	_, c.RefreshSet = sec.String("refresh")
 	err = sec.Float("free_memory_mib", inifile.Limits[float64]{Want: "a number of MiB"}, &c.FreeMemMiB)
 	if err != nil {
 		return err

@@ -78,7 +78,7 @@ page_url = https://gpus.example.org/
 	want := &Config{
 		Path: "/etc/gpumon/config.ini", Title: "Lab <b>GPUs</b>", Input: "/srv/www/load_data.csv",
 		HTML: "/srv/www/index.html", JSON: "", JSONSet: true, Prom: "/var/lib/node_exporter/gpumon.prom", PromSet: true,
-		StaleAfter: 10 * time.Minute, Refresh: 30 * time.Second, FreeMemMiB: 512.5,
+		StaleAfter: 10 * time.Minute, Refresh: 30 * time.Second, RefreshSet: true, FreeMemMiB: 512.5,
 		Ignore:       []string{"nvidia-smi", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "Xorg", "Xwayland", "gnome-shell"},
 		Reservations: "/etc/gpumon/reservations.json",
 		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},

@@ -99,6 +99,7 @@ func pageViewOf(r *Report) map[string]any {
 		"DataTime":       "",
 		"DataTimeText":   timeText(c.DataTime, r.Loc),
 		"Generated":      timeText(r.Now, r.Loc),
+		"LiveText":       liveText(cfg.LiveEvery),
 		"StaleAfterS":    int(cfg.StaleAfter / time.Second),
 		"StaleAfterText": settingText(cfg.StaleAfter),
 		"Stale":          r.Stale(),

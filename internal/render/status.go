@@ -25,6 +25,7 @@ type Status struct {
 	AgeSeconds  *float64         `json:"age_seconds"` // generated - data_time
 	Stale       bool             `json:"stale"`       // age over stale_after, or no time
 	StaleAfterS float64          `json:"stale_after_seconds"`
+	Live        *StatusLive      `json:"live,omitempty"` // fetch -every wrote it
 	Summary     StatusSummary    `json:"summary"`
 	Hosts       []StatusHost     `json:"hosts"`
 	Users       []StatusUser     `json:"users"`
@@ -159,6 +160,7 @@ type statusPrefix struct {
 	AgeSeconds  *float64      `json:"age_seconds"`
 	Stale       bool          `json:"stale"`
 	StaleAfterS float64       `json:"stale_after_seconds"`
+	Live        *StatusLive   `json:"live,omitempty"`
 	Summary     StatusSummary `json:"summary"`
 }
 
@@ -169,6 +171,7 @@ func statusHead(r *Report) *statusPrefix {
 		Generated:   r.Now.UTC().Format(time.RFC3339),
 		Stale:       r.Stale(),
 		StaleAfterS: r.Config.StaleAfter.Seconds(),
+		Live:        statusLive(r.Config.LiveEvery),
 		Summary: StatusSummary{GPUs: c.GPUs, Free: c.Count[cluster.Free], Busy: c.Count[cluster.Busy],
 			Reserved: c.Count[cluster.Reserved], Failed: c.Count[cluster.Failed], Hosts: len(c.Hosts), HostsDown: c.Down,
 			Models: []StatusModel{}},
@@ -313,4 +316,25 @@ func downOf(h *cluster.Host, hist *history.Summary) *history.HostState {
 		return nil
 	}
 	return hist.Down[h.Name]
+}
+
+// StatusLive says that fetch's live mode made the file, and how often it
+// polls.
+type StatusLive struct {
+	EveryS float64 `json:"every_s"`
+}
+
+func statusLive(every time.Duration) *StatusLive {
+	if every <= 0 {
+		return nil
+	}
+	return &StatusLive{EveryS: every.Seconds()}
+}
+
+// liveText is the page's "15s" for live mode, "" otherwise.
+func liveText(every time.Duration) string {
+	if every <= 0 {
+		return ""
+	}
+	return settingText(every)
 }

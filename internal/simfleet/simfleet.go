@@ -180,6 +180,7 @@ type host struct {
 	port       int
 	signer     ssh.Signer
 	knownKey   ssh.PublicKey // what known_hosts says
+	keyMu      sync.Mutex    // guards signer and cfg, which RotateHostKey replaces
 	ln         net.Listener
 	reserved   io.Closer // Refuse: the bound, non-listening socket
 	cfg        *ssh.ServerConfig
@@ -205,7 +206,7 @@ type Fleet struct {
 	done      chan struct{}
 	mu        sync.Mutex
 	closed    bool
-	conns     map[net.Conn]struct{}
+	conns     map[net.Conn]*host
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
@@ -216,7 +217,7 @@ func Launch(specs []HostSpec) (*Fleet, error) {
 	f := &Fleet{
 		byName: make(map[string]*host, len(specs)),
 		done:   make(chan struct{}),
-		conns:  make(map[net.Conn]struct{}),
+		conns:  make(map[net.Conn]*host),
 	}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -388,6 +389,8 @@ func (f *Fleet) Hosts() []HostInfo {
 }
 
 func (h *host) info() HostInfo {
+	h.keyMu.Lock()
+	defer h.keyMu.Unlock()
 	return HostInfo{Name: h.spec.Name, Host: h.ip, Port: h.port, HostKey: h.signer.PublicKey(), Failure: h.spec.Failure}
 }
 
@@ -496,7 +499,7 @@ func (f *Fleet) acceptLoop(h *host) {
 			_ = c.Close()
 			return
 		}
-		f.conns[c] = struct{}{}
+		f.conns[c] = h
 		f.wg.Add(1)
 		f.mu.Unlock()
 		h.count.accepted.Add(1)
@@ -520,7 +523,10 @@ func (f *Fleet) serveConn(h *host, c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Now().Add(HandshakeTimeout))
-	sconn, chans, reqs, err := ssh.NewServerConn(c, h.cfg)
+	h.keyMu.Lock()
+	cfg := h.cfg
+	h.keyMu.Unlock()
+	sconn, chans, reqs, err := ssh.NewServerConn(c, cfg)
 	if err != nil {
 		return
 	}
