@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/hostrange"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/inifile"
 )
@@ -45,6 +46,8 @@ type Config struct {
 
 	History HistoryConfig
 	Notify  NotifyConfig
+
+	Groups []GroupRule // [groups], in the file's order
 
 	HostNames map[string]string // lower-case host name -> display name
 	GPUNames  map[string]string // lower-case nvidia-smi name -> short name
@@ -113,6 +116,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 		return nil, err
 	}
 	if err := readNames(f.Section("gpu_names"), c.GPUNames); err != nil {
+		return nil, err
+	}
+	if err := readGroups(f.Section("groups"), &c.Groups); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -189,6 +195,30 @@ func readNames(sec inifile.Section, m map[string]string) error {
 			return sec.ErrorAt(k, "no name after =")
 		}
 		m[strings.ToLower(strings.TrimSpace(k))] = v
+	}
+	return nil
+}
+
+// GroupRule is one line of [groups]: a group's name and its hosts, ranges
+// expanded as fetch expands its hosts (hostrange).
+type GroupRule struct {
+	Name  string
+	Hosts []string
+}
+
+// readGroups reads [groups] (name = host ranges) in the file's order.
+func readGroups(sec inifile.Section, dst *[]GroupRule) error {
+	for _, k := range sec.Keys() {
+		v, _ := sec.String(k)
+		name := strings.TrimSpace(k)
+		if strings.TrimSpace(v) == "" {
+			return sec.ErrorAt(k, "no hosts after =")
+		}
+		hosts, err := hostrange.Split(v)
+		if err != nil {
+			return sec.ErrorAt(k, "%v", err)
+		}
+		*dst = append(*dst, GroupRule{Name: name, Hosts: hosts})
 	}
 	return nil
 }
