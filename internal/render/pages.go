@@ -75,21 +75,38 @@ func planPages(r *Report) *pagePlan {
 	used := map[string]bool{}
 	p.pageOf = map[*cluster.Host]*groupPage{}
 	for _, g := range groups {
+		g.File = uniqueFile(pageFile(g.Name), 1, used) // the pages link to one another by it
 		pages := splitGroup(r, g)
-		g.File = uniqueFile(pageFile(g.Name), len(pages), used)
+		if len(pages) > 1 && !freePages(g.File, len(pages), used) {
+			// a split group whose later pages' names are taken: named anew
+			delete(used, g.File)
+			g.File = uniqueFile(pageFile(g.Name), len(pages), used)
+			for _, pg := range pages {
+				pg.html = groupPageHTML(r, pg)
+			}
+		}
 		for i, pg := range pages {
 			pg.file = pagePath(g.File, i+1)
+			used[pg.file] = true
 			for _, h := range pg.hosts {
 				p.pageOf[h] = pg
 			}
 		}
 		p.pages = append(p.pages, pages...)
 	}
-	for _, pg := range p.pages {
-		pg.html = groupPageHTML(r, pg)
-	}
 	p.index = overviewHTML(r, p)
 	return p
+}
+
+// freePages reports whether a group's pages 2 to n are free to be named
+// after file.
+func freePages(file string, n int, used map[string]bool) bool {
+	for i := 2; i <= n; i++ {
+		if used[pagePath(file, i)] {
+			return false
+		}
+	}
+	return true
 }
 
 // pagePath is the file name of a group's page n: gpu, gpu-2, gpu-3.
@@ -126,7 +143,8 @@ func uniqueFile(base string, n int, used map[string]bool) string {
 // pages that each fit groupBudget: as many hosts a page as their cards'
 // sizes allow, less where a whole page (its users table grows with its
 // hosts) is measured over the budget. A host whose card alone is over the
-// budget has a page to itself.
+// budget has a page to itself. The pages are made (html) with the group's
+// File.
 func splitGroup(r *Report, g *hostGroup) []*groupPage {
 	var buf bytes.Buffer
 	w := bufio.NewWriterSize(&buf, 64<<10)
@@ -151,7 +169,8 @@ func splitGroup(r *Report, g *hostGroup) []*groupPage {
 		fits := true
 		for i, pg := range pages {
 			pg.n, pg.of = i+1, len(pages)
-			if len(pg.hosts) > 1 && len(groupPageHTML(r, pg)) > groupBudget {
+			pg.html = groupPageHTML(r, pg)
+			if len(pg.hosts) > 1 && len(pg.html) > groupBudget {
 				fits = false
 			}
 		}
