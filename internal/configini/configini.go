@@ -21,7 +21,7 @@ var CommonKeys = []string{
 // RenderKeys are the keys of [render].
 var RenderKeys = []string{
 	"title", "input", "html", "json", "prom", "stale_after", "free_memory_mib",
-	"ignore_processes", "refresh", "reservations",
+	"ignore_processes", "refresh", "reservations", "prom_detail",
 }
 
 // HistoryKeys are the keys of [history] (render's history database).

@@ -49,6 +49,8 @@ type Config struct {
 
 	Groups []GroupRule // [groups], in the file's order
 
+	PromDetail string // metrics.prom's series: PromGPU, PromHost or PromFleet
+
 	HostNames map[string]string // lower-case host name -> display name
 	GPUNames  map[string]string // lower-case nvidia-smi name -> short name
 }
@@ -65,6 +67,7 @@ func DefaultConfig() *Config {
 		StaleAfter: DefaultStaleAfter,
 		Refresh:    DefaultRefresh,
 		FreeMemMiB: DefaultFreeMemMiB,
+		PromDetail: PromGPU,
 		Ignore:     ignore.With(),
 		History:    defaultHistory(),
 		Notify:     defaultNotify(),
@@ -158,8 +161,24 @@ func readRender(sec inifile.Section, c *Config) error {
 		c.Ignore = ignore.With(names...)
 	}
 	c.Reservations, _ = sec.Path("reservations")
+	if v, ok := sec.String("prom_detail"); ok {
+		switch v {
+		case PromGPU, PromHost, PromFleet:
+			c.PromDetail = v
+		default:
+			return sec.ErrorAt("prom_detail", "%q: want gpu, host or fleet", v)
+		}
+	}
 	return nil
 }
+
+// metrics.prom's detail ([render] prom_detail): a series per GPU, per
+// host, or for the fleet only.
+const (
+	PromGPU   = "gpu"
+	PromHost  = "host"
+	PromFleet = "fleet"
+)
 
 // pathOr returns the key's path and true when the key is there (even
 // empty), else def and false.

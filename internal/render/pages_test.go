@@ -233,3 +233,39 @@ func TestGroupsConfig(t *testing.T) {
 		}
 	}
 }
+
+// prom_detail = host has no series per GPU, fleet none per host either;
+// the fleet's counts and the users' series stay.
+func TestPromDetail(t *testing.T) {
+	rows := readRows(t, "testdata/load_data.csv")
+	out := map[string]string{}
+	for _, d := range []string{PromGPU, PromHost, PromFleet} {
+		rep := testReport(t, rows, "")
+		rep.Config.PromDetail = d
+		var b strings.Builder
+		if err := Prom(&b, rep); err != nil {
+			t.Fatal(err)
+		}
+		out[d] = b.String()
+	}
+	for d, s := range out {
+		for _, want := range []string{`gpumon_gpus{state="free"}`, "gpumon_user_gpus{", "gpumon_data_timestamp_seconds "} {
+			if !strings.Contains(s, want) {
+				t.Errorf("prom_detail = %s: no %s", d, want)
+			}
+		}
+	}
+	if !strings.Contains(out[PromGPU], `gpumon_gpu_state{host="`) {
+		t.Error("prom_detail = gpu: no gpumon_gpu_state")
+	}
+	if strings.Contains(out[PromHost], `gpu="`) || !strings.Contains(out[PromHost], `gpumon_host_gpus{host="`) ||
+		!strings.Contains(out[PromHost], `gpumon_host_up{host="`) || !strings.Contains(out[PromHost], `gpumon_host_gpu_memory_used_bytes{host="`) {
+		t.Errorf("prom_detail = host:\n%s", out[PromHost])
+	}
+	if strings.Contains(out[PromFleet], `host="`) || !strings.Contains(out[PromFleet], `gpumon_hosts{status="ok"}`) {
+		t.Errorf("prom_detail = fleet:\n%s", out[PromFleet])
+	}
+	if len(out[PromFleet]) >= len(out[PromHost]) || len(out[PromHost]) >= len(out[PromGPU]) {
+		t.Errorf("sizes gpu %d, host %d, fleet %d: want each smaller", len(out[PromGPU]), len(out[PromHost]), len(out[PromFleet]))
+	}
+}
