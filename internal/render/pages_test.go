@@ -269,3 +269,35 @@ func TestPromDetail(t *testing.T) {
 		t.Errorf("sizes gpu %d, host %d, fleet %d: want each smaller", len(out[PromGPU]), len(out[PromHost]), len(out[PromFleet]))
 	}
 }
+
+// Host and group names are text on the overview and the group pages, never
+// markup, in links and titles too.
+func TestBigFleetNamesAreEscaped(t *testing.T) {
+	rows := fleetRows(250, 2)
+	evil := `evil"'<b>&amp;=x y`
+	for i := range rows {
+		if rows[i].Host == "gpu0007" {
+			rows[i].Host = evil + "7"
+		}
+	}
+	rep := testReport(t, rows, "")
+	rep.Config.Groups = []GroupRule{{Name: `<i>lab</i> "a"`, Hosts: []string{evil + "7", "gpu0001"}}}
+	p := planPages(rep)
+	if p.pages == nil {
+		t.Fatal("no group pages")
+	}
+	all := []string{string(p.index)}
+	for _, pg := range p.pages {
+		all = append(all, string(pg.html))
+	}
+	for i, s := range all {
+		for _, bad := range []string{`"'<b>`, "<i>lab", `evil"`, "&amp;=x"} {
+			if strings.Contains(s, bad) {
+				t.Errorf("page %d holds %q unescaped", i, bad)
+			}
+		}
+	}
+	if !strings.Contains(all[0], `href="groups/_i_lab__i___a_.html#evil%22%27%3Cb%3E&amp;amp%3B=x%20y7"`) {
+		t.Errorf("the overview does not link to the evil host's card")
+	}
+}
