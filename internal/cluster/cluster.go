@@ -688,3 +688,25 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // hosttextClip keeps a timestamp cell short and printable for a message.
 func hosttextClip(s string) string { return hosttext.Clip(hosttext.Printable(s), 40) }
+
+// Subset is a cluster of some of c's hosts (render's group pages), as
+// classified already: its counts, models and users are theirs alone.
+// gpuNames is the Options' GPUNames, which named c's models.
+func (c *Cluster) Subset(hosts []*Host, gpuNames map[string]string) *Cluster {
+	s := &Cluster{Hosts: hosts, DataTime: c.DataTime, BadTime: c.BadTime, Count: map[string]int{}}
+	t := newTally(s, gpuNames)
+	for _, h := range hosts {
+		if !h.Up() {
+			s.Down++
+			continue
+		}
+		for _, g := range h.GPUs {
+			s.Count[g.State]++
+			s.GPUs++
+			t.addModel(h, g)
+			t.addUsers(h, g)
+		}
+	}
+	t.sort()
+	return s
+}

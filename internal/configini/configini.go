@@ -21,7 +21,7 @@ var CommonKeys = []string{
 // RenderKeys are the keys of [render].
 var RenderKeys = []string{
 	"title", "input", "html", "json", "prom", "stale_after", "free_memory_mib",
-	"ignore_processes", "refresh", "reservations",
+	"ignore_processes", "refresh", "reservations", "prom_detail",
 }
 
 // HistoryKeys are the keys of [history] (render's history database).
@@ -33,8 +33,8 @@ var NotifyKeys = []string{
 	"host_down_after", "remind_after", "commands", "page_url",
 }
 
-// Layout is config.ini's layout. [host_names] and [gpu_names] take any
-// key: their keys are host and GPU names, not settings.
+// Layout is config.ini's layout. [host_names], [gpu_names] and [groups]
+// take any key: their keys are host, GPU and group names, not settings.
 var Layout = inifile.Layout{
 	Sections: []inifile.SectionRule{
 		{Name: "common", Keys: CommonKeys},
@@ -43,6 +43,7 @@ var Layout = inifile.Layout{
 		{Name: "notify", Keys: NotifyKeys},
 		{Name: "host_names", AnyKey: true},
 		{Name: "gpu_names", AnyKey: true},
+		{Name: "groups", AnyKey: true},
 	},
 	Home: "common",
 }

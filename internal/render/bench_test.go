@@ -322,6 +322,57 @@ func BenchmarkRenderHistory(b *testing.B) {
 	})
 }
 
+// BenchmarkPages: the pages of a big fleet (planPages: groups, the group
+// pages and the overview, from classified data with a month of history)
+// at 1,000 and 10,000 hosts × 8 GPUs, with index.html's size, the largest
+// group page's and their count; "command-10000" is the whole command at
+// 10,000 hosts (read, classify, write every file).
+func BenchmarkPages(b *testing.B) {
+	for _, hosts := range []int{1000, 10000} {
+		b.Run(strconv.Itoa(hosts), func(b *testing.B) {
+			rep := testReport(b, fleetRows(hosts, 8), "")
+			rep.History = benchSummary(hosts, 8, rep.Cluster.DataTime)
+			var p *pagePlan
+			for b.Loop() {
+				rep.Warnings = nil
+				p = planPages(rep)
+			}
+			largest := 0
+			for _, pg := range p.pages {
+				largest = max(largest, len(pg.html))
+			}
+			b.ReportMetric(float64(len(p.index)), "index-bytes")
+			b.ReportMetric(float64(largest), "group-page-bytes")
+			b.ReportMetric(float64(len(p.pages)), "group-pages")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
+		})
+	}
+	b.Run("command-10000", func(b *testing.B) {
+		dir := b.TempDir()
+		csvPath := filepath.Join(dir, "load_data.csv")
+		if err := loaddata.WriteFile(csvPath, fleetRows(10000, 8)); err != nil {
+			b.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "none.ini"), nil, 0o644)
+		args := []string{"-i", csvPath, "-o", filepath.Join(dir, "index.html"), "-c", filepath.Join(dir, "none.ini")}
+		for b.Loop() {
+			if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, f := range []struct{ name, unit string }{
+			{"index.html", "page-bytes"}, {"status.json", "json-bytes"}, {"metrics.prom", "prom-bytes"},
+		} {
+			st, err := os.Stat(filepath.Join(dir, f.name))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(st.Size()), f.unit)
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
+	})
+}
+
 // pageBudget is the page's size at 1,000 hosts × 8 GPUs that
 // docs/performance.md holds it to.
 const pageBudget = 2_000_000

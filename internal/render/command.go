@@ -268,7 +268,28 @@ func writeFiles(rep *Report, p paths) error {
 	if p.prom != "" && filepath.Dir(p.prom) == filepath.Dir(p.html) {
 		rep.PromLink = filepath.Base(p.prom)
 	}
-	return replaceAll(rep, []output{{p.json, JSON}, {p.prom, Prom}, {p.html, HTML}})
+	// a big fleet's group pages (planPages), renamed before the index that
+	// links to them; those of groups gone since the last run are removed
+	plan := planPages(rep)
+	groups := filepath.Join(filepath.Dir(p.html), GroupsDir)
+	keep := map[string]bool{}
+	var outs []output
+	if plan.pages != nil {
+		if err := os.MkdirAll(groups, 0o755); err != nil {
+			return fmt.Errorf("cannot make %s: %w", groups, err)
+		}
+		for _, pg := range plan.pages {
+			keep[pg.file+".html"] = true
+			outs = append(outs, output{filepath.Join(groups, pg.file+".html"), writeBytes(pg.html)})
+		}
+		outs = append(outs, output{p.json, JSON}, output{p.prom, Prom}, output{p.html, writeBytes(plan.index)})
+	} else {
+		outs = []output{{p.json, JSON}, {p.prom, Prom}, {p.html, HTML}}
+	}
+	if err := replaceAll(rep, outs); err != nil {
+		return err
+	}
+	return removeStalePages(groups, keep)
 }
 
 // output is one file to write; an empty path is skipped.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/hostrange"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/inifile"
 )
@@ -50,6 +51,10 @@ type Config struct {
 	History HistoryConfig
 	Notify  NotifyConfig
 
+	Groups []GroupRule // [groups], in the file's order
+
+	PromDetail string // metrics.prom's series: PromGPU, PromHost or PromFleet
+
 	HostNames map[string]string // lower-case host name -> display name
 	GPUNames  map[string]string // lower-case nvidia-smi name -> short name
 }
@@ -66,6 +71,7 @@ func DefaultConfig() *Config {
 		StaleAfter: DefaultStaleAfter,
 		Refresh:    DefaultRefresh,
 		FreeMemMiB: DefaultFreeMemMiB,
+		PromDetail: PromGPU,
 		Ignore:     ignore.With(),
 		History:    defaultHistory(),
 		Notify:     defaultNotify(),
@@ -119,6 +125,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 	if err := readNames(f.Section("gpu_names"), c.GPUNames); err != nil {
 		return nil, err
 	}
+	if err := readGroups(f.Section("groups"), &c.Groups); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -157,8 +166,24 @@ func readRender(sec inifile.Section, c *Config) error {
 		c.Ignore = ignore.With(names...)
 	}
 	c.Reservations, _ = sec.Path("reservations")
+	if v, ok := sec.String("prom_detail"); ok {
+		switch v {
+		case PromGPU, PromHost, PromFleet:
+			c.PromDetail = v
+		default:
+			return sec.ErrorAt("prom_detail", "%q: want gpu, host or fleet", v)
+		}
+	}
 	return nil
 }
+
+// metrics.prom's detail ([render] prom_detail): a series per GPU, per
+// host, or for the fleet only.
+const (
+	PromGPU   = "gpu"
+	PromHost  = "host"
+	PromFleet = "fleet"
+)
 
 // pathOr returns the key's path and true when the key is there (even
 // empty), else def and false.
@@ -194,6 +219,30 @@ func readNames(sec inifile.Section, m map[string]string) error {
 			return sec.ErrorAt(k, "no name after =")
 		}
 		m[strings.ToLower(strings.TrimSpace(k))] = v
+	}
+	return nil
+}
+
+// GroupRule is one line of [groups]: a group's name and its hosts, ranges
+// expanded as fetch expands its hosts (hostrange).
+type GroupRule struct {
+	Name  string
+	Hosts []string
+}
+
+// readGroups reads [groups] (name = host ranges) in the file's order.
+func readGroups(sec inifile.Section, dst *[]GroupRule) error {
+	for _, k := range sec.Keys() {
+		v, _ := sec.String(k)
+		name := strings.TrimSpace(k)
+		if strings.TrimSpace(v) == "" {
+			return sec.ErrorAt(k, "no hosts after =")
+		}
+		hosts, err := hostrange.Split(v)
+		if err != nil {
+			return sec.ErrorAt(k, "%v", err)
+		}
+		*dst = append(*dst, GroupRule{Name: name, Hosts: hosts})
 	}
 	return nil
 }

@@ -45,6 +45,10 @@ free_memory_mib = 512.5
 ignore_processes = nvidia-persistenced,
     gnome-shell
 reservations = reservations.json
+prom_detail = host
+
+[groups]
+lab a = gpu[01-02]
 
 [host_names]
 gpu01 = GPU 1 (rack A)
@@ -81,6 +85,8 @@ page_url = https://gpus.example.org/
 		StaleAfter: 10 * time.Minute, Refresh: 30 * time.Second, RefreshSet: true, FreeMemMiB: 512.5,
 		Ignore:       []string{"nvidia-smi", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "Xorg", "Xwayland", "gnome-shell"},
 		Reservations: "/etc/gpumon/reservations.json",
+		PromDetail:   PromHost,
+		Groups:       []GroupRule{{Name: "lab a", Hosts: []string{"gpu01", "gpu02"}}},
 		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
 		GPUNames:     map[string]string{"nvidia h100 80gb hbm3": "H100"},
 		History: HistoryConfig{DB: "/var/lib/gpumon/history.db", KeepDays: 30,

@@ -75,7 +75,7 @@ func HTML(w io.Writer, r *Report) error {
 	if err := pageTmpl.ExecuteTemplate(bw, "head", v); err != nil {
 		return err
 	}
-	writeHosts(bw, r)
+	writeHosts(bw, r, r.Cluster.Hosts, false, nil)
 	if err := pageTmpl.ExecuteTemplate(bw, "tail", v); err != nil {
 		return err
 	}
@@ -176,7 +176,10 @@ const migNote = "utilization not reported under MIG"
 // The markup leans on HTML's optional end tags to stay small at 8,000
 // cells: a <p> is closed by the <ul>, <p>, <aside> or <li> after it, and a
 // <li> by the next <li> or the </ul>. None of them is a parse error.
-func writeHosts(w *bufio.Writer, r *Report) {
+//
+// ids gives each card an id, its host's name (a group page's, which the
+// overview links to); each, if not nil, is called after each card.
+func writeHosts(w *bufio.Writer, r *Report, hosts []*cluster.Host, ids bool, each func()) {
 	var scratch, util []byte // for numbers; a card's utilization strings
 	var idle map[history.GPURef]*history.Spell
 	s := r.History
@@ -187,8 +190,11 @@ func writeHosts(w *bufio.Writer, r *Report) {
 			idle[history.GPURef{Host: sp.Host, GPU: sp.GPU}] = sp
 		}
 	}
-	for _, h := range r.Cluster.Hosts {
+	for _, h := range hosts {
 		w.WriteString("\n<section class=host")
+		if ids {
+			attr(w, "id", h.Name)
+		}
 		attr(w, "data-host", h.Name)
 		if util = hostUtil(util[:0], s, h); len(util) > 0 {
 			w.WriteString(" data-util=")
@@ -258,6 +264,9 @@ func writeHosts(w *bufio.Writer, r *Report) {
 			scratch = writeGPU(w, h, g, r, sp, scratch)
 		}
 		w.WriteString("\n</ul></section>")
+		if each != nil {
+			each()
+		}
 	}
 }
 

@@ -13,7 +13,9 @@ import (
 // Prom writes metrics.prom in the Prometheus text format, for
 // node_exporter's textfile collector. Every family has HELP and TYPE lines;
 // label values are escaped as the format says (\\, \" and \n). A reading
-// that is not known has no sample.
+// that is not known has no sample. [render] prom_detail chooses the
+// series: one per GPU (gpu, the default), per host (host) or for the
+// fleet only (fleet); see promHosts.
 func Prom(w io.Writer, r *Report) error {
 	c := r.Cluster
 	b := bufio.NewWriterSize(w, 64<<10)
@@ -40,15 +42,12 @@ func Prom(w io.Writer, r *Report) error {
 		b.WriteByte('\n')
 	}
 	// uuid and name only on gpumon_gpu_state; join on host and gpu for the rest
-	gpuLabels := func(h *cluster.Host, g *cluster.GPU) []string {
-		return []string{"host", h.Name, "gpu", g.ID()}
-	}
 	each := func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64) {
 		family(name, "gauge", help)
 		for _, h := range c.Hosts {
 			for _, g := range h.GPUs {
 				if n := val(g); n.Valid {
-					sample(name, gpuLabels(h, g), n.Value*scale)
+					sample(name, []string{"host", h.Name, "gpu", g.ID()}, n.Value*scale)
 				}
 			}
 		}
@@ -60,8 +59,30 @@ func Prom(w io.Writer, r *Report) error {
 	}
 	family("gpumon_render_timestamp_seconds", "gauge", "When render wrote this file (Unix seconds).")
 	sample("gpumon_render_timestamp_seconds", nil, float64(r.Now.UnixMilli())/1000)
-	family("gpumon_host_up", "gauge", "1 if the host answered the last fetch, 0 if not (status says why).")
+	detail := PromGPU
+	if r.Config != nil && r.Config.PromDetail != "" {
+		detail = r.Config.PromDetail
+	}
+	if detail == PromFleet {
+		family("gpumon_hosts", "gauge", "Hosts by the status of the last fetch (ok: answered).")
+		byStatus := map[string]int{}
+		var order []string
+		for _, h := range c.Hosts {
+			if byStatus[string(h.Status)] == 0 {
+				order = append(order, string(h.Status))
+			}
+			byStatus[string(h.Status)]++
+		}
+		for _, st := range order {
+			sample("gpumon_hosts", []string{"status", st}, float64(byStatus[st]))
+		}
+	} else {
+		family("gpumon_host_up", "gauge", "1 if the host answered the last fetch, 0 if not (status says why).")
+	}
 	for _, h := range c.Hosts {
+		if detail == PromFleet {
+			break
+		}
 		up := 0.0
 		if h.Up() {
 			up = 1
@@ -71,6 +92,22 @@ func Prom(w io.Writer, r *Report) error {
 	family("gpumon_gpus", "gauge", "GPUs in each state (GPUs of hosts that are down are not counted).")
 	for _, s := range cluster.States {
 		sample("gpumon_gpus", []string{"state", s}, float64(c.Count[s]))
+	}
+	switch detail {
+	case PromHost:
+		promHosts(family, sample, c)
+	case PromGPU:
+		promGPUs(family, sample, each, c)
+	}
+	promUsers(family, sample, r)
+	return b.Flush()
+}
+
+// promGPUs writes the series of each GPU (prom_detail = gpu).
+func promGPUs(family func(name, typ, help string), sample func(string, []string, float64),
+	each func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64), c *cluster.Cluster) {
+	gpuLabels := func(h *cluster.Host, g *cluster.GPU) []string {
+		return []string{"host", h.Name, "gpu", g.ID()}
 	}
 	family("gpumon_gpu_state", "gauge", "The GPU's state (free, busy, reserved or failed) in the state label; always 1.")
 	for _, h := range c.Hosts {
@@ -95,6 +132,49 @@ func Prom(w io.Writer, r *Report) error {
 			sample("gpumon_gpu_processes", gpuLabels(h, g), float64(n))
 		}
 	}
+}
+
+// promHosts writes each host's GPUs together (prom_detail = host): 8
+// series a host instead of 7 a GPU and the state's.
+func promHosts(family func(name, typ, help string), sample func(string, []string, float64), c *cluster.Cluster) {
+	family("gpumon_host_gpus", "gauge", "The host's GPUs in each state.")
+	for _, h := range c.Hosts {
+		if !h.Up() {
+			continue
+		}
+		for _, s := range cluster.States {
+			sample("gpumon_host_gpus", []string{"host", h.Name, "state", s}, float64(h.Count[s]))
+		}
+	}
+	sum := func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64, mean bool) {
+		family(name, "gauge", help)
+		for _, h := range c.Hosts {
+			total, n := 0.0, 0
+			for _, g := range h.GPUs {
+				if v := val(g); v.Valid {
+					total += v.Value
+					n++
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			if mean {
+				total /= float64(n)
+			}
+			sample(name, []string{"host", h.Name}, total*scale)
+		}
+	}
+	sum("gpumon_host_gpu_memory_used_bytes", "GPU memory in use on the host's GPUs together.", func(g *cluster.GPU) loaddata.Number { return g.MemUsed }, 1<<20, false)
+	sum("gpumon_host_gpu_memory_total_bytes", "GPU memory of the host's GPUs together.", func(g *cluster.GPU) loaddata.Number { return g.MemTotal }, 1<<20, false)
+	sum("gpumon_host_gpu_utilization_ratio", "The mean utilization of the host's GPUs that report one, 0 to 1.", func(g *cluster.GPU) loaddata.Number { return g.Util }, 0.01, true)
+	sum("gpumon_host_gpu_power_watts", "The power draw of the host's GPUs together.", func(g *cluster.GPU) loaddata.Number { return g.Power }, 1, false)
+}
+
+// promUsers writes the users' series and render's warnings, whatever
+// prom_detail says, and the history's.
+func promUsers(family func(name, typ, help string), sample func(string, []string, float64), r *Report) {
+	c := r.Cluster
 	family("gpumon_user_gpus", "gauge", "GPUs on which the user runs a process.")
 	for _, u := range c.Users {
 		sample("gpumon_user_gpus", []string{"user", u.Name}, float64(u.GPUs))
@@ -110,7 +190,6 @@ func Prom(w io.Writer, r *Report) error {
 	family("gpumon_render_warnings", "gauge", "Problems render found besides the data (a bad reservations file).")
 	sample("gpumon_render_warnings", nil, float64(len(r.Warnings)))
 	promHistory(family, sample, r.History)
-	return b.Flush()
 }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)

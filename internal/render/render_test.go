@@ -246,15 +246,19 @@ func TestPromtool(t *testing.T) {
 	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: `we"ird\host` + "\n", HostStatus: hoststatus.OK,
 		GPUIndex: loaddata.IntOf(0), GPUName: `A "quoted" \ name`, MemUsedMiB: loaddata.Num(10), MemTotalMiB: loaddata.Num(100),
 		PID: loaddata.IntOf(9), User: `us"er\`, Command: "x"})
-	var b bytes.Buffer
-	if err := Prom(&b, testReport(t, rows, "testdata/reservations.json")); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = &b
-	out, err := cmd.CombinedOutput()
-	if err != nil || len(bytes.TrimSpace(out)) > 0 {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	for _, detail := range []string{PromGPU, PromHost, PromFleet} {
+		var b bytes.Buffer
+		rep := testReport(t, rows, "testdata/reservations.json")
+		rep.Config.PromDetail = detail
+		if err := Prom(&b, rep); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = &b
+		out, err := cmd.CombinedOutput()
+		if err != nil || len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("prom_detail = %s: promtool check metrics: %v\n%s", detail, err, out)
+		}
 	}
 }
 

@@ -1,0 +1,563 @@
+package render
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpumon/gpumon/internal/cluster"
+)
+
+// The page budgets (docs/performance.md): index.html is at most
+// indexBudget bytes at any fleet size, each group page at most
+// groupBudget. A fleet of at most onePageHosts hosts whose whole page
+// fits in indexBudget keeps everything on index.html, with no group pages.
+const (
+	indexBudget  = 1_000_000
+	groupBudget  = 2_000_000
+	onePageHosts = 200
+)
+
+// GroupsDir is the folder beside index.html that holds the group pages.
+const GroupsDir = "groups"
+
+// finderHostsMax is how many hosts the free-GPU finder names for a model;
+// the rest are "+N more hosts", linked to the group pages that have them.
+const finderHostsMax = 24
+
+// finderPagesMax is how many group pages a model's "+N more" links to.
+const finderPagesMax = 12
+
+// userHostsMax is how many hosts the users table names for a user on the
+// overview and the group pages; the rest are "+N more".
+const userHostsMax = 12
+
+// groupPage is one page of a group: the group's hosts in order, split
+// where a page would pass groupBudget.
+type groupPage struct {
+	group *hostGroup
+	file  string // "gpu", "gpu-2": groups/FILE.html
+	n, of int    // page n of the group's of
+	hosts []*cluster.Host
+	cards []byte // the hosts' cards (writeHosts)
+	html  []byte // the whole page
+}
+
+// pagePlan is what render writes: one page (pages nil), or the overview
+// and the group pages.
+type pagePlan struct {
+	groups []*hostGroup
+	pages  []*groupPage
+	pageOf map[*cluster.Host]*groupPage
+	index  []byte // the overview (index.html), when pages are written
+}
+
+// planPages groups the hosts ([groups] warnings go to the report's) and
+// makes the group pages and the overview, unless the fleet is small
+// enough for one page.
+func planPages(r *Report) *pagePlan {
+	groups, warnings := groupHosts(r.Cluster, r.Config.Groups)
+	r.Warnings = append(r.Warnings, warnings...)
+	p := &pagePlan{groups: groups}
+	if len(r.Cluster.Hosts) <= onePageHosts {
+		var cw countWriter
+		if HTML(&cw, r) == nil && cw.n <= indexBudget {
+			return p // one page, as before
+		}
+	}
+	used := map[string]bool{}
+	p.pageOf = map[*cluster.Host]*groupPage{}
+	for _, g := range groups {
+		g.File = uniqueFile(pageFile(g.Name), 1, used) // the pages link to one another by it
+		pages := splitGroup(r, g)
+		if len(pages) > 1 && !freePages(g.File, len(pages), used) {
+			// a split group whose later pages' names are taken: named anew
+			delete(used, g.File)
+			g.File = uniqueFile(pageFile(g.Name), len(pages), used)
+			for _, pg := range pages {
+				pg.html = groupPageHTML(r, pg)
+			}
+		}
+		for i, pg := range pages {
+			pg.file = pagePath(g.File, i+1)
+			used[pg.file] = true
+			for _, h := range pg.hosts {
+				p.pageOf[h] = pg
+			}
+		}
+		p.pages = append(p.pages, pages...)
+	}
+	p.index = overviewHTML(r, p)
+	return p
+}
+
+// freePages reports whether a group's pages 2 to n are free to be named
+// after file.
+func freePages(file string, n int, used map[string]bool) bool {
+	for i := 2; i <= n; i++ {
+		if used[pagePath(file, i)] {
+			return false
+		}
+	}
+	return true
+}
+
+// pagePath is the file name of a group's page n: gpu, gpu-2, gpu-3.
+func pagePath(file string, n int) string {
+	if n == 1 {
+		return file
+	}
+	return file + "-" + strconv.Itoa(n)
+}
+
+// uniqueFile is base, or base_2, base_3, ... when one of its n pages'
+// names is taken already (two groups alike once made safe, or a group
+// named like another's second page).
+func uniqueFile(base string, n int, used map[string]bool) string {
+	for k := 1; ; k++ {
+		file := base
+		if k > 1 {
+			file = base + "_" + strconv.Itoa(k)
+		}
+		free := true
+		for i := 1; i <= n && free; i++ {
+			free = !used[pagePath(file, i)]
+		}
+		if free {
+			for i := 1; i <= n; i++ {
+				used[pagePath(file, i)] = true
+			}
+			return file
+		}
+	}
+}
+
+// splitGroup writes the group's cards and splits them, in host order, into
+// pages that each fit groupBudget: as many hosts a page as their cards'
+// sizes allow, less where a whole page (its users table grows with its
+// hosts) is measured over the budget. A host whose card alone is over the
+// budget has a page to itself. The pages are made (html) with the group's
+// File.
+func splitGroup(r *Report, g *hostGroup) []*groupPage {
+	var buf bytes.Buffer
+	w := bufio.NewWriterSize(&buf, 64<<10)
+	ends := make([]int, 0, len(g.Hosts)) // each card's end in buf
+	writeHosts(w, r, g.Hosts, true, func() {
+		w.Flush()
+		ends = append(ends, buf.Len())
+	})
+	cards := buf.Bytes()
+	frame := len(groupPageHTML(r, &groupPage{group: g, n: 1, of: 1}))
+	limit := groupBudget - frame - 8<<10 // the page links and the users table
+	for try := 0; ; try++ {
+		var pages []*groupPage
+		start, from := 0, 0 // the page's first host and its first byte
+		for i, end := range ends {
+			if end-from > limit && i > start {
+				pages = append(pages, &groupPage{group: g, hosts: g.Hosts[start:i], cards: cards[from:ends[i-1]]})
+				start, from = i, ends[i-1]
+			}
+		}
+		pages = append(pages, &groupPage{group: g, hosts: g.Hosts[start:], cards: cards[from:]})
+		fits := true
+		for i, pg := range pages {
+			pg.n, pg.of = i+1, len(pages)
+			pg.html = groupPageHTML(r, pg)
+			if len(pg.hosts) > 1 && len(pg.html) > groupBudget {
+				fits = false
+			}
+		}
+		if fits || try == 8 {
+			return pages
+		}
+		limit = limit * 8 / 10
+	}
+}
+
+type navLink struct {
+	N    int
+	Href string
+	Here bool
+}
+
+// groupPageHTML is a group page: today's page (hover details, filters)
+// of the page's hosts alone, its summary and users theirs, linked to the
+// overview and to the group's other pages. The history stays on the
+// overview.
+func groupPageHTML(r *Report, pg *groupPage) []byte {
+	sub := *r
+	sub.Cluster = r.Cluster.Subset(pg.hosts, r.Config.GPUNames)
+	if sub.JSONLink != "" {
+		sub.JSONLink = "../" + sub.JSONLink
+	}
+	if sub.PromLink != "" {
+		sub.PromLink = "../" + sub.PromLink
+	}
+	v := pageViewOf(&sub)
+	title := pg.group.Name
+	if pg.of > 1 {
+		title += " (" + strconv.Itoa(pg.n) + "/" + strconv.Itoa(pg.of) + ")"
+	}
+	v["Title"] = r.Config.Title + ": " + title
+	v["Up"] = "../" + filepath.Base(r.Config.HTML)
+	v["GroupName"] = pg.group.Name
+	v["IdleLink"] = v["Up"].(string) + "#idle"
+	var nav []navLink
+	for i := 1; i <= pg.of; i++ {
+		nav = append(nav, navLink{N: i, Href: url.PathEscape(pagePath(pg.group.File, i)) + ".html", Here: i == pg.n})
+	}
+	v["Nav"] = nav
+	v["Users"] = capUserHosts(sub.Cluster)
+	var buf bytes.Buffer
+	w := bufio.NewWriterSize(&buf, 64<<10)
+	if err := pageTmpl.ExecuteTemplate(w, "head", v); err != nil {
+		panic(err) // the template and its data are ours
+	}
+	w.Write(pg.cards)
+	if err := pageTmpl.ExecuteTemplate(w, "tail", v); err != nil {
+		panic(err)
+	}
+	if err := pageTmpl.ExecuteTemplate(w, "end", v); err != nil {
+		panic(err)
+	}
+	w.Flush()
+	return buf.Bytes()
+}
+
+// capUserHosts is the users table with each user's hosts cut at
+// userHostsMax ("+N more").
+func capUserHosts(c *cluster.Cluster) []userView {
+	users := make([]userView, 0, len(c.Users))
+	for _, u := range c.Users {
+		hosts := u.Hosts
+		more := ""
+		if len(hosts) > userHostsMax {
+			more = ", +" + strconv.Itoa(len(hosts)-userHostsMax) + " more"
+			hosts = hosts[:userHostsMax]
+		}
+		users = append(users, userView{Name: userName(u.Name), GPUs: u.GPUs, Procs: u.Procs,
+			Mem: gib(u.MemMiB) + " GiB", Hosts: strings.Join(hosts, ", ") + more, Jobs: userJobsText(u)})
+	}
+	return users
+}
+
+// overview modes, from the most detailed to the smallest; the first whose
+// page fits indexBudget is written: a box a host, linked to it and titled
+// with its name; the same untitled (the link names the host); a box a
+// host, titled, in one link a group page; the same untitled; no GPU
+// squares at all (a fleet of well over 100,000 GPUs).
+const (
+	cellsByHostTitled = iota
+	cellsByHost
+	cellsByPageTitled
+	cellsByPage
+	cellsNone
+)
+
+// overviewHTML is index.html of a fleet too big for one page: the
+// summary, the free-GPU finder, every GPU as a square by group, the users
+// and the history.
+func overviewHTML(r *Report, p *pagePlan) []byte {
+	v := pageViewOf(r)
+	v["Overview"] = true
+	v["Users"] = capUserHosts(r.Cluster)
+	var head, tail bytes.Buffer
+	hw := bufio.NewWriter(&head)
+	if err := pageTmpl.ExecuteTemplate(hw, "head", v); err != nil {
+		panic(err)
+	}
+	writeFinder(hw, r, p)
+	hw.Flush()
+	tw := bufio.NewWriter(&tail)
+	if err := pageTmpl.ExecuteTemplate(tw, "tail", v); err != nil {
+		panic(err)
+	}
+	writeHistory(tw, r)
+	if err := pageTmpl.ExecuteTemplate(tw, "end", v); err != nil {
+		panic(err)
+	}
+	tw.Flush()
+	var cells bytes.Buffer
+	for mode := cellsByHostTitled; mode <= cellsNone; mode++ {
+		cells.Reset()
+		cw := bufio.NewWriter(&cells)
+		writeCells(cw, p, mode)
+		cw.Flush()
+		if head.Len()+cells.Len()+tail.Len() <= indexBudget {
+			break
+		}
+	}
+	out := append(head.Bytes(), cells.Bytes()...)
+	return append(out, tail.Bytes()...)
+}
+
+// pageHref is a group page's link from index.html, with a host's anchor.
+func pageHref(pg *groupPage, h *cluster.Host) string {
+	s := GroupsDir + "/" + url.PathEscape(pg.file) + ".html"
+	if h != nil {
+		s += "#" + url.PathEscape(h.Name)
+	}
+	return s
+}
+
+// href writes ` href=URL`, unquoted where the URL allows (url.PathEscape
+// leaves & ' = of what an unquoted value must not hold: such a URL is
+// quoted and escaped): 10,000 hosts' links save 20 kB.
+func href(w *bufio.Writer, u string) {
+	if strings.ContainsAny(u, "&'=\"<>`\t\n\f\r ") {
+		attr(w, "href", u)
+		return
+	}
+	w.WriteString(" href=")
+	w.WriteString(u)
+}
+
+// writeFinder writes the free-GPU finder: each model's free GPUs and the
+// hosts that have them, most free first, finderHostsMax of them, then
+// "+N more hosts" linked to the group pages that have the rest.
+func writeFinder(w *bufio.Writer, r *Report, p *pagePlan) {
+	w.WriteString("\n<section class=finder><h2>Free GPUs</h2>")
+	type hostFree struct {
+		h *cluster.Host
+		n int
+	}
+	found := false
+	for _, m := range r.Cluster.Models {
+		if m.Free == 0 {
+			continue
+		}
+		found = true
+		var hosts []hostFree
+		for _, h := range r.Cluster.Hosts {
+			n := 0
+			for _, g := range h.GPUs {
+				if g.State == cluster.Free && g.Short == m.Name {
+					n++
+				}
+			}
+			if n > 0 {
+				hosts = append(hosts, hostFree{h, n})
+			}
+		}
+		sort.SliceStable(hosts, func(i, j int) bool { return hosts[i].n > hosts[j].n })
+		w.WriteString("\n<p><b>")
+		esc(w, modelName(m.Name))
+		w.WriteString(": ")
+		w.WriteString(strconv.Itoa(m.Free))
+		w.WriteString(" free</b> on ")
+		w.WriteString(countOf(len(hosts), "host"))
+		w.WriteString(":")
+		for i, hf := range hosts {
+			if i == finderHostsMax {
+				break
+			}
+			if i > 0 {
+				w.WriteString(",")
+			}
+			w.WriteString(" <a")
+			href(w, pageHref(p.pageOf[hf.h], hf.h))
+			w.WriteString(">")
+			esc(w, hf.h.Display)
+			w.WriteString("</a> ")
+			w.WriteString(strconv.Itoa(hf.n))
+		}
+		if len(hosts) > finderHostsMax {
+			rest := hosts[finderHostsMax:]
+			w.WriteString(" · +")
+			w.WriteString(countOf(len(rest), "more host"))
+			w.WriteString(":")
+			var order []*groupPage
+			count := map[*groupPage]int{}
+			for _, hf := range rest {
+				pg := p.pageOf[hf.h]
+				if count[pg] == 0 {
+					order = append(order, pg)
+				}
+				count[pg]++
+			}
+			for i, pg := range order {
+				if i == finderPagesMax {
+					w.WriteString(" …")
+					break
+				}
+				w.WriteString(" <a")
+				href(w, pageHref(pg, nil))
+				w.WriteString(">")
+				esc(w, pageTitle(pg))
+				w.WriteString("</a> (")
+				w.WriteString(strconv.Itoa(count[pg]))
+				w.WriteString(")")
+			}
+		}
+	}
+	if !found {
+		w.WriteString("\n<p>none")
+	}
+	w.WriteString("\n</section>")
+}
+
+// pageTitle is a group page's name: "gpu", or "gpu 2/5" when split.
+func pageTitle(pg *groupPage) string {
+	if pg.of == 1 {
+		return pg.group.Name
+	}
+	return pg.group.Name + " " + strconv.Itoa(pg.n) + "/" + strconv.Itoa(pg.of)
+}
+
+// cellTag is a GPU's square in the overview, by state: an element name
+// whose only use here is the style sheet's (.cells i, b, u, s, q).
+var cellTag = map[string]string{
+	cluster.Free: "<i></i>", cluster.Busy: "<b></b>", cluster.Reserved: "<u></u>", cluster.Failed: "<s></s>",
+}
+
+// writeCells writes every GPU as a square, group by group:
+//
+//	<section class=grp><h2><a href=groups/gpu.html>gpu</a> <small>1000 hosts · 8000 GPUs · 2000 free · pages 1 2 3</small></h2>
+//	<div class=cells><a href=groups/gpu.html#gpu0001 title=gpu0001><i></i><b></b>...</a>...</div></section>
+//
+// A host whose GPUs are not known (it is down) is one square, q.
+func writeCells(w *bufio.Writer, p *pagePlan, mode int) {
+	pi := 0
+	for _, g := range p.groups {
+		var pages []*groupPage
+		for pi < len(p.pages) && p.pages[pi].group == g {
+			pages = append(pages, p.pages[pi])
+			pi++
+		}
+		gpus, free, down := 0, 0, 0
+		for _, h := range g.Hosts {
+			gpus += len(h.GPUs)
+			free += h.Count[cluster.Free]
+			if !h.Up() {
+				down++
+			}
+		}
+		w.WriteString("\n<section class=grp><h2><a")
+		href(w, pageHref(pages[0], nil))
+		w.WriteString(">")
+		esc(w, g.Name)
+		w.WriteString("</a> <small>")
+		w.WriteString(countOf(len(g.Hosts), "host"))
+		w.WriteString(" · ")
+		w.WriteString(countOf(gpus, "GPU"))
+		w.WriteString(" · ")
+		w.WriteString(strconv.Itoa(free))
+		w.WriteString(" free")
+		if down > 0 {
+			w.WriteString(" · ")
+			w.WriteString(strconv.Itoa(down))
+			w.WriteString(" down")
+		}
+		if len(pages) > 1 {
+			w.WriteString(" · pages")
+			for _, pg := range pages {
+				w.WriteString(" <a")
+				href(w, pageHref(pg, nil))
+				w.WriteString(">")
+				w.WriteString(strconv.Itoa(pg.n))
+				w.WriteString("</a>")
+			}
+		}
+		w.WriteString("</small></h2>")
+		if mode == cellsNone {
+			w.WriteString("</section>")
+			continue
+		}
+		w.WriteString("\n<div class=cells>")
+		for _, pg := range pages {
+			byPage := mode == cellsByPageTitled || mode == cellsByPage
+			if byPage {
+				w.WriteString("<a class=pg")
+				href(w, pageHref(pg, nil))
+				w.WriteString(">")
+			}
+			for _, h := range pg.hosts {
+				switch mode {
+				case cellsByHostTitled, cellsByHost:
+					w.WriteString("<a")
+					href(w, pageHref(pg, h))
+					if mode == cellsByHostTitled {
+						attr(w, "title", h.Display)
+					}
+					w.WriteString(">")
+				default: // a <p> is closed by the next one
+					w.WriteString("<p")
+					if mode == cellsByPageTitled {
+						attr(w, "title", h.Display)
+					}
+					w.WriteString(">")
+				}
+				if !h.Up() {
+					w.WriteString("<q></q>")
+				}
+				for _, gpu := range h.GPUs {
+					w.WriteString(cellTag[gpu.State])
+				}
+				if !byPage {
+					w.WriteString("</a>")
+				}
+			}
+			if byPage {
+				w.WriteString("</p></a>")
+			}
+		}
+		w.WriteString("</div></section>")
+	}
+}
+
+// countWriter counts what is written to it.
+type countWriter struct{ n int }
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	c.n += len(p)
+	return len(p), nil
+}
+
+// pageName is what a group page's file name looks like: only such files
+// in the groups folder are removed when their group is gone.
+var pageName = regexp.MustCompile(`^[a-z0-9_][a-z0-9_-]*\.html$`)
+
+// removeStalePages removes the group pages of an earlier run that this
+// run did not write (keep, by file name), leaving anything else in the
+// folder alone; and the folder itself once empty.
+func removeStalePages(dir string, keep map[string]bool) error {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || keep[name] || !pageName.MatchString(name) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	if len(keep) == 0 {
+		os.Remove(dir) // only if empty: a folder with anything else stays
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// writeBytes is an output that writes b.
+func writeBytes(b []byte) func(io.Writer, *Report) error {
+	return func(w io.Writer, _ *Report) error {
+		_, err := w.Write(b)
+		return err
+	}
+}
