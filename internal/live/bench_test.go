@@ -1,13 +1,10 @@
 package live
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -19,117 +16,26 @@ import (
 
 	"github.com/gpumon/gpumon/internal/fetch"
 	"github.com/gpumon/gpumon/internal/hoststatus"
-	"github.com/gpumon/gpumon/internal/simfleet"
+	"github.com/gpumon/gpumon/internal/simfleet/fleetproc"
 )
 
-// The benchmark runs the simulated fleet in a child process (this test
-// binary, re-executed), so that the CPU time it reports is fetch's alone.
-const fleetChildEnv = "GPUMON_TEST_LIVE_SIMFLEET"
-
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(fleetChildEnv); spec != "" {
-		if err := serveFleet(spec); err != nil {
-			fmt.Fprintln(os.Stderr, "simfleet child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	fleetproc.ServeIfChild() // the benchmark's simulated fleet, in a process of its own
 	os.Exit(m.Run())
 }
 
-// serveFleet is the child: spec is "N DIR". It prints the config path once
-// every host listens, then its Stats as JSON for each line "stats" on its
-// stdin, until stdin closes.
-func serveFleet(spec string) error {
-	f := strings.Fields(spec)
-	if len(f) != 2 {
-		return fmt.Errorf("bad spec %q", spec)
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return err
-	}
-	fleet, err := simfleet.Launch(simfleet.Generate(n, 1))
-	if err != nil {
-		return err
-	}
-	defer fleet.Close()
-	cf, err := fleet.WriteClientFiles(f[1])
-	if err != nil {
-		return err
-	}
-	fmt.Println(cf.ConfigINI)
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		js, _ := json.Marshal(fleet.Stats())
-		fmt.Println(string(js))
-	}
-	return nil
-}
-
-type fleetProcess struct {
-	cmd    *exec.Cmd
-	stdin  interface{ Write([]byte) (int, error) }
-	stdout *bufio.Reader
-	ini    string
-}
-
-func startFleetProcess(b *testing.B, n int, dir string) *fleetProcess {
+// startFleetProcess starts n generated hosts in a child process (so that
+// the CPU the benchmark reports is fetch's alone), with a config.ini that
+// writes the CSV, the page and the history into dir.
+func startFleetProcess(b *testing.B, n int, dir string) *fleetproc.Proc {
 	b.Helper()
-	b.Setenv("HOME", b.TempDir())
-	b.Setenv("SSH_AUTH_SOCK", "")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s", fleetChildEnv, n, filepath.Join(dir, "client")))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			b.Errorf("simulated fleet: %v", err)
-		}
+	fp := fleetproc.Start(b, n, filepath.Join(dir, "client"), "")
+	fp.SetINI(b, func(ini []byte) []byte {
+		ini = bytes.Replace(ini, []byte("timeout = 5\n"), []byte("timeout = 20\n"), 1)
+		return fmt.Appendf(ini, "output = %s\n\n[render]\nhtml = %s\n\n[history]\ndb = %s\n",
+			filepath.Join(dir, "load_data.csv"), filepath.Join(dir, "index.html"), filepath.Join(dir, "history.db"))
 	})
-	fp := &fleetProcess{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout)}
-	line, err := fp.stdout.ReadString('\n')
-	if err != nil {
-		b.Fatalf("simulated fleet did not start: %v", err)
-	}
-	fp.ini = strings.TrimSpace(line)
-	ini, err := os.ReadFile(fp.ini)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ini = bytes.Replace(ini, []byte("timeout = 5\n"), []byte("timeout = 20\n"), 1)
-	ini = fmt.Appendf(ini, "output = %s\n\n[render]\nhtml = %s\n\n[history]\ndb = %s\n",
-		filepath.Join(dir, "load_data.csv"), filepath.Join(dir, "index.html"), filepath.Join(dir, "history.db"))
-	if err := os.WriteFile(fp.ini, ini, 0o644); err != nil {
-		b.Fatal(err)
-	}
 	return fp
-}
-
-func (fp *fleetProcess) stats(b *testing.B) simfleet.Stats {
-	if _, err := fp.stdin.Write([]byte("stats\n")); err != nil {
-		b.Fatal(err)
-	}
-	line, err := fp.stdout.ReadString('\n')
-	if err != nil {
-		b.Fatal(err)
-	}
-	var s simfleet.Stats
-	if err := json.Unmarshal([]byte(line), &s); err != nil {
-		b.Fatal(err)
-	}
-	return s
 }
 
 func cpuSelf() time.Duration {
@@ -183,7 +89,7 @@ func benchLive(b *testing.B, withRender bool) {
 	debug.SetMemoryLimit(fetch.MemoryLimit)
 	dir := b.TempDir()
 	fp := startFleetProcess(b, hosts, dir)
-	cfg, err := fetch.LoadConfig(fp.ini)
+	cfg, err := fetch.LoadConfig(fp.INI)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -230,7 +136,7 @@ func benchLive(b *testing.B, withRender bool) {
 		round()
 	}
 	heap10, rss10 := memory(b)
-	before := fp.stats(b)
+	before := fp.Stats(b)
 	cpu0 := cpuSelf()
 	b.ResetTimer()
 	for b.Loop() {
@@ -238,7 +144,7 @@ func benchLive(b *testing.B, withRender bool) {
 	}
 	b.StopTimer()
 	cpu := cpuSelf() - cpu0
-	after := fp.stats(b)
+	after := fp.Stats(b)
 	heapN, rssN := memory(b)
 	cancel()
 	if err := <-done; err != nil {
