@@ -56,6 +56,7 @@ func BenchmarkFetch(b *testing.B) {
 		{"hosts=1", 1, "", 20, "1 host: 1 ok"},
 		{"hosts=100", 100, "", 20, "100 hosts: 100 ok"},
 		{"hosts=1000", 1000, "", 20, "1000 hosts: 1000 ok"},
+		{"hosts=10000", 10000, "", 60, "10000 hosts: 10000 ok"},
 		{"hosts=1000/dead+hung", 1000, "faulty", 5, "1000 hosts: 998 ok, 2 failed"},
 		{"hosts=1000/flood", 1000, "flood", 10, "1000 hosts: 999 ok, 1 failed: gpu-0501 error"},
 		{"hosts=1000/flood40", 1000, "flood40", 20, "1000 hosts: 960 ok, 40 failed"},
