@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/gpumon/gpumon/internal/simfleet"
@@ -30,8 +31,9 @@ func run(args []string) error {
 	dir := fs.String("dir", "", "directory to write id_ed25519, ssh_config, known_hosts and config.ini into (required)")
 	n := fs.Int("n", 0, "simulate `N` generated healthy hosts instead of the demo fleet")
 	seed := fs.Int64("seed", 1, "seed for the generated hosts (with -n)")
+	cpuProfile := fs.String("cpuprofile", "", "write the fleet's CPU profile to `FILE` when it stops (go tool pprof reads it)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: simfleet -dir DIR [-n N] [-seed S]")
+		fmt.Fprintln(fs.Output(), "usage: simfleet -dir DIR [-n N] [-seed S] [-cpuprofile FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +54,19 @@ func run(args []string) error {
 	specs := simfleet.Demo()
 	if *n > 0 {
 		specs = simfleet.Generate(*n, *seed)
+	}
+	if *cpuProfile != "" {
+		pf, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/attrib"
@@ -456,4 +457,44 @@ func TestSummary(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 
+}
+
+// A host's rows keep nothing of its answer alive: once detached, every
+// cell still reads the same, and all of them lie in one block holding just
+// their text, not in the answer's sections (which a run of 10,000 hosts
+// would otherwise hold until the CSV is written).
+func TestDetachLetsTheAnswerGo(t *testing.T) {
+	c := captures.MustLoad(captures.Names()[0])
+	g, _ := c.Section("load", "query-gpu")
+	a, _ := c.Section("load", "query-compute-apps")
+	out := hostOutput{gpus: g.Body, apps: a.Body, ps: psFor(t, a.Body)}
+	out.noPS, out.noApps = out.ps == "", a.Body == ""
+	r := Build("gpu01", "n", out.bytes("n"), nil, at)
+	if r.Status != hoststatus.OK || len(r.Rows) < 2 || r.Rows[0].Command == "" {
+		t.Fatalf("status %q, %d rows: %s", r.Status, len(r.Rows), r.Error)
+	}
+	want := append([]loaddata.Row(nil), r.Rows...)
+	detach(r.Rows)
+	if diff := cmp.Diff(want, r.Rows); diff != "" {
+		t.Fatalf("detached rows differ (-want +got):\n%s", diff)
+	}
+	distinct := map[string]bool{}
+	lo, hi := ^uintptr(0), uintptr(0)
+	for _, row := range r.Rows {
+		for _, cell := range []string{row.Timestamp, row.Host, row.GPUUUID, row.GPUName, row.GPUBusID, row.User, row.Command} {
+			if cell == "" {
+				continue
+			}
+			distinct[cell] = true
+			p := uintptr(unsafe.Pointer(unsafe.StringData(cell)))
+			lo, hi = min(lo, p), max(hi, p+uintptr(len(cell)))
+		}
+	}
+	total := 0
+	for cell := range distinct {
+		total += len(cell)
+	}
+	if span := int(hi - lo); span > total+64 {
+		t.Errorf("the cells span %d bytes of memory for %d bytes of text: they still point into the answer", span, total)
+	}
 }

@@ -159,12 +159,13 @@ func pollAndWrite(ctx context.Context, cfg *Config) ([]Result, error) {
 	defer client.Close()
 	// idlemon's state file, where a host has one, says which processes are
 	// its idle-time job (read in the same round trip; absent is fine).
-	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers}
+	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers,
+		RecordsOnly: true}
 	results := p.Poll(ctx, hosts)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("interrupted; %s left as it was", cfg.Output)
 	}
-	if err := loaddata.WriteFile(cfg.Output, Rows(results)); err != nil {
+	if err := WriteResults(cfg.Output, results); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", cfg.Output, err)
 	}
 	return results, nil

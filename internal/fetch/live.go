@@ -194,7 +194,7 @@ collect:
 		results[i] = l.Poller.keep(s.last[i])
 	}
 	r := &Round{N: n, Start: start, Results: results, Polled: polled}
-	if err := loaddata.WriteFile(l.Output, Rows(results)); err != nil {
+	if err := WriteResults(l.Output, results); err != nil {
 		r.WriteErr = fmt.Errorf("writing %s: %w", l.Output, err)
 		s.logf("fetch: error: %v", r.WriteErr)
 	} else if sum := Summary(results); l.Summaries && sum != s.summary {

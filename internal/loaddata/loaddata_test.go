@@ -291,3 +291,59 @@ func TestHostStatusWords(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// A file written part by part (fetch's hosts as they answer) is byte for
+// byte the file written from all the rows at once: values that need
+// quoting, empty parts and no parts at all included.
+func TestWriteFileRecordsIsWriteFile(t *testing.T) {
+	row := func(host, cmd string) Row {
+		return Row{Timestamp: "2026-11-25T06:00:00Z", Host: host, HostStatus: hoststatus.OK, GPUIndex: IntOf(0),
+			GPUName: "NVIDIA H100 80GB HBM3", MemUsedMiB: Num(1.5), User: "alice", Command: cmd}
+	}
+	for _, tt := range []struct {
+		name  string
+		parts [][]Row
+	}{
+		{"none", nil},
+		{"empty parts", [][]Row{{}, nil}},
+		{"hosts", [][]Row{
+			{row("gpu01", "python train.py"), row("gpu01", `a "quoted", comma`)},
+			{},
+			{row("gpu02", "line\nbreak"), row("gpu02", " lead space"), row("gpu02", "")},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var all []Row
+			var records [][]byte
+			for _, p := range tt.parts {
+				all = append(all, p...)
+				r, err := Records(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				records = append(records, r)
+			}
+			if err := WriteFile(dir+"/whole.csv", all); err != nil {
+				t.Fatal(err)
+			}
+			if err := WriteFileRecords(dir+"/parts.csv", records); err != nil {
+				t.Fatal(err)
+			}
+			whole, err := os.ReadFile(dir + "/whole.csv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts, err := os.ReadFile(dir + "/parts.csv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(whole), string(parts)); diff != "" {
+				t.Errorf("(-WriteFile +WriteFileRecords):\n%s", diff)
+			}
+			if st, err := os.Stat(dir + "/parts.csv"); err != nil || st.Mode().Perm() != 0o644 {
+				t.Errorf("mode: %v %v, want 0644", st.Mode(), err)
+			}
+		})
+	}
+}

@@ -105,7 +105,7 @@ func (c *Client) Close() {
 // standard output. ctx's deadline covers everything; when it passes, the
 // connection is closed and the error is hoststatus.Timeout, naming the phase.
 func (c *Client) Run(ctx context.Context, alias, command string, stdin []byte) ([]byte, error) {
-	k, err := c.Connect(ctx, alias)
+	k, err := c.connect(ctx, alias, false)
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +126,12 @@ type Conn struct {
 // Connect resolves alias, dials it and completes the SSH handshake (host
 // key checked, as for Run) under ctx's deadline.
 func (c *Client) Connect(ctx context.Context, alias string) (*Conn, error) {
+	return c.connect(ctx, alias, true)
+}
+
+// connect is Connect; watch says whether Alive will be asked (a goroutine
+// a connection, which one command on it does not need).
+func (c *Client) connect(ctx context.Context, alias string, watch bool) (*Conn, error) {
 	t, err := c.SSHConfig.Resolve(alias)
 	if err != nil {
 		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}
@@ -153,10 +159,12 @@ func (c *Client) Connect(ctx context.Context, alias string) (*Conn, error) {
 		return nil, c.classify(ctx, "SSH handshake with "+t.Addr()+route, err, t)
 	}
 	k := &Conn{c: c, t: t, conn: conn, client: client, dead: make(chan struct{})}
-	go func() {
-		client.Wait()
-		close(k.dead)
-	}()
+	if watch {
+		go func() {
+			client.Wait()
+			close(k.dead)
+		}()
+	}
 	return k, nil
 }
 
@@ -207,8 +215,7 @@ func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Con
 	defer acct.release()
 	stdout := newCapture(MaxOutput, "output", acct)
 	stderr := newCapture(MaxStderr, "error output", acct)
-	sess.Stdin = bytes.NewReader(stdin)
-	err := runCopying(sess, command, stdout, stderr)
+	err := runCopying(sess, command, stdin, stdout, stderr)
 	for _, stream := range []*capture{stdout, stderr} {
 		if e := stream.failed(); e != nil {
 			return nil, e
@@ -234,13 +241,31 @@ func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Con
 // captures. Left to itself, x/crypto/ssh copies each stream with io.Copy,
 // which makes a 32 KiB buffer per stream and session: in live mode, 64 MB
 // of garbage per round of 1,000 hosts, and a sixth of fetch's CPU spent
-// collecting it.
-var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+// collecting it. 8 KiB each: a whole answer takes a few reads, and with
+// 1,000 hosts at once the buffers in use stay small.
+var copyBuffers = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
 
-// runCopying is sess.Run(command) with stdout and stderr filled through
-// pooled buffers. The captures' Write still sees every byte (they have no
-// ReadFrom, and a channel has no WriteTo), so their caps hold.
-func runCopying(sess *ssh.Session, command string, stdout, stderr *capture) error {
+const copyBufferSize = 8 << 10
+
+// copyInto fills dst from src until src ends or fails. A copy cut short is
+// the capture cutting the host off, or the connection failing: Wait says so.
+func copyInto(dst *capture, src io.Reader) {
+	buf := copyBuffers.Get().(*[copyBufferSize]byte)
+	defer copyBuffers.Put(buf)
+	io.CopyBuffer(dst, src, buf[:])
+}
+
+// runCopying is sess.Run(command) with stdin written straight to the
+// channel and stdout and stderr filled through pooled buffers. The
+// captures' Write still sees every byte (they have no ReadFrom, and a
+// channel has no WriteTo), so their caps hold. (Given an io.Reader as
+// Stdin, x/crypto/ssh would start two goroutines and a pipe and make a
+// 32 KiB buffer to copy it: 0.3 GB of garbage at 10,000 hosts.)
+func runCopying(sess *ssh.Session, command string, stdin []byte, stdout, stderr *capture) error {
+	inPipe, err := sess.StdinPipe()
+	if err != nil {
+		return err
+	}
 	outPipe, err := sess.StdoutPipe()
 	if err != nil {
 		return err
@@ -253,20 +278,14 @@ func runCopying(sess *ssh.Session, command string, stdout, stderr *capture) erro
 		return err
 	}
 	var wg sync.WaitGroup
-	for _, c := range []struct {
-		dst *capture
-		src io.Reader
-	}{{stdout, outPipe}, {stderr, errPipe}} {
-		wg.Go(func() {
-			buf := copyBuffers.Get().(*[32 << 10]byte)
-			defer copyBuffers.Put(buf)
-			if _, err := io.CopyBuffer(c.dst, c.src, buf[:]); err != nil {
-				// cut off (the capture closed the connection) or the
-				// connection failed: Wait says so; drain nothing more
-				return
-			}
-		})
-	}
+	wg.Go(func() {
+		// a write cut short is the connection failing: Wait says so
+		if _, err := inPipe.Write(stdin); err == nil {
+			inPipe.Close()
+		}
+	})
+	wg.Go(func() { copyInto(stderr, errPipe) })
+	copyInto(stdout, outPipe)
 	wg.Wait()
 	return sess.Wait()
 }

@@ -28,7 +28,7 @@ type HostKeys struct {
 
 type knownDB struct {
 	files []string
-	db    *knownhosts.HostKeyDB
+	ix    *knownIndex
 	err   error
 	added map[string]ssh.PublicKey // accepted this run, by normalized address
 }
@@ -101,7 +101,7 @@ func (hk *HostKeys) load(files []string) *knownDB {
 		}
 	}
 	if d.err == nil {
-		d.db, d.err = knownhosts.NewDB(existing...)
+		d.ix, d.err = loadKnownIndex(existing)
 	}
 	hk.dbs[key] = d
 	return d
@@ -116,10 +116,9 @@ func (hk *HostKeys) Config(address string, files []string) (ssh.HostKeyCallback,
 	}
 	// Ask only for key types on record: a server with RSA, ECDSA and Ed25519
 	// keys would otherwise offer one we do not hold and look "changed".
-	algos := d.db.HostKeyAlgorithms(address)
-	inner := d.db.HostKeyCallback()
+	algos := d.ix.algorithms(address)
 	cb := func(hostname string, remote net.Addr, key ssh.PublicKey) error {
-		err := inner(address, remote, key)
+		err := d.ix.check(address, remote, key)
 		if err == nil {
 			return nil
 		}

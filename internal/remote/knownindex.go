@@ -1,0 +1,358 @@
+package remote
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/skeema/knownhosts"
+	"golang.org/x/crypto/ssh"
+	xknownhosts "golang.org/x/crypto/ssh/knownhosts"
+)
+
+// knownIndex is known_hosts read once for a whole fleet.
+//
+// x/crypto's knownhosts matches every line against the host for each
+// lookup, so checking N hosts against a known_hosts of N lines costs N²
+// matches: at 10,000 hosts, a third of fetch's CPU. Most lines of a
+// fleet's known_hosts name their hosts plainly (what ssh-keyscan and
+// accept-new write); those are looked up here by host and port. Every
+// other line (a marker, a hashed name, a wildcard or a negation, or a line
+// that does not parse) keeps its meaning by going through knownhosts as
+// before, which then reads only those lines: a hashed known_hosts still
+// costs a keyed hash per line and lookup, as it does in OpenSSH.
+type knownIndex struct {
+	plain map[hostPort][]knownLine
+	rest  *knownhosts.HostKeyDB // the other lines; nil when there are none
+	// restCheck is rest's callback, which tries a host on another port
+	// again at port 22 against wildcard lines when nothing else names it;
+	// restRaw is knownhosts' own, which does not. restFiles maps the files
+	// they read back to the known_hosts files they stand for, line for line.
+	restCheck, restRaw ssh.HostKeyCallback
+	restFiles          map[string]string
+	authorities        map[fileLine]bool // the @cert-authority lines
+}
+
+type fileLine struct {
+	file string
+	line int
+}
+
+type hostPort struct{ host, port string }
+
+type knownLine struct {
+	key  ssh.PublicKey
+	blob string // key.Marshal(), compared with what a host offers
+	file string
+	line int
+}
+
+// loadKnownIndex reads files (all existing).
+func loadKnownIndex(files []string) (*knownIndex, error) {
+	ix := &knownIndex{plain: map[hostPort][]knownLine{}, restFiles: map[string]string{}, authorities: map[fileLine]bool{}}
+	var restPaths []string
+	defer func() {
+		for _, p := range restPaths {
+			os.Remove(p)
+		}
+	}()
+	for _, file := range files {
+		rest, err := ix.readFile(file)
+		if err != nil {
+			return nil, err
+		}
+		if rest == nil {
+			continue
+		}
+		// The other lines go to knownhosts from a file of their own in which
+		// every plain line is left blank, so that the line numbers it reports
+		// are those of the real file.
+		tmp, err := os.CreateTemp("", "gpumon-known_hosts-*")
+		if err != nil {
+			return nil, err
+		}
+		restPaths = append(restPaths, tmp.Name())
+		_, err = tmp.Write(rest)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		ix.restFiles[tmp.Name()] = file
+	}
+	if len(restPaths) == 0 {
+		return ix, nil
+	}
+	db, err := knownhosts.NewDB(restPaths...)
+	if err != nil {
+		return nil, errors.New(ix.realNames(err.Error()))
+	}
+	raw, err := xknownhosts.New(restPaths...)
+	if err != nil {
+		return nil, errors.New(ix.realNames(err.Error()))
+	}
+	ix.rest, ix.restCheck, ix.restRaw = db, db.HostKeyCallback(), raw
+	return ix, nil
+}
+
+// readFile indexes file's plain lines and returns the file with them
+// blanked, or nil when every line was plain.
+func (ix *knownIndex) readFile(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var rest bytes.Buffer
+	anyRest := false
+	sc := bufio.NewScanner(f) // as knownhosts reads it, with its line limit
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Bytes()
+		if ix.addPlain(line, file, n) {
+			rest.WriteByte('\n')
+			continue
+		}
+		anyRest = true
+		if isAuthority(line) {
+			ix.authorities[fileLine{file, n}] = true
+		}
+		rest.Write(line)
+		rest.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("knownhosts: %s: %v", file, err)
+	}
+	if !anyRest {
+		return nil, nil
+	}
+	return rest.Bytes(), nil
+}
+
+// addPlain indexes line when it names hosts plainly, parsed exactly as
+// knownhosts parses it, and says whether it did. Blank lines and comments
+// count as plain: there is nothing in them to keep.
+func (ix *knownIndex) addPlain(line []byte, file string, n int) bool {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] == '#' {
+		return true
+	}
+	if line[0] == '@' {
+		return false
+	}
+	pattern, line := nextWord(line)
+	if pattern == "" || pattern[0] == '|' || strings.ContainsAny(pattern, "*?!") {
+		return false
+	}
+	keyType, line := nextWord(line)
+	blob, _ := nextWord(line)
+	raw, err := base64.StdEncoding.DecodeString(blob)
+	if err != nil {
+		return false
+	}
+	key, err := ssh.ParsePublicKey(raw)
+	if err != nil {
+		return false
+	}
+	if _, cert := key.(*ssh.Certificate); cert || key.Type() != keyType {
+		return false
+	}
+	var hosts []hostPort
+	for _, p := range strings.Split(pattern, ",") {
+		if p == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(p)
+		if err != nil {
+			if p[0] == '[' {
+				return false // knownhosts refuses it: let it say so
+			}
+			host, port = p, "22"
+		}
+		hosts = append(hosts, hostPort{host, port})
+	}
+	kl := knownLine{key: key, blob: string(raw), file: file, line: n}
+	for _, hp := range hosts {
+		ix.plain[hp] = append(ix.plain[hp], kl)
+	}
+	return true
+}
+
+// isAuthority is how knownhosts.HostKeyDB tells a @cert-authority line.
+func isAuthority(line []byte) bool {
+	line = bytes.TrimSpace(line)
+	return len(line) > 15 && bytes.HasPrefix(line, []byte("@cert-authority")) && (line[15] == ' ' || line[15] == '\t')
+}
+
+// nextWord is knownhosts' own: the text up to the first space or tab, and
+// what follows it, trimmed.
+func nextWord(line []byte) (string, []byte) {
+	i := bytes.IndexAny(line, "\t ")
+	if i == -1 {
+		return string(line), nil
+	}
+	return string(line[:i]), bytes.TrimSpace(line[i:])
+}
+
+func splitAddress(address string) hostPort {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return hostPort{address, "22"}
+	}
+	return hostPort{host, port}
+}
+
+// check is knownhosts' callback over both halves: a revoked key is refused
+// whatever else is on record; a key on record for the host in either half
+// is accepted; otherwise the keys on record in both are what was wanted
+// (none: the host is unknown).
+func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) error {
+	plain := ix.plain[splitAddress(address)]
+	var want []xknownhosts.KnownKey
+	if ix.rest != nil {
+		check := ix.restCheck
+		if _, cert := key.(*ssh.Certificate); !cert && len(plain) > 0 {
+			// the whole file names the host: it would answer at once, and
+			// never try port 22's wildcard lines
+			check = ix.restRaw
+		}
+		err := check(address, remote, key)
+		if err == nil {
+			return nil
+		}
+		var ke *xknownhosts.KeyError
+		if !errors.As(err, &ke) {
+			var re *xknownhosts.RevokedError
+			if errors.As(err, &re) {
+				re.Revoked.Filename = ix.realName(re.Revoked.Filename)
+			}
+			return err
+		}
+		for _, w := range ke.Want {
+			w.Filename = ix.realName(w.Filename)
+			want = append(want, w)
+		}
+	} else if _, cert := key.(*ssh.Certificate); cert {
+		// what knownhosts says with no @cert-authority line
+		return fmt.Errorf("ssh: no authorities for hostname: %v", address)
+	}
+	if _, cert := key.(*ssh.Certificate); !cert {
+		offered := string(key.Marshal())
+		for _, kl := range plain {
+			if kl.blob == offered {
+				return nil
+			}
+			want = append(want, xknownhosts.KnownKey{Key: kl.key, Filename: kl.file, Line: kl.line})
+		}
+	}
+	return &xknownhosts.KeyError{Want: want}
+}
+
+// algorithms are the host key algorithms to ask address for, as
+// knownhosts.HostKeyDB.HostKeyAlgorithms gives them: those of the keys on
+// record in file and line order, a certificate's where a certificate
+// authority vouches for the host, without repeats.
+func (ix *knownIndex) algorithms(address string) []string {
+	plain := ix.plain[splitAddress(address)]
+	if len(plain) == 0 {
+		if ix.rest == nil {
+			return nil
+		}
+		return ix.rest.HostKeyAlgorithms(address)
+	}
+	var keys []xknownhosts.KnownKey
+	if ix.rest != nil {
+		var ke *xknownhosts.KeyError
+		if errors.As(ix.restRaw(address, &net.TCPAddr{IP: net.IPv4zero}, noKey{}), &ke) {
+			for _, w := range ke.Want {
+				w.Filename = ix.realName(w.Filename)
+				keys = append(keys, w)
+			}
+		}
+	}
+	for _, kl := range plain {
+		keys = append(keys, xknownhosts.KnownKey{Key: kl.key, Filename: kl.file, Line: kl.line})
+	}
+	sort.SliceStable(keys, func(i, j int) bool {
+		if keys[i].Filename != keys[j].Filename {
+			return keys[i].Filename < keys[j].Filename
+		}
+		return keys[i].Line < keys[j].Line
+	})
+	var algos []string
+	seen := map[string]bool{}
+	add := func(a string, cert bool) {
+		if cert {
+			a = certAlgorithm(a)
+		}
+		if !seen[a] {
+			seen[a] = true
+			algos = append(algos, a)
+		}
+	}
+	for _, k := range keys {
+		cert := ix.authorities[fileLine{k.Filename, k.Line}]
+		if t := k.Key.Type(); t == ssh.KeyAlgoRSA {
+			// an RSA key is offered under its SHA-2 signature algorithms
+			add(ssh.KeyAlgoRSASHA512, cert)
+			add(ssh.KeyAlgoRSASHA256, cert)
+		}
+		add(k.Key.Type(), cert)
+	}
+	return algos
+}
+
+// certAlgorithm is the certificate algorithm of a key type (knownhosts'
+// keyTypeToCertAlgo).
+func certAlgorithm(keyType string) string {
+	switch keyType {
+	case ssh.KeyAlgoRSA:
+		return ssh.CertAlgoRSAv01
+	case ssh.KeyAlgoRSASHA256:
+		return ssh.CertAlgoRSASHA256v01
+	case ssh.KeyAlgoRSASHA512:
+		return ssh.CertAlgoRSASHA512v01
+	case ssh.KeyAlgoDSA:
+		return ssh.CertAlgoDSAv01
+	case ssh.KeyAlgoECDSA256:
+		return ssh.CertAlgoECDSA256v01
+	case ssh.KeyAlgoSKECDSA256:
+		return ssh.CertAlgoSKECDSA256v01
+	case ssh.KeyAlgoECDSA384:
+		return ssh.CertAlgoECDSA384v01
+	case ssh.KeyAlgoECDSA521:
+		return ssh.CertAlgoECDSA521v01
+	case ssh.KeyAlgoED25519:
+		return ssh.CertAlgoED25519v01
+	case ssh.KeyAlgoSKED25519:
+		return ssh.CertAlgoSKED25519v01
+	}
+	return ""
+}
+
+// noKey is offered to learn which keys are on record: it matches none.
+type noKey struct{}
+
+func (noKey) Type() string                        { return "none" }
+func (noKey) Marshal() []byte                     { return []byte("gpumon: no key") }
+func (noKey) Verify([]byte, *ssh.Signature) error { return errors.New("no key") }
+
+func (ix *knownIndex) realName(name string) string {
+	if real, ok := ix.restFiles[name]; ok {
+		return real
+	}
+	return name
+}
+
+func (ix *knownIndex) realNames(s string) string {
+	for tmp, real := range ix.restFiles {
+		s = strings.ReplaceAll(s, tmp, real)
+	}
+	return s
+}

@@ -1,0 +1,234 @@
+package remote
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/skeema/knownhosts"
+	"golang.org/x/crypto/ssh"
+	xknownhosts "golang.org/x/crypto/ssh/knownhosts"
+)
+
+// The index must say what knownhosts says, for every kind of line: it is
+// compared, lookup by lookup, with knownhosts reading the same files.
+func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
+	a, b, e := testEd25519(t), testEd25519(t), testECDSA(t)
+	ca := testEd25519Signer(t)
+	cert := testHostCert(t, ca, a, "gpu07")
+	line := func(hosts string, k ssh.PublicKey) string { return hosts + " " + string(ssh.MarshalAuthorizedKey(k)) }
+	files := map[string]string{
+		"plain": line("gpu01", a) + line("gpu02,10.0.0.2", b) + line("[gpu03]:2222", a) +
+			line("gpu04", a) + line("gpu04", e) + // two keys on record
+			"\n# a comment\n   \n" + line("gpu05", b),
+		"hashed":   line(xknownhosts.HashHostname("gpu11"), a) + line(xknownhosts.HashHostname("[gpu12]:2222"), b),
+		"wildcard": line("*.lab", a) + line("gpu2?", b) + line("gpu3*,!gpu31", a) + line("gpu01", b),
+		"markers": "@cert-authority gpu0* " + string(ssh.MarshalAuthorizedKey(ca.PublicKey())) +
+			"@revoked * " + string(ssh.MarshalAuthorizedKey(e)) + line("gpu06", a),
+		"broken": line("gpu01", a) + "gpu02 ssh-ed25519 !!notbase64\n",
+		"bracket": line("[gpu08]", a),
+		"mixed": line("gpu01", a) + line(xknownhosts.HashHostname("gpu02"), a) + line("gpu02", b) +
+			line("gpu3*", b) + line("gpu31", a),
+	}
+	dir := t.TempDir()
+	path := func(name string) string { return filepath.Join(dir, name) }
+	for name, text := range files {
+		if err := os.WriteFile(path(name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addresses := []string{"gpu01:22", "gpu02:22", "10.0.0.2:22", "gpu03:2222", "gpu03:22", "gpu04:22", "gpu05:22",
+		"gpu06:22", "gpu07:22", "gpu11:22", "gpu12:2222", "x.lab:22", "x.lab:2222", "gpu21:22", "gpu30:22", "gpu31:22",
+		"gpu08:22", "nowhere:22", "[::1]:22"}
+	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert}
+	for _, set := range [][]string{
+		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"},
+		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"},
+	} {
+		var paths []string
+		for _, name := range set {
+			paths = append(paths, path(name))
+		}
+		db, dbErr := knownhosts.NewDB(paths...)
+		ix, ixErr := loadKnownIndex(paths)
+		if (dbErr == nil) != (ixErr == nil) || (dbErr != nil && dbErr.Error() != ixErr.Error()) {
+			t.Errorf("%v: loading: knownhosts says %v, the index %v", set, dbErr, ixErr)
+			continue
+		}
+		if dbErr != nil {
+			continue
+		}
+		callback := db.HostKeyCallback()
+		for _, address := range addresses {
+			if diff := cmp.Diff(db.HostKeyAlgorithms(address), ix.algorithms(address)); diff != "" {
+				t.Errorf("%v %s: algorithms (-knownhosts +index):\n%s", set, address, diff)
+			}
+			for name, key := range offers {
+				remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
+				want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key))
+				if want != got {
+					t.Errorf("%v %s offering %s:\nknownhosts: %s\nindex:      %s", set, address, name, want, got)
+				}
+			}
+		}
+	}
+}
+
+// A known_hosts of plain lines is read once, whatever the size of the fleet:
+// the index answers from its map and knownhosts is never built.
+func TestKnownIndexPlainFileNeedsNoKnownhosts(t *testing.T) {
+	a, b := testEd25519(t), testEd25519(t)
+	var text strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&text, "[gpu%04d]:2222 %s", i, ssh.MarshalAuthorizedKey(a))
+	}
+	file := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(file, []byte(text.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := loadKnownIndex([]string{file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.rest != nil {
+		t.Fatal("plain lines went through knownhosts")
+	}
+	if err := ix.check("gpu0999:2222", nil, a); err != nil {
+		t.Errorf("the key on record was refused: %v", err)
+	}
+	if got := verdict(ix.check("gpu0999:2222", nil, b)); got != "changed "+file+":1000" {
+		t.Errorf("another key: %s, want it changed, naming line 1000", got)
+	}
+	if got := verdict(ix.check("gpu0999:22", nil, a)); got != "unknown" {
+		t.Errorf("another port: %s, want unknown", got)
+	}
+}
+
+// verdict is what a host-key check decided, in words a test can compare.
+func verdict(err error) string {
+	var ke *xknownhosts.KeyError
+	var re *xknownhosts.RevokedError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &re):
+		return fmt.Sprintf("revoked %s:%d", re.Revoked.Filename, re.Revoked.Line)
+	case errors.As(err, &ke) && len(ke.Want) == 0:
+		return "unknown"
+	case errors.As(err, &ke):
+		var at []string
+		for _, w := range ke.Want {
+			at = append(at, fmt.Sprintf("%s:%d", w.Filename, w.Line))
+		}
+		sort.Strings(at)
+		return "changed " + strings.Join(at, " ")
+	}
+	return "error " + err.Error()
+}
+
+func testEd25519Signer(t testing.TB) ssh.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func testEd25519(t testing.TB) ssh.PublicKey {
+	t.Helper()
+	return testEd25519Signer(t).PublicKey()
+}
+
+func testECDSA(t testing.TB) ssh.PublicKey {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ssh.NewPublicKey(&priv.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func testHostCert(t testing.TB, ca ssh.Signer, key ssh.PublicKey, host string) *ssh.Certificate {
+	t.Helper()
+	c := &ssh.Certificate{Key: key, CertType: ssh.HostCert, ValidPrincipals: []string{host}, ValidBefore: ssh.CertTimeInfinity}
+	if err := c.SignCert(rand.Reader, ca); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// FuzzKnownIndex compares the index with knownhosts on any known_hosts text
+// whose lines use two fixed keys and a certificate authority.
+func FuzzKnownIndex(f *testing.F) {
+	signer := func(seed byte) ssh.Signer {
+		s, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(bytes32(seed)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return s
+	}
+	a, b, ca := signer(1).PublicKey(), signer(2).PublicKey(), signer(3)
+	cert := testHostCert(f, ca, a, "gpu07")
+	ka, kb, kca := string(ssh.MarshalAuthorizedKey(a)), string(ssh.MarshalAuthorizedKey(b)), string(ssh.MarshalAuthorizedKey(ca.PublicKey()))
+	for _, seed := range []string{
+		"gpu01 " + ka + "gpu01,gpu02 " + kb + "[gpu03]:2222 " + ka,
+		xknownhosts.HashHostname("gpu01") + " " + ka + "gpu01 " + kb,
+		"*.lab " + ka + "gpu0?,!gpu02 " + kb + "[gpu03]:2222 " + kb,
+		"@cert-authority gpu0* " + kca + "@revoked * " + kb + "gpu01 " + kb,
+		"gpu01 " + ka + "\n#\n\t gpu02\t" + kb + "[gpu04] " + ka + "gpu05 ssh-ed25519 x\n",
+	} {
+		f.Add(seed)
+	}
+	addresses := []string{"gpu01:22", "gpu02:22", "gpu03:2222", "gpu03:22", "gpu04:22", "gpu07:22", "x.lab:22", "x.lab:2222", "[::1]:22"}
+	f.Fuzz(func(t *testing.T, text string) {
+		file := filepath.Join(t.TempDir(), "known_hosts")
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		db, dbErr := knownhosts.NewDB(file)
+		ix, ixErr := loadKnownIndex([]string{file})
+		if (dbErr == nil) != (ixErr == nil) {
+			t.Fatalf("loading: knownhosts says %v, the index %v", dbErr, ixErr)
+		}
+		if dbErr != nil {
+			return
+		}
+		callback := db.HostKeyCallback()
+		for _, address := range addresses {
+			if diff := cmp.Diff(db.HostKeyAlgorithms(address), ix.algorithms(address)); diff != "" {
+				t.Errorf("%s: algorithms (-knownhosts +index):\n%s", address, diff)
+			}
+			for _, key := range []ssh.PublicKey{a, b, cert} {
+				remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
+				if want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key)); want != got {
+					t.Errorf("%s offering %s:\nknownhosts: %s\nindex:      %s", address, key.Type(), want, got)
+				}
+			}
+		}
+	})
+}
+
+func bytes32(b byte) []byte {
+	seed := make([]byte, ed25519.SeedSize)
+	seed[0] = b
+	return seed
+}
