@@ -195,6 +195,7 @@ func FuzzKnownIndex(f *testing.F) {
 		"*.lab " + ka + "gpu0?,!gpu02 " + kb + "[gpu03]:2222 " + kb,
 		"@cert-authority gpu0* " + kca + "@revoked * " + kb + "gpu01 " + kb,
 		"gpu01 " + ka + "\n#\n\t gpu02\t" + kb + "[gpu04] " + ka + "gpu05 ssh-ed25519 x\n",
+		"gpu01 ssh-rsa " + strings.Fields(ka)[1] + "\n", // a type that is not the key's: knownhosts refuses the file
 	} {
 		f.Add(seed)
 	}
