@@ -35,7 +35,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"wildcard": line("*.lab", a) + line("gpu2?", b) + line("gpu3*,!gpu31", a) + line("gpu01", b),
 		"markers": "@cert-authority gpu0* " + string(ssh.MarshalAuthorizedKey(ca.PublicKey())) +
 			"@revoked * " + string(ssh.MarshalAuthorizedKey(e)) + line("gpu06", a),
-		"broken": line("gpu01", a) + "gpu02 ssh-ed25519 !!notbase64\n",
+		"broken":  line("gpu01", a) + "gpu02 ssh-ed25519 !!notbase64\n",
 		"bracket": line("[gpu08]", a),
 		"mixed": line("gpu01", a) + line(xknownhosts.HashHostname("gpu02"), a) + line("gpu02", b) +
 			line("gpu3*", b) + line("gpu31", a),
@@ -232,4 +232,50 @@ func bytes32(b byte) []byte {
 	seed := make([]byte, ed25519.SeedSize)
 	seed[0] = b
 	return seed
+}
+
+// BenchmarkKnownHosts is one host's key checked against a fleet's
+// known_hosts, as fetch does for every host it dials: plain lines (what
+// ssh-keyscan and accept-new write) are looked up in the index; hashed
+// ones (ssh-keyscan -H, HashKnownHosts yes) still cost a keyed hash per
+// line, as in OpenSSH, so a fleet of N hashed hosts costs N² of them.
+func BenchmarkKnownHosts(b *testing.B) {
+	key := testEd25519(b)
+	for _, bc := range []struct {
+		name   string
+		lines  int
+		hashed bool
+	}{
+		{"plain/lines=10000", 10000, false},
+		{"hashed/lines=1000", 1000, true},
+		{"hashed/lines=10000", 10000, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var text strings.Builder
+			for i := range bc.lines {
+				host := fmt.Sprintf("gpu%05d", i)
+				if bc.hashed {
+					host = xknownhosts.HashHostname(host)
+				}
+				fmt.Fprintf(&text, "%s %s", host, ssh.MarshalAuthorizedKey(key))
+			}
+			file := filepath.Join(b.TempDir(), "known_hosts")
+			if err := os.WriteFile(file, []byte(text.String()), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			ix, err := loadKnownIndex([]string{file})
+			if err != nil {
+				b.Fatal(err)
+			}
+			remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
+			i := 0
+			for b.Loop() {
+				address := fmt.Sprintf("gpu%05d:22", (i*7919)%bc.lines) // all over the file
+				if err := ix.check(address, remote, key); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }
