@@ -139,7 +139,7 @@ func (ix *knownIndex) readFile(file string) ([]byte, error) {
 // knownhosts parses it, and says whether it did. Blank lines and comments
 // count as plain: there is nothing in them to keep.
 func (ix *knownIndex) addPlain(line []byte, file string, n int) bool {
-	line = bytes.TrimSpace(line)
+	line = trimBlanks(line)
 	if len(line) == 0 || line[0] == '#' {
 		return true
 	}
@@ -197,8 +197,13 @@ func nextWord(line []byte) (string, []byte) {
 	if i == -1 {
 		return string(line), nil
 	}
-	return string(line[:i]), bytes.TrimSpace(line[i:])
+	return string(line[:i]), trimBlanks(line[i:])
 }
+
+// trimBlanks is knownhosts' trimSpace: spaces and tabs only. A line that
+// starts with another blank (a carriage return, a no-break space) names a
+// host with that character in it, for knownhosts as for the index.
+func trimBlanks(b []byte) []byte { return bytes.Trim(b, " \t") }
 
 func splitAddress(address string) hostPort {
 	host, port, err := net.SplitHostPort(address)

@@ -37,6 +37,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 			"@revoked * " + string(ssh.MarshalAuthorizedKey(e)) + line("gpu06", a),
 		"broken":  line("gpu01", a) + "gpu02 ssh-ed25519 !!notbase64\n",
 		"bracket": line("[gpu08]", a),
+		"blanks":  "\r" + line("gpu01", a) + "\u00a0" + line("gpu02", b) + " \t" + line("gpu04", a) + "gpu05\v " + string(ssh.MarshalAuthorizedKey(a)),
 		"mixed": line("gpu01", a) + line(xknownhosts.HashHostname("gpu02"), a) + line("gpu02", b) +
 			line("gpu3*", b) + line("gpu31", a),
 	}
@@ -52,7 +53,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"gpu08:22", "nowhere:22", "[::1]:22"}
 	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert}
 	for _, set := range [][]string{
-		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"},
+		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"},
 	} {
 		var paths []string
@@ -195,7 +196,8 @@ func FuzzKnownIndex(f *testing.F) {
 		"*.lab " + ka + "gpu0?,!gpu02 " + kb + "[gpu03]:2222 " + kb,
 		"@cert-authority gpu0* " + kca + "@revoked * " + kb + "gpu01 " + kb,
 		"gpu01 " + ka + "\n#\n\t gpu02\t" + kb + "[gpu04] " + ka + "gpu05 ssh-ed25519 x\n",
-		"gpu01 ssh-rsa " + strings.Fields(ka)[1] + "\n", // a type that is not the key's: knownhosts refuses the file
+		"gpu01 ssh-rsa " + strings.Fields(ka)[1] + "\n",                              // a type that is not the key's: knownhosts refuses the file
+		"\rgpu01 " + ka + "\u00a0gpu02 " + kb + "\vgpu04 " + ka + "gpu01\u00a0" + kb, // blanks knownhosts does not trim
 	} {
 		f.Add(seed)
 	}
