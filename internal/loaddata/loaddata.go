@@ -7,6 +7,7 @@ package loaddata
 import (
 	"bufio"
 	"bytes"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -194,16 +195,28 @@ func Records(rows []Row) ([]byte, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	b := recordBuffers.Get().(*bytes.Buffer)
-	defer recordBuffers.Put(b)
-	b.Reset()
-	if err := gocsv.MarshalWithoutHeaders(&rows, b); err != nil {
+	e := recordEncoders.Get().(*recordEncoder)
+	defer recordEncoders.Put(e)
+	e.buf.Reset()
+	if err := gocsv.MarshalCSVWithoutHeaders(&rows, e.w); err != nil {
 		return nil, err
 	}
-	return bytes.Clone(b.Bytes()), nil
+	return bytes.Clone(e.buf.Bytes()), nil
 }
 
-var recordBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// recordEncoder is a CSV writer kept with its buffer: made anew for each
+// host, the writer's own buffer alone came to 40 MB of garbage a run of
+// 10,000 hosts.
+type recordEncoder struct {
+	buf bytes.Buffer
+	w   *gocsv.SafeCSVWriter
+}
+
+var recordEncoders = sync.Pool{New: func() any {
+	e := new(recordEncoder)
+	e.w = gocsv.NewSafeCSVWriter(csv.NewWriter(&e.buf))
+	return e
+}}
 
 // WriteFileRecords is WriteFile for rows made records (Records), in parts:
 // the file holds the header and the parts in order, byte for byte what
