@@ -116,6 +116,10 @@ func TestRedactURL(t *testing.T) {
 		"https://x.example/?token=s3cret":             "https://x.example/…",
 		"https://user:pass@x.example/":                "https://x.example",
 		"not a url":                                   "(an unreadable URL)",
+		"https://eo1a2b3c4d5e6f7.m.pipedream.net":     "https://….m.pipedream.net",
+		"https://0f8fad5b-d9cb-469f.hooks.example/x":  "https://….hooks.example/…",
+		"https://gpu-alerts.example.org:8443/hook":    "https://gpu-alerts.example.org:8443/…",
+		"http://[::1]:9000/":                          "http://[::1]:9000",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)

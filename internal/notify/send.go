@@ -91,17 +91,50 @@ func (w *Webhook) Send(ctx context.Context, it Item) error {
 }
 
 // RedactURL shows a webhook URL without what makes it a secret (Slack's
-// and Mattermost's are a key in the path or query): scheme and host only.
+// and Mattermost's are a key in the path or query; some services, such as
+// Pipedream, put it in the host name): scheme and host only, and of the
+// host, no label that looks like a key.
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
 		return "(an unreadable URL)"
 	}
-	out := u.Scheme + "://" + u.Host
+	labels := strings.Split(u.Hostname(), ".")
+	for i, l := range labels {
+		if looksLikeKey(l) {
+			labels[i] = "…"
+		}
+	}
+	host := strings.Join(labels, ".")
+	if strings.Contains(host, ":") { // an IPv6 literal
+		host = "[" + host + "]"
+	}
+	if p := u.Port(); p != "" {
+		host += ":" + p
+	}
+	out := u.Scheme + "://" + host
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
 		out += "/…"
 	}
 	return hosttext.Printable(out)
+}
+
+// looksLikeKey: a host label of 12 characters or more that mixes letters
+// and digits (a token, an id), unlike the words people name hosts with.
+func looksLikeKey(label string) bool {
+	if len(label) < 12 {
+		return false
+	}
+	letters, digits := false, false
+	for _, r := range label {
+		switch {
+		case r >= '0' && r <= '9':
+			digits = true
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+			letters = true
+		}
+	}
+	return letters && digits
 }
 
 // Sendmail hands mail to a sendmail-compatible command (`sendmail -t -i`:
