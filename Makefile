@@ -31,6 +31,7 @@ test: vet
 	$(GO) test -run '^$$' -fuzz '^FuzzParseProcesses$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/fetch
 	$(GO) test -run '^$$' -fuzz '^FuzzMarkup$$' -fuzztime $(FUZZTIME) ./internal/render
+	$(GO) test -run '^$$' -fuzz '^FuzzStatusJSON$$' -fuzztime $(FUZZTIME) ./internal/render
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePS$$' -fuzztime $(FUZZTIME) ./internal/probe
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./internal/inifile
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCgroup$$' -fuzztime $(FUZZTIME) ./internal/attrib

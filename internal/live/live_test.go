@@ -339,23 +339,27 @@ func TestLiveHostKeyChanged(t *testing.T) {
 	}
 }
 
-// TestLiveSlowHosts: a tenth of the fleet hangs (one host never speaks SSH,
-// one never answers its command) under a 60 s timeout: each round still
-// ends at its cut-off, well within the interval, with the others' rows
-// fresh and ok and the hung hosts reported as still answering; a hung host
-// is never polled twice at once.
+// TestLiveSlowHosts: a tenth of the fleet is dead or hangs (one host
+// refuses connections, one never speaks SSH, one never answers its
+// command) under a 60 s timeout: each round still ends at its cut-off,
+// well within the interval, with every healthy host polled in every round
+// (one session each, on the one connection) and its row fresh and ok; the
+// hung hosts are reported as still answering and never polled twice at
+// once; the dead one is dialed again only as its back-off allows.
 func TestLiveSlowHosts(t *testing.T) {
-	const hosts = 20
+	const hosts, rounds = 30, 5
 	specs := simfleet.Generate(hosts, 1)
-	specs[4].Failure = simfleet.Silent
-	specs[14].Failure = simfleet.HangForever
+	const silent, hung, refused = 4, 14, 24
+	specs[silent].Failure = simfleet.Silent
+	specs[hung].Failure = simfleet.HangForever
+	specs[refused].Failure = simfleet.Refuse
 	const cutoff = 2 * time.Second
 	if cutoff >= every {
 		t.Fatal("the cut-off must be shorter than the interval")
 	}
 	start := time.Now()
 	h := startLive(t, specs, 60, cutoff)
-	for n := 1; n <= 3; n++ {
+	for n := 1; n <= rounds; n++ {
 		var r *fetch.Round
 		if n == 1 {
 			r = h.round()
@@ -366,24 +370,47 @@ func TestLiveSlowHosts(t *testing.T) {
 		if took := time.Since(start); took > cutoff+30*time.Second {
 			t.Errorf("round %d took %s: it waited for the hung hosts (timeout 60s)", n, took)
 		}
-		if want := map[int]int{1: hosts, 2: hosts - 2, 3: hosts - 2}[n]; r.Polled != want {
+		if want := map[bool]int{true: hosts, false: hosts - 2}[n == 1]; r.Polled != want {
 			t.Errorf("round %d polled %d hosts, want %d (the hung ones are still busy)", n, r.Polled, want)
 		}
+		ts := r.Start.UTC().Format(loaddata.TimeFormat)
 		for i, res := range r.Results {
-			hung := i == 4 || i == 14
-			switch {
-			case hung && (res.Status != hoststatus.Timeout || !strings.Contains(res.Error, "still answering")):
-				t.Errorf("round %d: %s: %s: %s; want timeout, still answering", n, res.Host, res.Status, res.Error)
-			case !hung && res.Status != hoststatus.OK:
-				t.Errorf("round %d: %s: %s: %s", n, res.Host, res.Status, res.Error)
+			switch i {
+			case silent, hung:
+				if res.Status != hoststatus.Timeout || !strings.Contains(res.Error, "still answering") {
+					t.Errorf("round %d: %s: %s: %s; want timeout, still answering", n, res.Host, res.Status, res.Error)
+				}
+			case refused:
+				// dialed in rounds 1 and 2, then one interval and
+				// two later (rounds 4 and 8): in rounds 3 and 5 it waits
+				waits := n == 3 || n == 5
+				if res.Status != hoststatus.Unreachable || strings.Contains(res.Error, "next attempt at") != waits {
+					t.Errorf("round %d: %s: %s: %q; want unreachable, waiting for its next attempt: %v", n, res.Host, res.Status, res.Error, waits)
+				}
+			default:
+				if res.Status != hoststatus.OK || len(res.Rows) == 0 || res.Rows[0].Timestamp != ts {
+					t.Errorf("round %d: %s: %s: %s, %d rows; want ok and fresh (%s)", n, res.Host, res.Status, res.Error, len(res.Rows), ts)
+				}
 			}
 		}
 	}
-	if s := h.fleet.HostStats(specs[14].Name); s.Sessions != 1 {
-		t.Errorf("%s: %d sessions, want 1: a busy host is not polled again", specs[14].Name, s.Sessions)
-	}
-	if s := h.fleet.HostStats(specs[4].Name); s.Accepted != 1 {
-		t.Errorf("%s: %d connections, want 1", specs[4].Name, s.Accepted)
+	for i, spec := range specs {
+		s := h.fleet.HostStats(spec.Name)
+		switch i {
+		case hung:
+			if s.Sessions != 1 {
+				t.Errorf("%s: %d sessions, want 1: a busy host is not polled again", spec.Name, s.Sessions)
+			}
+		case silent:
+			if s.Accepted != 1 {
+				t.Errorf("%s: %d connections, want 1", spec.Name, s.Accepted)
+			}
+		case refused:
+		default:
+			if s.Authed != 1 || s.Sessions != rounds {
+				t.Errorf("%s: %d handshakes, %d sessions; want 1 and %d (polled every round)", spec.Name, s.Authed, s.Sessions, rounds)
+			}
+		}
 	}
 	h.shutdown() // ends the hung polls at once, not after 60 s
 }

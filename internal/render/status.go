@@ -14,7 +14,10 @@ import (
 
 // StatusVersion is status.json's schema version. It changes only when a
 // field changes meaning or goes away; new fields may appear in any version.
-const StatusVersion = 1
+// Version 2 leaves out keys whose value is empty (docs/render.md lists
+// them) and names a host's GPU model once, on the host: at 10,000 hosts
+// version 1 repeated some 16 MB of "", false, null and model names.
+const StatusVersion = 2
 
 // Status is status.json: the cluster for scripts. A reading that is not
 // known is null, never 0. Times are RFC 3339 in UTC.
@@ -58,25 +61,33 @@ type StatusModel struct {
 	Total  int    `json:"total"` // failed GPUs included
 }
 
-// StatusHost is one host.
+// StatusHost is one host. Keys marked omitempty or omitzero are left out
+// when empty (schema version 2): most hosts have no error, reservation or
+// history of being down, and each such key cost every host its bytes.
 type StatusHost struct {
 	Name        string             `json:"name"`
 	Display     string             `json:"display_name"`
 	Up          bool               `json:"up"`
-	Status      string             `json:"status"` // load_data.csv's host_status
-	Error       string             `json:"error"`  // why it is down; warnings for an up host
+	Status      string             `json:"status"`          // load_data.csv's host_status
+	Error       string             `json:"error,omitempty"` // why it is down; warnings for an up host
 	Timestamp   *string            `json:"timestamp"`
 	CPUs        *int64             `json:"cpus"`
 	Load1       *float64           `json:"load1"`
 	MemUsedMiB  *float64           `json:"mem_used_mib"`
 	MemTotalMiB *float64           `json:"mem_total_mib"`
-	Reservation *StatusReservation `json:"reservation"` // a whole-host reservation
-	GPUs        []StatusGPU        `json:"gpus"`        // empty for a host that is down
-	// For a host that is down, from the history (null without it): since
-	// when (the first failed snapshot since it last answered; null when it
-	// never answered in the history), and its GPUs as last seen.
-	DownSince     *string          `json:"down_since"`
-	LastKnownGPUs []StatusKnownGPU `json:"last_known_gpus"`
+	Reservation *StatusReservation `json:"reservation,omitempty"` // a whole-host reservation
+	// The name and short name that every GPU of the host has, when they
+	// all have the same (left out otherwise): its GPUs then leave out
+	// theirs. A host of 8 identical GPUs would repeat them 8 times.
+	GPUName      string      `json:"gpu_name,omitempty"`
+	GPUShortName string      `json:"gpu_short_name,omitempty"`
+	GPUs         []StatusGPU `json:"gpus"` // empty for a host that is down
+	// For a host that is down, from the history (left out without it):
+	// since when (the first failed snapshot since it last answered; left
+	// out when it never answered in the history), and its GPUs as last
+	// seen ([] when none was seen: omitzero keeps an empty list).
+	DownSince     *string          `json:"down_since,omitempty"`
+	LastKnownGPUs []StatusKnownGPU `json:"last_known_gpus,omitzero"`
 }
 
 // StatusKnownGPU is a GPU of a down host as last seen.
@@ -85,16 +96,19 @@ type StatusKnownGPU struct {
 	Name string `json:"name"`
 }
 
-// StatusGPU is one GPU.
+// StatusGPU is one GPU. Its readings are always there (null when not
+// known); notes, error, reservation and processes are left out when empty.
 type StatusGPU struct {
-	Index       *int               `json:"index"` // null for a GPU the driver lost (see bus_id)
-	UUID        string             `json:"uuid"`
-	Name        string             `json:"name"`
-	ShortName   string             `json:"short_name"`
+	Index *int   `json:"index"` // null for a GPU the driver lost (see bus_id)
+	UUID  string `json:"uuid"`
+	// nil (left out): the host's gpu_name / gpu_short_name; a GPU of a
+	// host without one has its own, "" included (a lost GPU's).
+	Name        *string            `json:"name,omitempty"`
+	ShortName   *string            `json:"short_name,omitempty"`
 	BusID       string             `json:"bus_id"`
 	State       string             `json:"state"` // free, busy, reserved or failed
-	Notes       []string           `json:"notes"`
-	Error       string             `json:"error"`
+	Notes       []string           `json:"notes,omitempty"`
+	Error       string             `json:"error,omitempty"`
 	UtilPct     *float64           `json:"util_pct"`
 	MemUtilPct  *float64           `json:"mem_util_pct"`
 	MemUsedMiB  *float64           `json:"mem_used_mib"`
@@ -103,29 +117,29 @@ type StatusGPU struct {
 	PowerW      *float64           `json:"power_w"`
 	PowerLimitW *float64           `json:"power_limit_w"`
 	FanPct      *float64           `json:"fan_pct"`
-	Reservation *StatusReservation `json:"reservation"`
-	Processes   []StatusProcess    `json:"processes"`
+	Reservation *StatusReservation `json:"reservation,omitempty"`
+	Processes   []StatusProcess    `json:"processes,omitempty"`
 }
 
 // StatusProcess is one process on a GPU. Preemptible and ignored processes
 // do not make their GPU busy. Who it runs for is load_data.csv's six
-// columns, whole and under their names there; like user and command, each
-// is "" when not known (never left out), so a script reads every key of
-// every process.
+// columns, whole and under their names there. Those six and the two flags
+// are left out when "" or false: on most fleets nearly every process has
+// none of them, and at 10,000 hosts writing them cost 8 MB.
 type StatusProcess struct {
 	PID            *int64   `json:"pid"`
 	User           string   `json:"user"`
 	Command        string   `json:"command"`
 	MemMiB         *float64 `json:"mem_mib"`
 	ElapsedS       *int64   `json:"elapsed_s"`
-	Preemptible    bool     `json:"preemptible"`
-	Ignored        bool     `json:"ignored"`
-	SlurmJob       string   `json:"slurm_job"`
-	SlurmJobName   string   `json:"slurm_job_name"`
-	SlurmPartition string   `json:"slurm_partition"`
-	Container      string   `json:"container"`
-	ContainerName  string   `json:"container_name"`
-	Pod            string   `json:"pod"`
+	Preemptible    bool     `json:"preemptible,omitempty"`
+	Ignored        bool     `json:"ignored,omitempty"`
+	SlurmJob       string   `json:"slurm_job,omitempty"`
+	SlurmJobName   string   `json:"slurm_job_name,omitempty"`
+	SlurmPartition string   `json:"slurm_partition,omitempty"`
+	Container      string   `json:"container,omitempty"`
+	ContainerName  string   `json:"container_name,omitempty"`
+	Pod            string   `json:"pod,omitempty"`
 }
 
 // StatusReservation is a current reservation.
@@ -208,15 +222,23 @@ func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 		t := h.Time.UTC().Format(time.RFC3339)
 		sh.Timestamp = &t
 	}
+	sh.GPUName, sh.GPUShortName = sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Name }),
+		sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Short })
 	for _, g := range h.GPUs {
-		sg := StatusGPU{Index: nil, UUID: g.UUID, Name: g.Name, ShortName: g.Short, BusID: g.BusID,
-			State: g.State, Notes: append([]string{}, g.Notes...), Error: g.Error,
+		sg := StatusGPU{Index: nil, UUID: g.UUID, BusID: g.BusID,
+			State: g.State, Notes: g.Notes, Error: g.Error,
 			UtilPct: nump(g.Util), MemUtilPct: nump(g.MemUtil), MemUsedMiB: nump(g.MemUsed), MemTotalMiB: nump(g.MemTotal),
 			TempC: nump(g.Temp), PowerW: nump(g.Power), PowerLimitW: nump(g.PowerLimit), FanPct: nump(g.Fan),
 			Reservation: resvOf(g.Reservation), Processes: make([]StatusProcess, 0, len(g.Procs))}
 		if g.HasIndex {
 			i := g.Index
 			sg.Index = &i
+		}
+		if sh.GPUName == "" {
+			sg.Name = &g.Name
+		}
+		if sh.GPUShortName == "" {
+			sg.ShortName = &g.Short
 		}
 		for _, p := range g.Procs {
 			sg.Processes = append(sg.Processes, StatusProcess{PID: intp(p.PID), User: p.User, Command: p.Command,
@@ -237,6 +259,21 @@ func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 		}
 	}
 	return sh
+}
+
+// sharedName is what field gives for every GPU of gpus when it gives all
+// the same, non-empty string; else "".
+func sharedName(gpus []*cluster.GPU, field func(*cluster.GPU) string) string {
+	if len(gpus) == 0 {
+		return ""
+	}
+	name := field(gpus[0])
+	for _, g := range gpus[1:] {
+		if field(g) != name {
+			return ""
+		}
+	}
+	return name
 }
 
 // JSON writes status.json, one host at a time: the whole of it is never in

@@ -50,23 +50,13 @@ func serve(spec string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	specs := simfleet.Generate(n, 1)
+	fault := ""
 	if len(f) > 2 {
-		switch f[2] {
-		case "faulty":
-			specs[n/3].Failure = simfleet.Silent        // accepts, never speaks
-			specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
-		case "flood":
-			specs[n/2].Failure = simfleet.Flood // prints without end
-		default: // floodN: N hosts spread over the fleet print without end
-			k, err := strconv.Atoi(strings.TrimPrefix(f[2], "flood"))
-			if err != nil || k <= 0 {
-				return fmt.Errorf("unknown fault %q", f[2])
-			}
-			for i := range k {
-				specs[i*n/k].Failure = simfleet.Flood
-			}
-		}
+		fault = f[2]
+	}
+	specs, err := Specs(n, fault)
+	if err != nil {
+		return err
 	}
 	fleet, err := simfleet.Launch(specs)
 	if err != nil {
@@ -86,6 +76,38 @@ func serve(spec string, in io.Reader, out io.Writer) error {
 	return nil
 }
 
+// Specs is the fleet Start launches for n and fault: simfleet.Generate(n,
+// 1) with fault's failures (see Start). The parent calls it too, to know
+// which hosts fail and how.
+func Specs(n int, fault string) ([]simfleet.HostSpec, error) {
+	specs := simfleet.Generate(n, 1)
+	switch fault {
+	case "":
+	case "faulty":
+		specs[n/3].Failure = simfleet.Silent        // accepts, never speaks
+		specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
+	case "flood":
+		specs[n/2].Failure = simfleet.Flood // prints without end
+	case "tenth":
+		// every tenth host, spread over the fleet, in turn refusing
+		// connections (down), accepting and never speaking SSH (wedged
+		// sshd) and opening the session without ever answering (hung
+		// nvidia-smi and its timeout never firing)
+		for i := 9; i < n; i += 10 {
+			specs[i].Failure = []simfleet.Failure{simfleet.Refuse, simfleet.Silent, simfleet.HangForever}[i/10%3]
+		}
+	default: // floodN: N hosts spread over the fleet print without end
+		k, err := strconv.Atoi(strings.TrimPrefix(fault, "flood"))
+		if err != nil || k <= 0 {
+			return nil, fmt.Errorf("unknown fault %q", fault)
+		}
+		for i := range k {
+			specs[i*n/k].Failure = simfleet.Flood
+		}
+	}
+	return specs, nil
+}
+
 // Proc is a fleet in a child process.
 type Proc struct {
 	// INI is the config.ini that polls it (its [common] section last, with
@@ -98,8 +120,9 @@ type Proc struct {
 
 // Start launches n generated hosts (simfleet.Generate(n, 1)) in a child
 // process writing its client files to dir. fault is "", "faulty" (one
-// silent and one hung host), "flood" (one host printing without end) or
-// "floodN" (N such hosts). HOME and SSH_AUTH_SOCK are cleared for the
+// silent and one hung host), "flood" (one host printing without end),
+// "floodN" (N such hosts) or "tenth" (every tenth host refusing, silent
+// or hung, a third each). HOME and SSH_AUTH_SOCK are cleared for the
 // test, so that fetch uses the fleet's files only.
 func Start(tb testing.TB, n int, dir, fault string) *Proc {
 	tb.Helper()
