@@ -415,6 +415,40 @@ func TestLiveSlowHosts(t *testing.T) {
 	h.shutdown() // ends the hung polls at once, not after 60 s
 }
 
+// TestLiveHungHostBacksOff: a host that takes the session and never
+// answers is cut off at its timeout, which closes its connection; it then
+// waits the same back-off as a host that cannot be reached (polled in
+// rounds 1, 2 and 4 of 5, its row saying when the next attempt is),
+// instead of a new handshake every round. The others are polled every
+// round on their one connection.
+func TestLiveHungHostBacksOff(t *testing.T) {
+	const hosts, rounds, hung = 3, 5, 1
+	specs := simfleet.Generate(hosts, 1)
+	specs[hung].Failure = simfleet.HangForever
+	h := startLive(t, specs, 3, 20*time.Second) // timeout 3 s: each round ends when the hung poll does
+	for n := 1; n <= rounds; n++ {
+		var r *fetch.Round
+		if n == 1 {
+			r = h.round()
+		} else {
+			r = h.next()
+		}
+		res := r.Results[hung]
+		waits := n == 3 || n == 5
+		if res.Status != hoststatus.Timeout || strings.Contains(res.Error, "next attempt at") != waits {
+			t.Errorf("round %d: %s: %s: %q; want timeout, waiting for its next attempt: %v", n, res.Host, res.Status, res.Error, waits)
+		}
+	}
+	for i, spec := range specs {
+		s := h.fleet.HostStats(spec.Name)
+		want := map[bool]int64{true: 3, false: rounds}[i == hung]
+		if s.Sessions != want {
+			t.Errorf("%s: %d sessions, want %d", spec.Name, s.Sessions, want)
+		}
+	}
+	h.shutdown()
+}
+
 // TestLiveMain: fetch -every as cron or systemd starts it. It holds the
 // lock for its life: a cron fetch meanwhile fails, naming it; when its
 // context ends (SIGTERM, SIGINT) it returns nil and the lock is free.

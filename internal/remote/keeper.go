@@ -88,11 +88,32 @@ func (p *Keeper) Run(ctx context.Context, alias, command string, stdin []byte) (
 		}
 		out, _, err = h.conn.run(ctx, command, stdin)
 	}
-	if err != nil && (ctx.Err() != nil || !h.conn.Alive()) {
-		// a run cut off at its deadline closed the connection
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// cut off at its deadline (which closed the connection): a host
+		// that takes the session and never answers waits its back-off as
+		// one that cannot be reached does, rather than costing a new
+		// handshake every other round
 		h.drop()
+		p.failed(h, err)
+	case err != nil && !h.conn.Alive():
+		h.drop()
+	default:
+		h.fails = 0 // it answered: whatever it said, it is reachable
 	}
 	return out, err
+}
+
+// failed counts a failed attempt of h's in a row and sets when the next
+// may be.
+func (p *Keeper) failed(h *kept, err error) {
+	e, ok := err.(*Error)
+	if !ok {
+		e = &Error{Status: hoststatus.Error, Msg: err.Error()}
+	}
+	h.fails++
+	h.last = e
+	h.retryAt = p.now().Add(p.backoff(h.fails))
 }
 
 func (h *kept) drop() {
@@ -106,23 +127,20 @@ func (h *kept) drop() {
 func (p *Keeper) dial(ctx context.Context, alias string, h *kept) error {
 	now := p.now()
 	if h.fails > 0 && now.Before(h.retryAt) {
-		return &Error{Status: h.last.Status, Msg: fmt.Sprintf("%s (live mode: %d failed connection attempts in a row; next attempt at %s)",
-			h.last.Msg, h.fails, h.retryAt.UTC().Format("15:04:05 UTC"))}
+		attempts := "attempts"
+		if h.fails == 1 {
+			attempts = "attempt"
+		}
+		return &Error{Status: h.last.Status, Msg: fmt.Sprintf("%s (live mode: %d failed %s in a row; next attempt at %s)",
+			h.last.Msg, h.fails, attempts, h.retryAt.UTC().Format("15:04:05 UTC"))}
 	}
 	p.dials.Add(1)
 	conn, err := p.Client.Connect(ctx, alias)
 	if err != nil {
-		e, ok := err.(*Error)
-		if !ok {
-			e = &Error{Status: hoststatus.Error, Msg: err.Error()}
-		}
-		h.fails++
-		h.last = e
-		h.retryAt = now.Add(p.backoff(h.fails))
-		return e
+		p.failed(h, err)
+		return h.last
 	}
-	h.fails = 0
-	h.conn = conn
+	h.conn = conn // fails counts on until the host answers
 	return nil
 }
 
