@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/performance"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/gpumon/gpumon/internal/loaddata"
@@ -71,6 +72,59 @@ func (tb *tab) paintTimes() paintTimes {
 		tb.t.Fatal(err)
 	}
 	return p
+}
+
+// cpu is what the renderer's main thread did, from Performance.getMetrics
+// (enabled by enableMetrics before loading): its CPU time, and the time
+// its tasks, style recalculations and layouts took, in ms; and the
+// document's DOM nodes. Unlike the paint times it hardly depends on what
+// else the machine runs.
+type cpu struct {
+	Thread, Tasks, Style, Layout float64
+	Nodes                        int
+}
+
+func (tb *tab) enableMetrics() {
+	tb.t.Helper()
+	if err := chromedp.Do(tb.ctx, chromedp.Func(func(ctx context.Context, tt *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tt, performance.Enable, performance.EnableParams{})
+		return err
+	})); err != nil {
+		tb.t.Fatalf("Performance.enable: %v", err)
+	}
+}
+
+func (tb *tab) cpu() cpu {
+	tb.t.Helper()
+	var c cpu
+	if err := chromedp.Do(tb.ctx, chromedp.Func(func(ctx context.Context, tt *chromedp.Target) error {
+		m, err := cdp.Call(ctx, tt, performance.GetMetrics, cdp.Empty{})
+		if err != nil {
+			return err
+		}
+		for _, x := range m.Metrics {
+			switch x.Name {
+			case "ThreadTime":
+				c.Thread = x.Value * 1000
+			case "TaskDuration":
+				c.Tasks = x.Value * 1000
+			case "RecalcStyleDuration":
+				c.Style = x.Value * 1000
+			case "LayoutDuration":
+				c.Layout = x.Value * 1000
+			case "Nodes":
+				c.Nodes = int(x.Value)
+			}
+		}
+		return nil
+	})); err != nil {
+		tb.t.Fatalf("Performance.getMetrics: %v", err)
+	}
+	return c
+}
+
+func (c cpu) String() string {
+	return fmt.Sprintf("main thread CPU %.0f ms (tasks %.0f ms, style %.0f ms, layout %.0f ms), %d DOM nodes", c.Thread, c.Tasks, c.Style, c.Layout, c.Nodes)
 }
 
 // axName is the role and accessible name chromium gives the element sel
@@ -158,13 +212,15 @@ func TestBigFleetPagesPaint(t *testing.T) {
 			}
 			url := serve(t, dir)
 			tb := newTab(t, tabOptions{})
+			tb.enableMetrics()
 			start := time.Now()
 			tb.load(url)
 			wall := time.Since(start)
 			tb.noProblems("loading the overview")
+			c := tb.cpu()
 			p := tb.paintTimes()
-			t.Logf("index.html %d bytes: first paint %.0f ms, largest paint %.0f ms, load %.0f ms (%v until loaded, seen from Go); %d group pages, the largest %d bytes",
-				st.Size(), p.FCP, p.LCP, p.Load, wall.Round(time.Millisecond), len(pages), largest)
+			t.Logf("index.html %d bytes: first paint %.0f ms, largest paint %.0f ms, load %.0f ms (%v until loaded, seen from Go); %v; %d group pages, the largest %d bytes",
+				st.Size(), p.FCP, p.LCP, p.Load, wall.Round(time.Millisecond), c, len(pages), largest)
 
 			// a box a host, as wide as its GPUs' squares (12 px each)
 			boxes := eval[[]int](tb, `[document.querySelectorAll("#overview .ck > a").length,
@@ -189,12 +245,16 @@ func TestBigFleetPagesPaint(t *testing.T) {
 
 			// a host's link leads to its card
 			href := eval[string](tb, `document.querySelector("#overview .ck:nth-child(2) > a:nth-child(7)").getAttribute("href")`)
+			// in a tab of its own, for its own metrics
+			tb = newTab(t, tabOptions{})
+			tb.enableMetrics()
 			start = time.Now()
 			tb.load(url + href)
 			wall = time.Since(start)
 			tb.noProblems("loading a group page")
+			gc := tb.cpu()
 			g := tb.paintTimes()
-			t.Logf("%s: first paint %.0f ms, load %.0f ms (%v until loaded, seen from Go)", href, g.FCP, g.Load, wall.Round(time.Millisecond))
+			t.Logf("%s: first paint %.0f ms, load %.0f ms (%v until loaded, seen from Go); %v", href, g.FCP, g.Load, wall.Round(time.Millisecond), gc)
 			if !eval[bool](tb, `location.hash !== "" && document.getElementById(decodeURIComponent(location.hash.slice(1))) !== null`) {
 				t.Fatalf("%s: no card with that id", href)
 			}
