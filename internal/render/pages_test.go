@@ -165,6 +165,14 @@ func TestPageBudgets(t *testing.T) {
 			case strings.Contains(index, `<a class="pg ck"`):
 				mode = "a link a page"
 			}
+			// every link says where it leads, to a screen reader too: a
+			// host's by its title, a group page's by its aria-label
+			if pg, named := strings.Count(index, `<a class="pg ck"`), strings.Count(index, ` aria-label="`); named < pg {
+				t.Errorf("%d group page links, %d with an aria-label", pg, named)
+			}
+			if titled := strings.Count(index, ` title="`); mode == "a link a host, titled" && titled < tc.hosts {
+				t.Errorf("%d hosts, %d titled links", tc.hosts, titled)
+			}
 			t.Logf("index.html %d bytes (%s); %d group pages, the largest %d bytes", len(p.index), mode, len(p.pages), largest)
 		})
 	}
