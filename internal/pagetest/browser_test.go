@@ -27,14 +27,15 @@ import (
 
 // One chromium serves the whole test binary; each test opens its own tab.
 // It starts on first use, so `go test -run X` of a test without a browser
-// starts none.
+// starts none. A second one, started the same way, has accessibility on
+// from the start, as when a screen reader runs (tabOptions.screenReader).
 
 const defaultChromium = "/usr/bin/chromium"
 
 // testTimeout bounds everything one test does in its tab.
 const testTimeout = 60 * time.Second
 
-var browser struct {
+type browserProc struct {
 	once    sync.Once
 	ctx     context.Context // holds the started browser
 	cancel  func()
@@ -43,13 +44,21 @@ var browser struct {
 	err     error  // it is there but did not start
 }
 
+// browser serves the tests; reader is the one with accessibility on: a
+// tab's accessibility tree, enabled only after the page loads, leaves what
+// is off screen (content-visibility: auto) out as "not rendered", which a
+// screen reader, on from the start, does not see.
+var browser, reader browserProc
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if browser.cancel != nil {
-		browser.cancel()
-	}
-	if browser.dataDir != "" {
-		os.RemoveAll(browser.dataDir)
+	for _, b := range []*browserProc{&browser, &reader} {
+		if b.cancel != nil {
+			b.cancel()
+		}
+		if b.dataDir != "" {
+			os.RemoveAll(b.dataDir)
+		}
 	}
 	os.Exit(code)
 }
@@ -61,7 +70,7 @@ func chromiumPath() string {
 	return defaultChromium
 }
 
-func startBrowser() {
+func startBrowser(browser *browserProc, screenReader bool) {
 	path := chromiumPath()
 	if fi, err := os.Stat(path); err != nil || fi.IsDir() {
 		browser.missing = fmt.Sprintf("chromium not found at %s", path)
@@ -99,6 +108,7 @@ func startBrowser() {
 		chromedp.Flag("password-store", "basic"),
 		chromedp.Flag("use-mock-keychain", true),
 		chromedp.WindowSize(1280, 900),
+		chromedp.Flag("force-renderer-accessibility", screenReader),
 		chromedp.CombinedOutput(out),
 	)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx)
@@ -124,9 +134,13 @@ func startBrowser() {
 // requireBrowser returns the shared browser's context, or skips (fails under
 // CI, see testenv.Need) when chromium is not installed. A chromium that is
 // installed but does not start always fails the test.
-func requireBrowser(t *testing.T) context.Context {
+func requireBrowser(t *testing.T, screenReader bool) context.Context {
 	t.Helper()
-	browser.once.Do(startBrowser)
+	browser := &browser
+	if screenReader {
+		browser = &reader
+	}
+	browser.once.Do(func() { startBrowser(browser, screenReader) })
 	if browser.missing != "" {
 		testenv.Need(t, browser.missing+" (apt-get install chromium; .ci/run does)")
 	}
@@ -152,6 +166,7 @@ type tabOptions struct {
 	colorScheme   string // prefers-color-scheme to emulate ("" = the default, light)
 	width, height int64  // viewport; 0 = the window's 1280x900
 	mobile        bool
+	screenReader  bool // in the browser with accessibility on (reader)
 }
 
 // xssDetector runs in every document before the page's own scripts. A
@@ -171,7 +186,7 @@ const xssDetector = `(() => {
 // console said is logged when the test failed.
 func newTab(t *testing.T, o tabOptions) *tab {
 	t.Helper()
-	bctx := requireBrowser(t)
+	bctx := requireBrowser(t, o.screenReader)
 	tb := &tab{t: t}
 	parent, cancelTimeout := context.WithTimeout(bctx, testTimeout)
 	ctx, cancelTab := chromedp.NewContext(parent, chromedp.WithListener(tb.listen))

@@ -249,13 +249,14 @@ func capUserHosts(c *cluster.Cluster) []userView {
 }
 
 // overview modes, from the most detailed to the smallest; the first whose
-// page fits indexBudget is written: a box a host, linked to it and titled
-// with its name; the same untitled (the link names the host); a box a
-// host, titled, in one link a group page; the same untitled; no GPU
-// squares at all (a fleet of well over 100,000 GPUs).
+// page fits indexBudget is written: a box a host, linked to its card and
+// titled with its name and counts (the link's accessible name); a box a
+// host, titled, in one link a group page (the link named by aria-label);
+// the same untitled; no GPU squares at all (a fleet of well over 100,000
+// GPUs). A host's link without a title would be read out as its URL, so
+// there is no untitled link a host.
 const (
 	cellsByHostTitled = iota
-	cellsByHost
 	cellsByPageTitled
 	cellsByPage
 	cellsNone
@@ -411,18 +412,84 @@ func pageTitle(pg *groupPage) string {
 	return pg.group.Name + " " + strconv.Itoa(pg.n) + "/" + strconv.Itoa(pg.of)
 }
 
-// cellTag is a GPU's square in the overview, by state: an element name
-// whose only use here is the style sheet's (.cells i, b, u, s, q).
-var cellTag = map[string]string{
-	cluster.Free: "<i></i>", cluster.Busy: "<b></b>", cluster.Reserved: "<u></u>", cluster.Failed: "<s></s>",
+// boxStates are the states a host's box draws, in the order the style
+// sheet draws them, with each one's class letter: free first, so that the
+// hosts with free GPUs are green at their left edge.
+var boxStates = []struct {
+	state, class string
+}{{cluster.Free, "f"}, {cluster.Busy, "b"}, {cluster.Reserved, "r"}, {cluster.Failed, "x"}}
+
+// boxClassMax is the largest count the style sheet has a class for (.f16);
+// a bigger one is a style attribute (--f:24).
+const boxClassMax = 16
+
+// chunkGPUs is about how many squares a .ck block holds: chromium lays out
+// and paints only the blocks near the screen (content-visibility), and
+// with one block per few hundred GPUs it has 100 blocks to track at
+// 10,000 hosts rather than 10,000 boxes.
+const chunkGPUs = 768
+
+// writeBox writes a host's box's attributes: its class (its GPUs counted by
+// state, "f4 b3 x1", dn for a host down) and, when titled, its title, the
+// host's name and counts ("gpu-0042: 4 free, 3 busy, 1 failed"), which is
+// also the accessible name of a box that is a link.
+func writeBox(w *bufio.Writer, h *cluster.Host, titled bool) {
+	var class, style, title strings.Builder
+	if !h.Up() {
+		class.WriteString("dn")
+	}
+	if titled {
+		title.WriteString(h.Display)
+		title.WriteString(":")
+		if !h.Up() {
+			title.WriteString(" down")
+		}
+	}
+	sep := ""
+	if !h.Up() {
+		sep = ","
+	}
+	for _, st := range boxStates {
+		n := h.Count[st.state]
+		if n == 0 {
+			continue
+		}
+		if n <= boxClassMax {
+			if class.Len() > 0 {
+				class.WriteByte(' ')
+			}
+			class.WriteString(st.class)
+			class.WriteString(strconv.Itoa(n))
+		} else {
+			style.WriteString("--" + st.class + ":" + strconv.Itoa(n) + ";")
+		}
+		if titled {
+			title.WriteString(sep + " " + strconv.Itoa(n) + " " + st.state)
+			sep = ","
+		}
+	}
+	if titled && h.Up() && len(h.GPUs) == 0 {
+		title.WriteString(" no GPUs")
+	}
+	if class.Len() > 0 {
+		attr(w, "class", class.String())
+	}
+	if style.Len() > 0 {
+		attr(w, "style", style.String())
+	}
+	if titled {
+		attr(w, "title", title.String())
+	}
 }
 
-// writeCells writes every GPU as a square, group by group:
+// writeCells writes every GPU as a square, group by group, a host a box
+// (one element, its squares drawn by the style sheet from its class),
+// in blocks of about chunkGPUs squares:
 //
 //	<section class=grp><h2><a href=groups/gpu.html>gpu</a> <small>1000 hosts · 8000 GPUs · 2000 free · pages 1 2 3</small></h2>
-//	<div class=cells><a href=groups/gpu.html#gpu0001 title=gpu0001><i></i><b></b>...</a>...</div></section>
+//	<div class=cells><div class=ck><a href=groups/gpu.html#gpu0001 class="f4 b4" title="gpu0001: 4 free, 4 busy"></a>...</div>...</div></section>
 //
-// A host whose GPUs are not known (it is down) is one square, q.
+// By page, a group page's link is the block and a host a <p> in it.
 func writeCells(w *bufio.Writer, p *pagePlan, mode int) {
 	pi := 0
 	for _, g := range p.groups {
@@ -471,40 +538,38 @@ func writeCells(w *bufio.Writer, p *pagePlan, mode int) {
 			continue
 		}
 		w.WriteString("\n<div class=cells>")
-		for _, pg := range pages {
-			byPage := mode == cellsByPageTitled || mode == cellsByPage
-			if byPage {
-				w.WriteString("<a class=pg")
-				href(w, pageHref(pg, nil))
-				w.WriteString(">")
-			}
-			for _, h := range pg.hosts {
-				switch mode {
-				case cellsByHostTitled, cellsByHost:
+		if mode == cellsByHostTitled {
+			squares := 0
+			w.WriteString("<div class=ck>")
+			for _, pg := range pages {
+				for _, h := range pg.hosts {
+					if squares >= chunkGPUs {
+						w.WriteString("</div><div class=ck>")
+						squares = 0
+					}
+					squares += max(len(h.GPUs), 1)
 					w.WriteString("<a")
 					href(w, pageHref(pg, h))
-					if mode == cellsByHostTitled {
-						attr(w, "title", h.Display)
-					}
-					w.WriteString(">")
-				default: // a <p> is closed by the next one
-					w.WriteString("<p")
-					if mode == cellsByPageTitled {
-						attr(w, "title", h.Display)
-					}
-					w.WriteString(">")
-				}
-				if !h.Up() {
-					w.WriteString("<q></q>")
-				}
-				for _, gpu := range h.GPUs {
-					w.WriteString(cellTag[gpu.State])
-				}
-				if !byPage {
-					w.WriteString("</a>")
+					writeBox(w, h, true)
+					w.WriteString("></a>")
 				}
 			}
-			if byPage {
+			w.WriteString("</div>")
+		} else {
+			for _, pg := range pages {
+				pfree := 0
+				for _, h := range pg.hosts {
+					pfree += h.Count[cluster.Free]
+				}
+				w.WriteString("<a class=\"pg ck\"")
+				href(w, pageHref(pg, nil))
+				attr(w, "aria-label", pageTitle(pg)+": "+countOf(len(pg.hosts), "host")+", "+strconv.Itoa(pfree)+" free GPUs")
+				w.WriteString(">")
+				for _, h := range pg.hosts {
+					w.WriteString("<p") // closed by the next one
+					writeBox(w, h, mode == cellsByPageTitled)
+					w.WriteString(">")
+				}
 				w.WriteString("</p></a>")
 			}
 		}

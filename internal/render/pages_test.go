@@ -1,16 +1,20 @@
 package render
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
@@ -148,19 +152,82 @@ func TestPageBudgets(t *testing.T) {
 				t.Errorf("the group pages hold %d hosts, want %d", hosts, tc.hosts)
 			}
 			index := string(p.index)
-			free := strings.Count(index, "<i></i>") - 1 // the legend's
-			if free != rep.Cluster.Count[cluster.Free] {
-				t.Errorf("index.html has %d free squares, want one per free GPU, %d", free, rep.Cluster.Count[cluster.Free])
+			if got := boxCount(index, "f") - 1; got != rep.Cluster.Count[cluster.Free] { // the legend's
+				t.Errorf("index.html has %d free squares, want one per free GPU, %d", got, rep.Cluster.Count[cluster.Free])
 			}
-			mode := "a link a host"
+			if got := boxCount(index, "b") - 1; got != rep.Cluster.Count[cluster.Busy] {
+				t.Errorf("index.html has %d busy squares, want one per busy GPU, %d", got, rep.Cluster.Count[cluster.Busy])
+			}
+			mode := "a link a host, titled"
 			switch {
-			case strings.Contains(index, "<a class=pg"):
+			case strings.Contains(index, `<a class="pg ck"`) && strings.Contains(index, "<p class=f"):
+				mode = "a link a page, hosts untitled"
+			case strings.Contains(index, `<a class="pg ck"`):
 				mode = "a link a page"
-			case !strings.Contains(index, "title="):
-				mode = "a link a host, untitled"
+			}
+			// every link says where it leads, to a screen reader too: a
+			// host's by its title, a group page's by its aria-label
+			if pg, named := strings.Count(index, `<a class="pg ck"`), strings.Count(index, ` aria-label="`); named < pg {
+				t.Errorf("%d group page links, %d with an aria-label", pg, named)
+			}
+			if titled := strings.Count(index, ` title="`); mode == "a link a host, titled" && titled < tc.hosts {
+				t.Errorf("%d hosts, %d titled links", tc.hosts, titled)
 			}
 			t.Logf("index.html %d bytes (%s); %d group pages, the largest %d bytes", len(p.index), mode, len(p.pages), largest)
 		})
+	}
+}
+
+// boxCount is how many squares of a state (its class letter: f, b, r, x)
+// the overview's boxes draw: the sum of their classes' counts (f4) and of
+// their style attributes' (--f:24).
+func boxCount(index, letter string) int {
+	n := 0
+	for _, m := range boxClassRE.FindAllStringSubmatch(index, -1) {
+		for _, tok := range strings.Fields(m[1]) {
+			if k, err := strconv.Atoi(strings.TrimPrefix(tok, letter)); err == nil && strings.HasPrefix(tok, letter) {
+				n += k
+			}
+		}
+	}
+	for _, m := range boxStyleRE.FindAllStringSubmatch(index, -1) {
+		if m[1] == letter {
+			k, _ := strconv.Atoi(m[2])
+			n += k
+		}
+	}
+	return n
+}
+
+var (
+	boxClassRE = regexp.MustCompile(`class="?([^">]*)`)
+	boxStyleRE = regexp.MustCompile(`--([fbrx]):(\d+);`)
+)
+
+// A host's box on the overview says with its class how many of its GPUs
+// are in each state (the style sheet draws them) and with its title, the
+// link's accessible name, the host's name and the same counts in words.
+func TestOverviewBox(t *testing.T) {
+	for _, tc := range []struct {
+		status hoststatus.Status
+		count  map[string]int
+		gpus   int
+		want   string
+	}{
+		{hoststatus.OK, map[string]int{cluster.Free: 3, cluster.Busy: 4, cluster.Failed: 1}, 8, ` class="f3 b4 x1" title="gpu7: 3 free, 4 busy, 1 failed"`},
+		{hoststatus.OK, map[string]int{cluster.Reserved: 8}, 8, ` class=r8 title="gpu7: 8 reserved"`},
+		{hoststatus.OK, map[string]int{cluster.Free: 2, cluster.Busy: 30}, 32, ` class=f2 style="--b:30;" title="gpu7: 2 free, 30 busy"`},
+		{hoststatus.Timeout, map[string]int{}, 0, ` class=dn title="gpu7: down"`},
+		{hoststatus.OK, map[string]int{}, 0, ` title="gpu7: no GPUs"`},
+	} {
+		h := &cluster.Host{Name: "gpu7", Display: "gpu7", Status: tc.status, Count: tc.count, GPUs: make([]*cluster.GPU, tc.gpus)}
+		var b strings.Builder
+		w := bufio.NewWriter(&b)
+		writeBox(w, h, true)
+		w.Flush()
+		if b.String() != tc.want {
+			t.Errorf("%v %v: %s, want %s", tc.status, tc.count, b.String(), tc.want)
+		}
 	}
 }
 
