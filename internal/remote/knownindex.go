@@ -124,6 +124,11 @@ func (ix *knownIndex) readFile(file string) ([]byte, error) {
 			ix.authorities[fileLine{file, n}] = true
 		}
 		rest.Write(line)
+		if bytes.HasSuffix(line, []byte("\r")) {
+			// the scanner drops one carriage return before a newline: write
+			// it back, or knownhosts would read this line without its own
+			rest.WriteByte('\r')
+		}
 		rest.WriteByte('\n')
 	}
 	if err := sc.Err(); err != nil {

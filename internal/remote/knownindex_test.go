@@ -40,6 +40,9 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"blanks":  "\r" + line("gpu01", a) + "\u00a0" + line("gpu02", b) + " \t" + line("gpu04", a) + "gpu05\v " + string(ssh.MarshalAuthorizedKey(a)),
 		"mixed": line("gpu01", a) + line(xknownhosts.HashHostname("gpu02"), a) + line("gpu02", b) +
 			line("gpu3*", b) + line("gpu31", a),
+		// a line that is a lone carriage return before "\r\n": knownhosts
+		// refuses it (a host pattern of "\r" and nothing else)
+		"crcr": line("gpu01", a) + "\r\r\n",
 	}
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -54,7 +57,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert}
 	for _, set := range [][]string{
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
-		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"},
+		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"},
 	} {
 		var paths []string
 		for _, name := range set {
