@@ -210,20 +210,40 @@ func nextWord(line []byte) (string, []byte) {
 // host with that character in it, for knownhosts as for the index.
 func trimBlanks(b []byte) []byte { return bytes.Trim(b, " \t") }
 
-func splitAddress(address string) hostPort {
+// lookupAddress is the host and port knownhosts looks up: address, or the
+// remote address when there is none. An address without a port is an error
+// (knownhosts' own), not port 22.
+func lookupAddress(address string, remote net.Addr) (hostPort, error) {
+	if address == "" {
+		host, port, err := net.SplitHostPort(remote.String())
+		if err != nil {
+			return hostPort{}, fmt.Errorf("knownhosts: SplitHostPort(%s): %v", remote, err)
+		}
+		return hostPort{host, port}, nil
+	}
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
-		return hostPort{address, "22"}
+		return hostPort{}, fmt.Errorf("knownhosts: SplitHostPort(%s): %v", address, err)
 	}
-	return hostPort{host, port}
+	return hostPort{host, port}, nil
 }
+
+// placeholder is the remote address knownhosts.HostKeyDB looks keys up with.
+var placeholder = &net.TCPAddr{IP: net.IPv4zero}
 
 // check is knownhosts' callback over both halves: a revoked key is refused
 // whatever else is on record; a key on record for the host in either half
 // is accepted; otherwise the keys on record in both are what was wanted
 // (none: the host is unknown).
 func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) error {
-	plain := ix.plain[splitAddress(address)]
+	var plain []knownLine
+	if _, cert := key.(*ssh.Certificate); !cert {
+		hp, err := lookupAddress(address, remote)
+		if err != nil && ix.rest == nil {
+			return err
+		}
+		plain = ix.plain[hp]
+	}
 	var want []xknownhosts.KnownKey
 	if ix.rest != nil {
 		check := ix.restCheck
@@ -269,7 +289,11 @@ func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) 
 // record in file and line order, a certificate's where a certificate
 // authority vouches for the host, without repeats.
 func (ix *knownIndex) algorithms(address string) []string {
-	plain := ix.plain[splitAddress(address)]
+	hp, err := lookupAddress(address, placeholder)
+	if err != nil {
+		return nil
+	}
+	plain := ix.plain[hp]
 	if len(plain) == 0 {
 		if ix.rest == nil {
 			return nil
@@ -279,7 +303,7 @@ func (ix *knownIndex) algorithms(address string) []string {
 	var keys []xknownhosts.KnownKey
 	if ix.rest != nil {
 		var ke *xknownhosts.KeyError
-		if errors.As(ix.restRaw(address, &net.TCPAddr{IP: net.IPv4zero}, noKey{}), &ke) {
+		if errors.As(ix.restRaw(address, placeholder, noKey{}), &ke) {
 			for _, w := range ke.Want {
 				w.Filename = ix.realName(w.Filename)
 				keys = append(keys, w)

@@ -43,6 +43,8 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		// a line that is a lone carriage return before "\r\n": knownhosts
 		// refuses it (a host pattern of "\r" and nothing else)
 		"crcr": line("gpu01", a) + "\r\r\n",
+		// the remote address is what knownhosts looks up when no host name is given
+		"remote": line("127.0.0.1", a),
 	}
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -53,11 +55,12 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 	}
 	addresses := []string{"gpu01:22", "gpu02:22", "10.0.0.2:22", "gpu03:2222", "gpu03:22", "gpu04:22", "gpu05:22",
 		"gpu06:22", "gpu07:22", "gpu11:22", "gpu12:2222", "x.lab:22", "x.lab:2222", "gpu21:22", "gpu30:22", "gpu31:22",
-		"gpu08:22", "nowhere:22", "[::1]:22"}
+		"gpu08:22", "nowhere:22", "[::1]:22",
+		"gpu01", "", "127.0.0.1"} // no port: knownhosts refuses the address; none: it looks up the remote address
 	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert}
 	for _, set := range [][]string{
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
-		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"},
+		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"},
 	} {
 		var paths []string
 		for _, name := range set {
