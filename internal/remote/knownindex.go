@@ -270,7 +270,8 @@ func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) 
 		}
 	} else if _, cert := key.(*ssh.Certificate); cert {
 		// what knownhosts says with no @cert-authority line
-		return fmt.Errorf("ssh: no authorities for hostname: %v", address)
+		noAuthority := ssh.CertChecker{IsHostAuthority: func(ssh.PublicKey, string) bool { return false }}
+		return noAuthority.CheckHostKey(address, remote, key)
 	}
 	if _, cert := key.(*ssh.Certificate); !cert {
 		offered := string(key.Marshal())

@@ -57,7 +57,12 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"gpu06:22", "gpu07:22", "gpu11:22", "gpu12:2222", "x.lab:22", "x.lab:2222", "gpu21:22", "gpu30:22", "gpu31:22",
 		"gpu08:22", "nowhere:22", "[::1]:22",
 		"gpu01", "", "127.0.0.1"} // no port: knownhosts refuses the address; none: it looks up the remote address
-	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert}
+	userCert := testHostCert(t, ca, a, "gpu07")
+	userCert.CertType = ssh.UserCert // a user certificate offered as a host key
+	if err := userCert.SignCert(rand.Reader, ca); err != nil {
+		t.Fatal(err)
+	}
+	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert, "usercert": userCert}
 	for _, set := range [][]string{
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"},
