@@ -30,13 +30,15 @@ import (
 type knownIndex struct {
 	plain map[hostPort][]knownLine
 	rest  *knownhosts.HostKeyDB // the other lines; nil when there are none
-	// restCheck is rest's callback, which tries a host on another port
-	// again at port 22 against wildcard lines when nothing else names it;
-	// restRaw is knownhosts' own, which does not. restFiles maps the files
-	// they read back to the known_hosts files they stand for, line for line.
-	restCheck, restRaw ssh.HostKeyCallback
-	restFiles          map[string]string
-	authorities        map[fileLine]bool // the @cert-authority lines
+	// restRaw is x/crypto knownhosts' callback on the other lines. restFiles
+	// maps the files they read back to the known_hosts files they stand
+	// for, line for line.
+	restRaw     ssh.HostKeyCallback
+	restFiles   map[string]string
+	authorities map[fileLine]bool // the @cert-authority lines
+	// wildcards are the lines knownhosts.HostKeyDB takes for wildcards (in
+	// any file, comments included): with one, check tries port 22 again
+	wildcards map[fileLine]bool
 }
 
 type fileLine struct {
@@ -55,7 +57,7 @@ type knownLine struct {
 
 // loadKnownIndex reads files (all existing).
 func loadKnownIndex(files []string) (*knownIndex, error) {
-	ix := &knownIndex{plain: map[hostPort][]knownLine{}, restFiles: map[string]string{}, authorities: map[fileLine]bool{}}
+	ix := &knownIndex{plain: map[hostPort][]knownLine{}, restFiles: map[string]string{}, authorities: map[fileLine]bool{}, wildcards: map[fileLine]bool{}}
 	var restPaths []string
 	defer func() {
 		for _, p := range restPaths {
@@ -98,7 +100,7 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 	if err != nil {
 		return nil, errors.New(ix.realNames(err.Error()))
 	}
-	ix.rest, ix.restCheck, ix.restRaw = db, db.HostKeyCallback(), raw
+	ix.rest, ix.restRaw = db, raw
 	return ix, nil
 }
 
@@ -115,6 +117,9 @@ func (ix *knownIndex) readFile(file string) ([]byte, error) {
 	sc := bufio.NewScanner(f) // as knownhosts reads it, with its line limit
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Bytes()
+		if isWildcard(line) {
+			ix.wildcards[fileLine{file, n}] = true
+		}
 		if ix.addPlain(line, file, n) {
 			rest.WriteByte('\n')
 			continue
@@ -195,6 +200,20 @@ func isAuthority(line []byte) bool {
 	return len(line) > 15 && bytes.HasPrefix(line, []byte("@cert-authority")) && (line[15] == ' ' || line[15] == '\t')
 }
 
+// isWildcard is how knownhosts.HostKeyDB tells a wildcard line: a host
+// pattern with a * and no port after it.
+func isWildcard(line []byte) bool {
+	line = bytes.TrimSpace(line)
+	if isAuthority(line) {
+		line = bytes.TrimSpace(line[16:])
+	}
+	if i := bytes.IndexAny(line, "\t "); i >= 0 {
+		line = line[:i]
+	}
+	i := bytes.IndexRune(line, '*')
+	return i >= 0 && !bytes.Contains(line[i:], []byte("]:"))
+}
+
 // nextWord is knownhosts' own: the text up to the first space or tab, and
 // what follows it, trimmed.
 func nextWord(line []byte) (string, []byte) {
@@ -231,11 +250,41 @@ func lookupAddress(address string, remote net.Addr) (hostPort, error) {
 // placeholder is the remote address knownhosts.HostKeyDB looks keys up with.
 var placeholder = &net.TCPAddr{IP: net.IPv4zero}
 
-// check is knownhosts' callback over both halves: a revoked key is refused
-// whatever else is on record; a key on record for the host in either half
-// is accepted; otherwise the keys on record in both are what was wanted
-// (none: the host is unknown).
+// check is knownhosts.HostKeyDB's callback over both halves: x/crypto's
+// (checkRaw), and then, for a host off port 22 that nothing on record names
+// when the files have a wildcard line, the same at port 22, where a key on
+// any line is accepted and only wildcard lines are kept as wanted.
 func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) error {
+	err := ix.checkRaw(address, remote, key)
+	if err == nil || knownhosts.IsHostKeyChanged(err) || len(ix.wildcards) == 0 {
+		return err
+	}
+	host, port, splitErr := net.SplitHostPort(address)
+	if splitErr != nil || port == "" || port == "22" {
+		return err
+	}
+	if tcp, ok := remote.(*net.TCPAddr); ok && tcp.Port != 22 {
+		remote = &net.TCPAddr{IP: tcp.IP, Port: 22, Zone: tcp.Zone}
+	}
+	err = ix.checkRaw(host+":22", remote, key)
+	var ke *xknownhosts.KeyError
+	if errors.As(err, &ke) && len(ke.Want) > 0 {
+		wild := make([]xknownhosts.KnownKey, 0, len(ke.Want))
+		for _, w := range ke.Want {
+			if ix.wildcards[fileLine{w.Filename, w.Line}] {
+				wild = append(wild, w)
+			}
+		}
+		err = &xknownhosts.KeyError{Want: wild}
+	}
+	return err
+}
+
+// checkRaw is x/crypto knownhosts' callback over both halves: a revoked key
+// is refused whatever else is on record; a key on record for the host in
+// either half is accepted; otherwise the keys on record in both are what
+// was wanted (none: the host is unknown).
+func (ix *knownIndex) checkRaw(address string, remote net.Addr, key ssh.PublicKey) error {
 	var plain []knownLine
 	if _, cert := key.(*ssh.Certificate); !cert {
 		hp, err := lookupAddress(address, remote)
@@ -246,13 +295,7 @@ func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) 
 	}
 	var want []xknownhosts.KnownKey
 	if ix.rest != nil {
-		check := ix.restCheck
-		if _, cert := key.(*ssh.Certificate); !cert && len(plain) > 0 {
-			// the whole file names the host: it would answer at once, and
-			// never try port 22's wildcard lines
-			check = ix.restRaw
-		}
-		err := check(address, remote, key)
+		err := ix.restRaw(address, remote, key)
 		if err == nil {
 			return nil
 		}
@@ -273,14 +316,12 @@ func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) 
 		noAuthority := ssh.CertChecker{IsHostAuthority: func(ssh.PublicKey, string) bool { return false }}
 		return noAuthority.CheckHostKey(address, remote, key)
 	}
-	if _, cert := key.(*ssh.Certificate); !cert {
-		offered := string(key.Marshal())
-		for _, kl := range plain {
-			if kl.blob == offered {
-				return nil
-			}
-			want = append(want, xknownhosts.KnownKey{Key: kl.key, Filename: kl.file, Line: kl.line})
+	offered := string(key.Marshal())
+	for _, kl := range plain {
+		if kl.blob == offered {
+			return nil
 		}
+		want = append(want, xknownhosts.KnownKey{Key: kl.key, Filename: kl.file, Line: kl.line})
 	}
 	return &xknownhosts.KeyError{Want: want}
 }

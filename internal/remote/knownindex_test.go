@@ -45,6 +45,9 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"crcr": line("gpu01", a) + "\r\r\n",
 		// the remote address is what knownhosts looks up when no host name is given
 		"remote": line("127.0.0.1", a),
+		// knownhosts.HostKeyDB tries port 22 again when any line (a comment
+		// too) looks like a wildcard, and then accepts a key on any line
+		"commentwild": line("gpu01", a) + "#*\n",
 	}
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -56,7 +59,8 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 	addresses := []string{"gpu01:22", "gpu02:22", "10.0.0.2:22", "gpu03:2222", "gpu03:22", "gpu04:22", "gpu05:22",
 		"gpu06:22", "gpu07:22", "gpu11:22", "gpu12:2222", "x.lab:22", "x.lab:2222", "gpu21:22", "gpu30:22", "gpu31:22",
 		"gpu08:22", "nowhere:22", "[::1]:22",
-		"gpu01", "", "127.0.0.1"} // no port: knownhosts refuses the address; none: it looks up the remote address
+		"gpu01", "", "127.0.0.1",
+		"gpu01:2222", "gpu31:2222", "gpu11:2222"} // off port 22, where knownhosts.HostKeyDB tries port 22 again // no port: knownhosts refuses the address; none: it looks up the remote address
 	userCert := testHostCert(t, ca, a, "gpu07")
 	userCert.CertType = ssh.UserCert // a user certificate offered as a host key
 	if err := userCert.SignCert(rand.Reader, ca); err != nil {
@@ -65,7 +69,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert, "usercert": userCert}
 	for _, set := range [][]string{
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
-		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"},
+		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"}, {"commentwild"},
 	} {
 		var paths []string
 		for _, name := range set {
