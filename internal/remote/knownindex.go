@@ -29,7 +29,6 @@ import (
 // costs a keyed hash per line and lookup, as it does in OpenSSH.
 type knownIndex struct {
 	plain map[hostPort][]knownLine
-	rest  *knownhosts.HostKeyDB // the other lines; nil when there are none
 	// restRaw is x/crypto knownhosts' callback on the other lines. restFiles
 	// maps the files they read back to the known_hosts files they stand
 	// for, line for line.
@@ -92,15 +91,11 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 	if len(restPaths) == 0 {
 		return ix, nil
 	}
-	db, err := knownhosts.NewDB(restPaths...)
-	if err != nil {
-		return nil, errors.New(ix.realNames(err.Error()))
-	}
 	raw, err := xknownhosts.New(restPaths...)
 	if err != nil {
 		return nil, errors.New(ix.realNames(err.Error()))
 	}
-	ix.rest, ix.restRaw = db, raw
+	ix.restRaw = raw
 	return ix, nil
 }
 
@@ -288,13 +283,13 @@ func (ix *knownIndex) checkRaw(address string, remote net.Addr, key ssh.PublicKe
 	var plain []knownLine
 	if _, cert := key.(*ssh.Certificate); !cert {
 		hp, err := lookupAddress(address, remote)
-		if err != nil && ix.rest == nil {
+		if err != nil && ix.restRaw == nil {
 			return err
 		}
 		plain = ix.plain[hp]
 	}
 	var want []xknownhosts.KnownKey
-	if ix.rest != nil {
+	if ix.restRaw != nil {
 		err := ix.restRaw(address, remote, key)
 		if err == nil {
 			return nil
@@ -331,29 +326,13 @@ func (ix *knownIndex) checkRaw(address string, remote net.Addr, key ssh.PublicKe
 // record in file and line order, a certificate's where a certificate
 // authority vouches for the host, without repeats.
 func (ix *knownIndex) algorithms(address string) []string {
-	hp, err := lookupAddress(address, placeholder)
-	if err != nil {
-		return nil
-	}
-	plain := ix.plain[hp]
-	if len(plain) == 0 {
-		if ix.rest == nil {
-			return nil
-		}
-		return ix.rest.HostKeyAlgorithms(address)
-	}
+	// knownhosts.HostKeyDB offers a key that matches none and sorts what was
+	// wanted by file name: the names of the known_hosts files, not of those
+	// the index hands knownhosts
 	var keys []xknownhosts.KnownKey
-	if ix.rest != nil {
-		var ke *xknownhosts.KeyError
-		if errors.As(ix.restRaw(address, placeholder, noKey{}), &ke) {
-			for _, w := range ke.Want {
-				w.Filename = ix.realName(w.Filename)
-				keys = append(keys, w)
-			}
-		}
-	}
-	for _, kl := range plain {
-		keys = append(keys, xknownhosts.KnownKey{Key: kl.key, Filename: kl.file, Line: kl.line})
+	var ke *xknownhosts.KeyError
+	if errors.As(ix.check(address, placeholder, noKey{}), &ke) {
+		keys = append(keys, ke.Want...)
 	}
 	sort.SliceStable(keys, func(i, j int) bool {
 		if keys[i].Filename != keys[j].Filename {

@@ -48,6 +48,12 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		// knownhosts.HostKeyDB tries port 22 again when any line (a comment
 		// too) looks like a wildcard, and then accepts a key on any line
 		"commentwild": line("gpu01", a) + "#*\n",
+		// algorithms come in the order of the files' names, whatever
+		// the files the index hands knownhosts are called
+		"order1": line(xknownhosts.HashHostname("gpu13"), a),
+		"order2": "@cert-authority gpu13 " + string(ssh.MarshalAuthorizedKey(ca.PublicKey())),
+		"order3": line(xknownhosts.HashHostname("gpu13"), e),
+		"order4": "@cert-authority gpu13 " + string(ssh.MarshalAuthorizedKey(e)),
 	}
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -60,7 +66,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"gpu06:22", "gpu07:22", "gpu11:22", "gpu12:2222", "x.lab:22", "x.lab:2222", "gpu21:22", "gpu30:22", "gpu31:22",
 		"gpu08:22", "nowhere:22", "[::1]:22",
 		"gpu01", "", "127.0.0.1",
-		"gpu01:2222", "gpu31:2222", "gpu11:2222"} // off port 22, where knownhosts.HostKeyDB tries port 22 again // no port: knownhosts refuses the address; none: it looks up the remote address
+		"gpu01:2222", "gpu31:2222", "gpu11:2222", "gpu13:22"} // off port 22, where knownhosts.HostKeyDB tries port 22 again // no port: knownhosts refuses the address; none: it looks up the remote address
 	userCert := testHostCert(t, ca, a, "gpu07")
 	userCert.CertType = ssh.UserCert // a user certificate offered as a host key
 	if err := userCert.SignCert(rand.Reader, ca); err != nil {
@@ -70,6 +76,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 	for _, set := range [][]string{
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"}, {"commentwild"},
+		{"order4", "order2", "order3", "order1"}, {"order1", "order2", "order3", "order4"},
 	} {
 		var paths []string
 		for _, name := range set {
@@ -116,7 +123,7 @@ func TestKnownIndexPlainFileNeedsNoKnownhosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix.rest != nil {
+	if ix.restRaw != nil {
 		t.Fatal("plain lines went through knownhosts")
 	}
 	if err := ix.check("gpu0999:2222", nil, a); err != nil {
