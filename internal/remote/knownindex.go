@@ -112,17 +112,19 @@ func (ix *knownIndex) readFile(file string) ([]byte, error) {
 	sc := bufio.NewScanner(f) // as knownhosts reads it, with its line limit
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Bytes()
+		// as knownhosts.HostKeyDB tells them, on every line (a plain one
+		// too: it trims more white space than knownhosts)
 		if isWildcard(line) {
 			ix.wildcards[fileLine{file, n}] = true
+		}
+		if isAuthority(line) {
+			ix.authorities[fileLine{file, n}] = true
 		}
 		if ix.addPlain(line, file, n) {
 			rest.WriteByte('\n')
 			continue
 		}
 		anyRest = true
-		if isAuthority(line) {
-			ix.authorities[fileLine{file, n}] = true
-		}
 		rest.Write(line)
 		if bytes.HasSuffix(line, []byte("\r")) {
 			// the scanner drops one carriage return before a newline: write

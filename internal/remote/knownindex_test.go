@@ -54,6 +54,9 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"order2": "@cert-authority gpu13 " + string(ssh.MarshalAuthorizedKey(ca.PublicKey())),
 		"order3": line(xknownhosts.HashHostname("gpu13"), e),
 		"order4": "@cert-authority gpu13 " + string(ssh.MarshalAuthorizedKey(e)),
+		// a host named "\v@cert-authority" for knownhosts, whose line
+		// knownhosts.HostKeyDB (trimming all white space) takes for a CA's
+		"vca": "\v@cert-authority " + string(ssh.MarshalAuthorizedKey(a)),
 	}
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -66,7 +69,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"gpu06:22", "gpu07:22", "gpu11:22", "gpu12:2222", "x.lab:22", "x.lab:2222", "gpu21:22", "gpu30:22", "gpu31:22",
 		"gpu08:22", "nowhere:22", "[::1]:22",
 		"gpu01", "", "127.0.0.1",
-		"gpu01:2222", "gpu31:2222", "gpu11:2222", "gpu13:22"} // off port 22, where knownhosts.HostKeyDB tries port 22 again // no port: knownhosts refuses the address; none: it looks up the remote address
+		"gpu01:2222", "gpu31:2222", "gpu11:2222", "gpu13:22", "\v@cert-authority:22"} // off port 22, where knownhosts.HostKeyDB tries port 22 again // no port: knownhosts refuses the address; none: it looks up the remote address
 	userCert := testHostCert(t, ca, a, "gpu07")
 	userCert.CertType = ssh.UserCert // a user certificate offered as a host key
 	if err := userCert.SignCert(rand.Reader, ca); err != nil {
@@ -76,7 +79,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 	for _, set := range [][]string{
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"}, {"commentwild"},
-		{"order4", "order2", "order3", "order1"}, {"order1", "order2", "order3", "order4"},
+		{"order4", "order2", "order3", "order1"}, {"order1", "order2", "order3", "order4"}, {"vca"},
 	} {
 		var paths []string
 		for _, name := range set {
