@@ -63,44 +63,55 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 			os.Remove(p)
 		}
 	}()
+	var readErr error
 	for _, file := range files {
 		rest, err := ix.readFile(file)
 		if err != nil {
-			return nil, err
+			// knownhosts would have stopped at an error in the lines before
+			readErr = err
 		}
-		if rest == nil {
-			continue
+		if rest != nil {
+			// The other lines go to knownhosts from a file of their own in
+			// which every plain line is left blank, so that the line numbers
+			// it reports are those of the real file.
+			tmp, err := os.CreateTemp("", "gpumon-known_hosts-*")
+			if err != nil {
+				return nil, err
+			}
+			restPaths = append(restPaths, tmp.Name())
+			_, err = tmp.Write(rest)
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, err
+			}
+			ix.restFiles[tmp.Name()] = file
 		}
-		// The other lines go to knownhosts from a file of their own in which
-		// every plain line is left blank, so that the line numbers it reports
-		// are those of the real file.
-		tmp, err := os.CreateTemp("", "gpumon-known_hosts-*")
-		if err != nil {
-			return nil, err
+		if readErr != nil {
+			break
 		}
-		restPaths = append(restPaths, tmp.Name())
-		_, err = tmp.Write(rest)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		ix.restFiles[tmp.Name()] = file
 	}
 	if len(restPaths) == 0 {
+		if readErr != nil {
+			return nil, readErr
+		}
 		return ix, nil
 	}
 	raw, err := xknownhosts.New(restPaths...)
 	if err != nil {
 		return nil, errors.New(ix.realNames(err.Error()))
 	}
+	if readErr != nil {
+		return nil, readErr
+	}
 	ix.restRaw = raw
 	return ix, nil
 }
 
 // readFile indexes file's plain lines and returns the file with them
-// blanked, or nil when every line was plain.
+// blanked, or nil when every line was plain; on a read error, as much of it
+// as was read.
 func (ix *knownIndex) readFile(file string) ([]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -133,13 +144,14 @@ func (ix *knownIndex) readFile(file string) ([]byte, error) {
 		}
 		rest.WriteByte('\n')
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("knownhosts: %s: %v", file, err)
+	err = sc.Err()
+	if err != nil {
+		err = fmt.Errorf("knownhosts: %s: %v", file, err)
 	}
 	if !anyRest {
-		return nil, nil
+		return nil, err
 	}
-	return rest.Bytes(), nil
+	return rest.Bytes(), err
 }
 
 // addPlain indexes line when it names hosts plainly, parsed exactly as

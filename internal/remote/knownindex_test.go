@@ -57,6 +57,9 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		// a host named "\v@cert-authority" for knownhosts, whose line
 		// knownhosts.HostKeyDB (trimming all white space) takes for a CA's
 		"vca": "\v@cert-authority " + string(ssh.MarshalAuthorizedKey(a)),
+		// a line longer than bufio.Scanner's limit, after a line knownhosts refuses
+		"long":    line("gpu01", a) + strings.Repeat("x", 70000) + "\n",
+		"badlong": "gpu0* ssh-ed25519 !!bad\n" + strings.Repeat("x", 70000) + "\n",
 	}
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -67,9 +70,12 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 	}
 	addresses := []string{"gpu01:22", "gpu02:22", "10.0.0.2:22", "gpu03:2222", "gpu03:22", "gpu04:22", "gpu05:22",
 		"gpu06:22", "gpu07:22", "gpu11:22", "gpu12:2222", "x.lab:22", "x.lab:2222", "gpu21:22", "gpu30:22", "gpu31:22",
-		"gpu08:22", "nowhere:22", "[::1]:22",
+		"gpu08:22", "nowhere:22", "[::1]:22", "gpu13:22", "\v@cert-authority:22",
+		// no port: knownhosts refuses the address; none: it looks up the remote address
 		"gpu01", "", "127.0.0.1",
-		"gpu01:2222", "gpu31:2222", "gpu11:2222", "gpu13:22", "\v@cert-authority:22"} // off port 22, where knownhosts.HostKeyDB tries port 22 again // no port: knownhosts refuses the address; none: it looks up the remote address
+		// off port 22, where knownhosts.HostKeyDB tries port 22 again
+		"gpu01:2222", "gpu31:2222", "gpu11:2222",
+	}
 	userCert := testHostCert(t, ca, a, "gpu07")
 	userCert.CertType = ssh.UserCert // a user certificate offered as a host key
 	if err := userCert.SignCert(rand.Reader, ca); err != nil {
@@ -80,6 +86,8 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"}, {"commentwild"},
 		{"order4", "order2", "order3", "order1"}, {"order1", "order2", "order3", "order4"}, {"vca"},
+		// the first error knownhosts meets, file by file and line by line
+		{"long"}, {"badlong"}, {"broken", "long"}, {"broken", "missing"}, {"missing", "broken"},
 	} {
 		var paths []string
 		for _, name := range set {
@@ -87,7 +95,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		}
 		db, dbErr := knownhosts.NewDB(paths...)
 		ix, ixErr := loadKnownIndex(paths)
-		if (dbErr == nil) != (ixErr == nil) || (dbErr != nil && dbErr.Error() != ixErr.Error()) {
+		if (dbErr == nil) != (ixErr == nil) || (dbErr != nil && dbErr.Error() != ixErr.Error() && !namesFile(ixErr, dbErr)) {
 			t.Errorf("%v: loading: knownhosts says %v, the index %v", set, dbErr, ixErr)
 			continue
 		}
@@ -138,6 +146,13 @@ func TestKnownIndexPlainFileNeedsNoKnownhosts(t *testing.T) {
 	if got := verdict(ix.check("gpu0999:22", nil, a)); got != "unknown" {
 		t.Errorf("another port: %s, want unknown", got)
 	}
+}
+
+// namesFile says whether the index's error is knownhosts' with the file
+// named, as knownhosts does not for a read error (a line too long).
+func namesFile(ixErr, dbErr error) bool {
+	ix, db := ixErr.Error(), dbErr.Error()
+	return strings.HasPrefix(db, "bufio.Scanner: ") && strings.HasPrefix(ix, "knownhosts: ") && strings.HasSuffix(ix, ": "+db)
 }
 
 // verdict is what a host-key check decided, in words a test can compare.
