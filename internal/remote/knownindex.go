@@ -240,14 +240,20 @@ func trimBlanks(b []byte) []byte { return bytes.Trim(b, " \t") }
 
 // lookupAddress is the host and port knownhosts looks up: address, or the
 // remote address when there is none. An address without a port is an error
-// (knownhosts' own), not port 22.
+// (knownhosts' own), not port 22, and so is a remote address without one,
+// even beside a host name. (No remote address at all, where knownhosts
+// would panic, is taken as one that would do.)
 func lookupAddress(address string, remote net.Addr) (hostPort, error) {
-	if address == "" {
+	var remoteHP hostPort
+	if remote != nil {
 		host, port, err := net.SplitHostPort(remote.String())
 		if err != nil {
 			return hostPort{}, fmt.Errorf("knownhosts: SplitHostPort(%s): %v", remote, err)
 		}
-		return hostPort{host, port}, nil
+		remoteHP = hostPort{host, port}
+	}
+	if address == "" {
+		return remoteHP, nil
 	}
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {

@@ -108,10 +108,12 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 				t.Errorf("%v %s: algorithms (-knownhosts +index):\n%s", set, address, diff)
 			}
 			for name, key := range offers {
-				remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
-				want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key))
-				if want != got {
-					t.Errorf("%v %s offering %s:\nknownhosts: %s\nindex:      %s", set, address, name, want, got)
+				// knownhosts needs a remote address with a port, even with a host name
+				for _, remote := range []net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}, &net.UnixAddr{Name: "/sock", Net: "unix"}} {
+					want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key))
+					if want != got {
+						t.Errorf("%v %s from %v offering %s:\nknownhosts: %s\nindex:      %s", set, address, remote, name, want, got)
+					}
 				}
 			}
 		}
@@ -238,17 +240,24 @@ func FuzzKnownIndex(f *testing.F) {
 		"gpu01 " + ka + "\n#\n\t gpu02\t" + kb + "[gpu04] " + ka + "gpu05 ssh-ed25519 x\n",
 		"gpu01 ssh-rsa " + strings.Fields(ka)[1] + "\n",                              // a type that is not the key's: knownhosts refuses the file
 		"\rgpu01 " + ka + "\u00a0gpu02 " + kb + "\vgpu04 " + ka + "gpu01\u00a0" + kb, // blanks knownhosts does not trim
+		"gpu01 " + ka + "\x00*.lab " + kb + "\x00@revoked * " + ka,                   // three files
 	} {
 		f.Add(seed)
 	}
-	addresses := []string{"gpu01:22", "gpu02:22", "gpu03:2222", "gpu03:22", "gpu04:22", "gpu07:22", "x.lab:22", "x.lab:2222", "[::1]:22"}
+	addresses := []string{"gpu01:22", "gpu02:22", "gpu03:2222", "gpu03:22", "gpu04:22", "gpu07:22", "x.lab:22", "x.lab:2222", "[::1]:22",
+		"gpu01:2222", "[::1]:2222", "gpu01", ""}
 	f.Fuzz(func(t *testing.T, text string) {
-		file := filepath.Join(t.TempDir(), "known_hosts")
-		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
+		// a NUL starts another file
+		dir := t.TempDir()
+		var files []string
+		for i, part := range strings.SplitN(text, "\x00", 3) {
+			files = append(files, filepath.Join(dir, fmt.Sprintf("known_hosts%d", i)))
+			if err := os.WriteFile(files[i], []byte(part), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
-		db, dbErr := knownhosts.NewDB(file)
-		ix, ixErr := loadKnownIndex([]string{file})
+		db, dbErr := knownhosts.NewDB(files...)
+		ix, ixErr := loadKnownIndex(files)
 		if (dbErr == nil) != (ixErr == nil) {
 			t.Fatalf("loading: knownhosts says %v, the index %v", dbErr, ixErr)
 		}
@@ -260,7 +269,7 @@ func FuzzKnownIndex(f *testing.F) {
 			if diff := cmp.Diff(db.HostKeyAlgorithms(address), ix.algorithms(address)); diff != "" {
 				t.Errorf("%s: algorithms (-knownhosts +index):\n%s", address, diff)
 			}
-			for _, key := range []ssh.PublicKey{a, b, cert} {
+			for _, key := range []ssh.PublicKey{a, b, cert, ca.PublicKey()} {
 				remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
 				if want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key)); want != got {
 					t.Errorf("%s offering %s:\nknownhosts: %s\nindex:      %s", address, key.Type(), want, got)
