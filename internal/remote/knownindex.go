@@ -425,9 +425,12 @@ func (ix *knownIndex) realName(name string) string {
 	return name
 }
 
+// realNames puts the known_hosts files' names for those of the files the
+// index handed knownhosts in its error, where each is followed by a colon:
+// one temporary name can begin another ("…-123" and "…-1234").
 func (ix *knownIndex) realNames(s string) string {
 	for tmp, real := range ix.restFiles {
-		s = strings.ReplaceAll(s, tmp, real)
+		s = strings.ReplaceAll(s, tmp+":", real+":")
 	}
 	return s
 }

@@ -157,6 +157,18 @@ func namesFile(ixErr, dbErr error) bool {
 	return strings.HasPrefix(db, "bufio.Scanner: ") && strings.HasPrefix(ix, "knownhosts: ") && strings.HasSuffix(ix, ": "+db)
 }
 
+// An error names the known_hosts file, even where the name of one file the
+// index handed knownhosts begins that of another.
+func TestKnownIndexRealNames(t *testing.T) {
+	ix := &knownIndex{restFiles: map[string]string{"/tmp/gpumon-known_hosts-123": "/a", "/tmp/gpumon-known_hosts-1234": "/b"}}
+	for range 20 { // the map's order changes
+		if got, want := ix.realNames("knownhosts: /tmp/gpumon-known_hosts-1234:5: illegal base64 data at input byte 0"),
+			"knownhosts: /b:5: illegal base64 data at input byte 0"; got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+}
+
 // verdict is what a host-key check decided, in words a test can compare.
 func verdict(err error) string {
 	var ke *xknownhosts.KeyError
