@@ -101,3 +101,35 @@ func isChanged(err error) bool {
 	var he *HostKeyError
 	return errors.As(err, &he) && he.Changed
 }
+
+// accept-new records nothing under a name that, written in known_hosts,
+// would name other hosts: a HostKeyAlias of "*" would vouch for the key
+// everywhere.
+func TestHostKeysAcceptNewRefusesPatterns(t *testing.T) {
+	a := testEd25519(t)
+	file := t.TempDir() + "/known_hosts"
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
+	for _, name := range []string{"*", "gpu0?", "x,gpu01", "!gpu01", "|1|x|y", "@revoked", "#x", "gpu 01", "gpu01\ngpu02", "gpu\u00a001"} {
+		address := net.JoinHostPort(name, "22")
+		cb, _, err := NewHostKeys(true).Config(address, []string{file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cb(address, remote, a); err == nil {
+			t.Errorf("%q: recorded", name)
+		}
+	}
+	if text, err := os.ReadFile(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("known_hosts written: %q %v", text, err)
+	}
+	for _, name := range []string{"gpu01", "::1", "gpu-01.lab", "10.0.0.1"} {
+		address := net.JoinHostPort(name, "2222")
+		cb, _, err := NewHostKeys(true).Config(address, []string{file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cb(address, remote, a); err != nil {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -341,4 +342,98 @@ func BenchmarkKnownHosts(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzKnownIndexLines compares the index with knownhosts on known_hosts
+// files built from lines that mostly parse: each three bytes of input pick
+// a marker, a host pattern, a key and the blanks around them, so that the
+// fuzzer spends its time on what lines mean rather than on base64.
+func FuzzKnownIndexLines(f *testing.F) {
+	signer := func(seed byte) ssh.Signer {
+		s, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(bytes32(seed)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return s
+	}
+	a, b, ca := signer(1).PublicKey(), signer(2).PublicKey(), signer(3)
+	e := testECDSA(f)
+	cert := testHostCert(f, ca, a, "gpu01")
+	keys := []ssh.PublicKey{a, b, ca.PublicKey(), e}
+	patterns := []string{"gpu01", "gpu01,gpu02", "[gpu01]:2222", "[gpu01]:22", "gpu0*", "*", "gpu0?", "!gpu01,*", "gpu01,!gpu02",
+		xknownhosts.HashHostname("gpu01"), xknownhosts.HashHostname("[gpu01]:2222"), "[::1]", "::1", "[::1]:2222", ",",
+		"gpu01,,gpu02", "[gpu01]:", "[gpu01]:022", "GPU01", "[gpu0*]:2222", "\vgpu01", "\v@cert-authority", "gpu02", "[gpu01",
+		"gpu01]", "gpu01:2222", "*.lab", "x.lab", "!", "|1|x|y"}
+	for _, seed := range [][]byte{
+		{0, 0, 0}, {0, 0, 0, 5 << 3, 4, 1}, {0, 0, 0, 6, 0, 1}, {1, 0, 0, 0, 4, 1}, {0, 2, 0, 7, 5, 0}, {8, 9, 0, 0, 22, 1},
+	} {
+		f.Add(seed)
+	}
+	addresses := []string{"gpu01:22", "gpu02:22", "gpu01:2222", "gpu01:022", "gpu01:", "GPU01:22", "[::1]:22", "[::1]:2222",
+		"x.lab:22", "x.lab:2222", "\v@cert-authority:22", "gpu01", ""}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var text strings.Builder
+		for len(data) >= 3 {
+			form, pattern, key := data[0], patterns[int(data[1])%len(patterns)], keys[int(data[2])%len(keys)]
+			data = data[3:]
+			if form&0x80 != 0 {
+				text.WriteString("\x00") // another file
+			}
+			if form&0x40 != 0 {
+				text.WriteString(" \t")
+			}
+			switch form & 7 {
+			case 5:
+				text.WriteString("@cert-authority ")
+			case 6:
+				text.WriteString("@revoked ")
+			case 7:
+				text.WriteString("#")
+			}
+			sep := " "
+			if form&0x20 != 0 {
+				sep = "\t"
+			}
+			text.WriteString(pattern + sep + key.Type() + sep + base64.StdEncoding.EncodeToString(key.Marshal()))
+			switch form >> 3 & 3 {
+			case 0:
+				text.WriteString("\n")
+			case 1:
+				text.WriteString(" comment\r\n")
+			case 2:
+				text.WriteString("\r\r\n")
+			case 3:
+				text.WriteString("\n\r\n")
+			}
+		}
+		dir := t.TempDir()
+		var files []string
+		for i, part := range strings.Split(text.String(), "\x00") {
+			files = append(files, filepath.Join(dir, fmt.Sprintf("known_hosts%d", i)))
+			if err := os.WriteFile(files[i], []byte(part), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db, dbErr := knownhosts.NewDB(files...)
+		ix, ixErr := loadKnownIndex(files)
+		if (dbErr == nil) != (ixErr == nil) || (dbErr != nil && dbErr.Error() != ixErr.Error()) {
+			t.Fatalf("loading: knownhosts says %v, the index %v", dbErr, ixErr)
+		}
+		if dbErr != nil {
+			return
+		}
+		callback := db.HostKeyCallback()
+		for _, address := range addresses {
+			if diff := cmp.Diff(db.HostKeyAlgorithms(address), ix.algorithms(address)); diff != "" {
+				t.Errorf("%q: algorithms (-knownhosts +index):\n%s", address, diff)
+			}
+			for _, key := range append(keys, cert) {
+				for _, remote := range []net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2222}, &net.TCPAddr{IP: net.IPv6loopback, Port: 22}} {
+					if want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key)); want != got {
+						t.Errorf("%q from %v offering %s:\nknownhosts: %s\nindex:      %s", address, remote, key.Type(), want, got)
+					}
+				}
+			}
+		}
+	})
 }
