@@ -109,7 +109,7 @@ func TestHostKeysAcceptNewRefusesPatterns(t *testing.T) {
 	a := testEd25519(t)
 	file := t.TempDir() + "/known_hosts"
 	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
-	for _, name := range []string{"*", "gpu0?", "x,gpu01", "!gpu01", "|1|x|y", "@revoked", "#x", "gpu 01", "gpu01\ngpu02", "gpu\u00a001"} {
+	for _, name := range []string{"*", "gpu0?", "x,gpu01", "!gpu01", "|1|x|y", "@revoked", "#x", "gpu 01", "gpu01\ngpu02", "gpu\u00a001", "[gpu01]:2222", "[gpu01"} {
 		address := net.JoinHostPort(name, "22")
 		cb, _, err := NewHostKeys(true).Config(address, []string{file})
 		if err != nil {
