@@ -59,6 +59,8 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		// knownhosts.HostKeyDB (trimming all white space) takes for a CA's
 		"vca": "\v@cert-authority " + string(ssh.MarshalAuthorizedKey(a)),
 		// a line longer than bufio.Scanner's limit, after a line knownhosts refuses
+		// a host twice on one line is one key on record, once
+		"twice":   line("gpu01,gpu01", a) + line("gpu02,[gpu02]:22,gpu02", b),
 		"long":    line("gpu01", a) + strings.Repeat("x", 70000) + "\n",
 		"badlong": "gpu0* ssh-ed25519 !!bad\n" + strings.Repeat("x", 70000) + "\n",
 	}
@@ -88,7 +90,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"}, {"commentwild"},
 		{"order4", "order2", "order3", "order1"}, {"order1", "order2", "order3", "order4"}, {"vca"},
 		// the first error knownhosts meets, file by file and line by line
-		{"long"}, {"badlong"}, {"broken", "long"}, {"broken", "missing"}, {"missing", "broken"},
+		{"twice"}, {"twice", "wildcard"}, {"long"}, {"badlong"}, {"broken", "long"}, {"broken", "missing"}, {"missing", "broken"},
 	} {
 		var paths []string
 		for _, name := range set {
