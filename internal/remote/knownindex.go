@@ -197,12 +197,17 @@ func (ix *knownIndex) addPlain(line []byte, file string, n int) bool {
 		hosts = append(hosts, hostPort{host, port})
 	}
 	kl := knownLine{key: key, blob: string(raw), file: file, line: n}
-	seen := make(map[hostPort]bool, len(hosts))
+	var seen map[hostPort]bool
+	if len(hosts) > 1 {
+		seen = make(map[hostPort]bool, len(hosts))
+	}
 	for _, hp := range hosts {
 		if seen[hp] {
 			continue // one line, one key on record, however often it names the host
 		}
-		seen[hp] = true
+		if seen != nil {
+			seen[hp] = true
+		}
 		ix.plain[hp] = append(ix.plain[hp], kl)
 	}
 	return true
