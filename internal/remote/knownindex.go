@@ -288,7 +288,7 @@ func (ix *knownIndex) check(address string, remote net.Addr, key ssh.PublicKey) 
 	if splitErr != nil || port == "" || port == "22" {
 		return err
 	}
-	if tcp, ok := remote.(*net.TCPAddr); ok && tcp.Port != 22 {
+	if tcp, ok := remote.(*net.TCPAddr); ok && tcp != nil && tcp.Port != 22 {
 		remote = &net.TCPAddr{IP: tcp.IP, Port: 22, Zone: tcp.Zone}
 	}
 	err = ix.checkRaw(host+":22", remote, key)

@@ -160,6 +160,23 @@ func namesFile(ixErr, dbErr error) bool {
 	return strings.HasPrefix(db, "bufio.Scanner: ") && strings.HasPrefix(ix, "knownhosts: ") && strings.HasSuffix(ix, ": "+db)
 }
 
+// A typed nil remote address, off port 22 with a wildcard line on record,
+// is an error and no panic (knownhosts.HostKeyDB panics on it).
+func TestKnownIndexNilRemote(t *testing.T) {
+	a := testEd25519(t)
+	file := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(file, []byte("*.lab "+string(ssh.MarshalAuthorizedKey(a))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := loadKnownIndex([]string{file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.check("x.lab:2222", (*net.TCPAddr)(nil), a); err == nil {
+		t.Error("accepted")
+	}
+}
+
 // An error names the known_hosts file, even where the name of one file the
 // index handed knownhosts begins that of another.
 func TestKnownIndexRealNames(t *testing.T) {
