@@ -76,7 +76,7 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 			// it reports are those of the real file.
 			tmp, err := os.CreateTemp("", "gpumon-known_hosts-*")
 			if err != nil {
-				return nil, err
+				return loadUnindexed(files)
 			}
 			restPaths = append(restPaths, tmp.Name())
 			_, err = tmp.Write(rest)
@@ -84,7 +84,7 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 				err = cerr
 			}
 			if err != nil {
-				return nil, err
+				return loadUnindexed(files)
 			}
 			ix.restFiles[tmp.Name()] = file
 		}
@@ -106,6 +106,41 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 		return nil, readErr
 	}
 	ix.restRaw = raw
+	return ix, nil
+}
+
+// loadUnindexed hands knownhosts the known_hosts files themselves, where
+// the index cannot write the files it would hand it (no temporary folder,
+// or a full one): slower, but the same answers, and no error knownhosts
+// would not give.
+func loadUnindexed(files []string) (*knownIndex, error) {
+	raw, err := xknownhosts.New(files...)
+	if err != nil {
+		return nil, err
+	}
+	ix := &knownIndex{plain: map[hostPort][]knownLine{}, restRaw: raw, restFiles: map[string]string{},
+		authorities: map[fileLine]bool{}, wildcards: map[fileLine]bool{}}
+	for _, file := range files {
+		// as knownhosts.HostKeyDB reads them again
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		for n := 1; sc.Scan(); n++ {
+			if isWildcard(sc.Bytes()) {
+				ix.wildcards[fileLine{file, n}] = true
+			}
+			if isAuthority(sc.Bytes()) {
+				ix.authorities[fileLine{file, n}] = true
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("knownhosts: %s: %v", file, err)
+		}
+	}
 	return ix, nil
 }
 

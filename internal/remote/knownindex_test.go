@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -158,6 +159,35 @@ func TestKnownIndexPlainFileNeedsNoKnownhosts(t *testing.T) {
 func namesFile(ixErr, dbErr error) bool {
 	ix, db := ixErr.Error(), dbErr.Error()
 	return strings.HasPrefix(db, "bufio.Scanner: ") && strings.HasPrefix(ix, "knownhosts: ") && strings.HasSuffix(ix, ": "+db)
+}
+
+// With no folder for the files it hands knownhosts, the index hands it the
+// known_hosts files themselves: the same answers, and no error.
+func TestKnownIndexWithoutTempDir(t *testing.T) {
+	a, b, ca := testEd25519(t), testEd25519(t), testEd25519(t)
+	file := filepath.Join(t.TempDir(), "known_hosts")
+	text := "*.lab " + string(ssh.MarshalAuthorizedKey(a)) + "gpu01 " + string(ssh.MarshalAuthorizedKey(b)) +
+		"@cert-authority gpu0* " + string(ssh.MarshalAuthorizedKey(ca))
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	ix, err := loadKnownIndex([]string{file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
+	for address, want := range map[string]string{"x.lab:22": "ok", "gpu01:22": "changed", "gpu01:2222": "changed", "nowhere:22": "unknown"} {
+		if got, _, _ := strings.Cut(verdict(ix.check(address, remote, a)), " "); got != want {
+			t.Errorf("%s offering a: %s, want %s", address, got, want)
+		}
+	}
+	if err := ix.check("gpu01:22", remote, b); err != nil {
+		t.Errorf("gpu01 offering b: %v", err)
+	}
+	if got, want := ix.algorithms("gpu01:22"), []string{ssh.KeyAlgoED25519, ssh.CertAlgoED25519v01}; !slices.Equal(got, want) {
+		t.Errorf("algorithms %v, want %v", got, want)
+	}
 }
 
 // A typed nil remote address, off port 22 with a wildcard line on record,
@@ -382,7 +412,7 @@ func FuzzKnownIndexLines(f *testing.F) {
 	patterns := []string{"gpu01", "gpu01,gpu02", "[gpu01]:2222", "[gpu01]:22", "gpu0*", "*", "gpu0?", "!gpu01,*", "gpu01,!gpu02",
 		xknownhosts.HashHostname("gpu01"), xknownhosts.HashHostname("[gpu01]:2222"), "[::1]", "::1", "[::1]:2222", ",",
 		"gpu01,,gpu02", "[gpu01]:", "[gpu01]:022", "GPU01", "[gpu0*]:2222", "\vgpu01", "\v@cert-authority", "gpu02", "[gpu01",
-		"gpu01]", "gpu01:2222", "*.lab", "x.lab", "!", "|1|x|y"}
+		"gpu01]", "gpu01:2222", "*.lab", "x.lab", "!", "|1|x|y", "gpu01,gpu01", "gpu01,[gpu01]:22", "#*", "\r", "\r@cert-authority"}
 	for _, seed := range [][]byte{
 		{0, 0, 0}, {0, 0, 0, 5 << 3, 4, 1}, {0, 0, 0, 6, 0, 1}, {1, 0, 0, 0, 4, 1}, {0, 2, 0, 7, 5, 0}, {8, 9, 0, 0, 22, 1},
 	} {
@@ -447,7 +477,7 @@ func FuzzKnownIndexLines(f *testing.F) {
 				t.Errorf("%q: algorithms (-knownhosts +index):\n%s", address, diff)
 			}
 			for _, key := range append(keys, cert) {
-				for _, remote := range []net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2222}, &net.TCPAddr{IP: net.IPv6loopback, Port: 22}} {
+				for _, remote := range []net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2222}, &net.TCPAddr{IP: net.IPv6loopback, Port: 22}, &net.UnixAddr{Name: "/s", Net: "unix"}} {
 					if want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key)); want != got {
 						t.Errorf("%q from %v offering %s:\nknownhosts: %s\nindex:      %s", address, remote, key.Type(), want, got)
 					}
