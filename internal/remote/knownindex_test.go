@@ -65,6 +65,15 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"long":    line("gpu01", a) + strings.Repeat("x", 70000) + "\n",
 		"badlong": "gpu0* ssh-ed25519 !!bad\n" + strings.Repeat("x", 70000) + "\n",
 	}
+	// lines about bufio.Scanner's limit of 64 KiB, ending in "\n", "\r\n",
+	// "\r\r\n" or nothing
+	for _, n := range []int{65533, 65534, 65535, 65536} {
+		wild := line("*.lab", a)
+		wild = wild[:len(wild)-1] + " "
+		for name, end := range map[string]string{"lf": "\n", "crlf": "\r\n", "crcrlf": "\r\r\n", "eof": ""} {
+			files[fmt.Sprintf("edge%d%s", n, name)] = wild + strings.Repeat("x", n-len(wild)) + end
+		}
+	}
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
 	for name, text := range files {
@@ -86,13 +95,19 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	offers := map[string]ssh.PublicKey{"a": a, "b": b, "ecdsa": e, "cert": cert, "usercert": userCert}
-	for _, set := range [][]string{
+	sets := [][]string{
 		{"plain"}, {"hashed"}, {"wildcard"}, {"markers"}, {"broken"}, {"bracket"}, {"mixed"}, {"blanks"},
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"}, {"commentwild"},
 		{"order4", "order2", "order3", "order1"}, {"order1", "order2", "order3", "order4"}, {"vca"},
 		// the first error knownhosts meets, file by file and line by line
 		{"twice"}, {"twice", "wildcard"}, {"long"}, {"badlong"}, {"broken", "long"}, {"broken", "missing"}, {"missing", "broken"},
-	} {
+	}
+	for name := range files {
+		if strings.HasPrefix(name, "edge") {
+			sets = append(sets, []string{name})
+		}
+	}
+	for _, set := range sets {
 		var paths []string
 		for _, name := range set {
 			paths = append(paths, path(name))
