@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sort"
@@ -57,10 +58,15 @@ type knownLine struct {
 // loadKnownIndex reads files (all existing).
 func loadKnownIndex(files []string) (*knownIndex, error) {
 	ix := &knownIndex{plain: map[hostPort][]knownLine{}, restFiles: map[string]string{}, authorities: map[fileLine]bool{}, wildcards: map[fileLine]bool{}}
-	var restPaths []string
+	var restPaths []string // the files handed to knownhosts
+	var open []*os.File
+	left := map[string]bool{} // the temporary files still to remove
 	defer func() {
-		for _, p := range restPaths {
-			os.Remove(p)
+		for _, f := range open {
+			f.Close()
+			if left[f.Name()] {
+				os.Remove(f.Name())
+			}
 		}
 	}()
 	var readErr error
@@ -78,15 +84,15 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 			if err != nil {
 				return loadUnindexed(files)
 			}
-			restPaths = append(restPaths, tmp.Name())
-			_, err = tmp.Write(rest)
-			if cerr := tmp.Close(); err == nil {
-				err = cerr
-			}
+			open = append(open, tmp)
+			left[tmp.Name()] = true
+			name, err := writeRest(tmp, rest)
 			if err != nil {
 				return loadUnindexed(files)
 			}
-			ix.restFiles[tmp.Name()] = file
+			left[tmp.Name()] = name == tmp.Name()
+			restPaths = append(restPaths, name)
+			ix.restFiles[name] = file
 		}
 		if readErr != nil {
 			break
@@ -107,6 +113,32 @@ func loadKnownIndex(files []string) (*knownIndex, error) {
 	}
 	ix.restRaw = raw
 	return ix, nil
+}
+
+// writeRest writes rest to tmp, still open, and returns the name knownhosts
+// is to open it by: where the system has one, the name of the open file
+// itself (/dev/fd/N), and the file is removed from the temporary folder,
+// so that nothing another user could put in its place there is read
+// instead, whatever that folder's permissions.
+func writeRest(tmp *os.File, rest []byte) (string, error) {
+	if _, err := tmp.Write(rest); err != nil {
+		return "", err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil { // /dev/fd/N may share the offset
+		return "", err
+	}
+	self := fmt.Sprintf("/dev/fd/%d", tmp.Fd())
+	written, err := tmp.Stat()
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(self); err != nil || !os.SameFile(fi, written) {
+		return tmp.Name(), nil
+	}
+	if err := os.Remove(tmp.Name()); err != nil {
+		return tmp.Name(), nil
+	}
+	return self, nil
 }
 
 // loadUnindexed hands knownhosts the known_hosts files themselves, where

@@ -205,6 +205,43 @@ func TestKnownIndexWithoutTempDir(t *testing.T) {
 	}
 }
 
+// Where the system names open files (/dev/fd), knownhosts reads the lines
+// the index hands it through the open file, which is gone from the
+// temporary folder by then: no file put in its place there is read.
+func TestKnownIndexTempFileGone(t *testing.T) {
+	if _, err := os.Stat("/dev/fd/0"); err != nil {
+		t.Skip("no /dev/fd")
+	}
+	a := testEd25519(t)
+	file := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(file, []byte("*.lab "+string(ssh.MarshalAuthorizedKey(a))+"bad line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	if _, err := loadKnownIndex([]string{file}); err == nil || !strings.Contains(err.Error(), file+":2:") {
+		t.Errorf("error %v, want it to name %s:2", err, file)
+	}
+	if err := os.WriteFile(file, []byte("*.lab "+string(ssh.MarshalAuthorizedKey(a))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := loadKnownIndex([]string{file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range ix.restFiles {
+		if !strings.HasPrefix(name, "/dev/fd/") {
+			t.Errorf("knownhosts read %s", name)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("left in the temporary folder: %v", left)
+	}
+	if err := ix.check("x.lab:22", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}, a); err != nil {
+		t.Error(err)
+	}
+}
+
 // A typed nil remote address, off port 22 with a wildcard line on record,
 // is an error and no panic (knownhosts.HostKeyDB panics on it).
 func TestKnownIndexNilRemote(t *testing.T) {
