@@ -30,9 +30,9 @@ import (
 // costs a keyed hash per line and lookup, as it does in OpenSSH.
 type knownIndex struct {
 	plain map[hostPort][]knownLine
-	// restRaw is x/crypto knownhosts' callback on the other lines. restFiles
-	// maps the files they read back to the known_hosts files they stand
-	// for, line for line.
+	// restRaw is x/crypto knownhosts' callback on the other lines (nil when
+	// there are none). restFiles maps the files it read back to the
+	// known_hosts files they stand for, line for line.
 	restRaw     ssh.HostKeyCallback
 	restFiles   map[string]string
 	authorities map[fileLine]bool // the @cert-authority lines
