@@ -322,7 +322,9 @@ func trimBlanks(b []byte) []byte { return bytes.Trim(b, " \t") }
 // would panic, is taken as one that would do.)
 func lookupAddress(address string, remote net.Addr) (hostPort, error) {
 	var remoteHP hostPort
-	if remote != nil {
+	if tcp, ok := remote.(*net.TCPAddr); ok && tcp != nil && address != "" {
+		// its String always has a port: no need to make it (a lookup's time)
+	} else if remote != nil {
 		host, port, err := net.SplitHostPort(remote.String())
 		if err != nil {
 			return hostPort{}, fmt.Errorf("knownhosts: SplitHostPort(%s): %v", remote, err)
