@@ -62,6 +62,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		// a line longer than bufio.Scanner's limit, after a line knownhosts refuses
 		// a host twice on one line is one key on record, once
 		"twice":   line("gpu01,gpu01", a) + line("gpu02,[gpu02]:22,gpu02", b),
+		"spelled": line("[gpu01]:,[gpu03]:02222,GPU01,fe80::1%eth0", b) + line("*:2222", a),
 		"long":    line("gpu01", a) + strings.Repeat("x", 70000) + "\n",
 		"badlong": "gpu0* ssh-ed25519 !!bad\n" + strings.Repeat("x", 70000) + "\n",
 	}
@@ -88,6 +89,8 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		"gpu01", "", "127.0.0.1",
 		// off port 22, where knownhosts.HostKeyDB tries port 22 again
 		"gpu01:2222", "gpu31:2222", "gpu11:2222",
+		// spellings of a host and port
+		"[gpu01]:22", "gpu03:02222", "GPU01:22", "gpu01:", "[fe80::1%eth0]:22",
 	}
 	userCert := testHostCert(t, ca, a, "gpu07")
 	userCert.CertType = ssh.UserCert // a user certificate offered as a host key
@@ -100,7 +103,7 @@ func TestKnownIndexAgreesWithKnownhosts(t *testing.T) {
 		{"plain", "hashed"}, {"markers", "plain", "wildcard"}, {"mixed", "plain"}, {"crcr"}, {"remote"}, {"remote", "hashed"}, {"commentwild"},
 		{"order4", "order2", "order3", "order1"}, {"order1", "order2", "order3", "order4"}, {"vca"},
 		// the first error knownhosts meets, file by file and line by line
-		{"twice"}, {"twice", "wildcard"}, {"long"}, {"badlong"}, {"broken", "long"}, {"broken", "missing"}, {"missing", "broken"},
+		{"twice"}, {"twice", "wildcard"}, {"spelled"}, {"spelled", "plain"}, {"long"}, {"badlong"}, {"broken", "long"}, {"broken", "missing"}, {"missing", "broken"},
 	}
 	for name := range files {
 		if strings.HasPrefix(name, "edge") {
