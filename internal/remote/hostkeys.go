@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/skeema/knownhosts"
 	"golang.org/x/crypto/ssh"
@@ -152,11 +153,42 @@ func (hk *HostKeys) unknown(d *knownDB, address string, remote net.Addr, key ssh
 		e.KnownAt = []string{d.files[0] + " (added by this run)"}
 		return e
 	}
+	if !recordable(norm, address) {
+		return fmt.Errorf("accept-new: will not record the host key of %q: a known_hosts line for that name would mean other hosts (or none); add it by hand", norm)
+	}
 	if err := appendKnownHost(d.files[0], norm, key); err != nil {
 		return fmt.Errorf("accept-new: cannot record the host key of %s: %v", norm, err)
 	}
 	d.added[norm] = key
 	return nil
+}
+
+// recordable says whether name, written as a known_hosts host pattern,
+// names address and no other host: no blanks or line ends (another field,
+// another line), no comma (a list), no * or ? (a wildcard), no leading !,
+// |, @ or # (a negation, a hashed name, a marker, a comment), and read back
+// as knownhosts reads it, address's host and port (a name in brackets that
+// does not parse would make knownhosts refuse the whole file).
+func recordable(name, address string) bool {
+	if name == "" || strings.ContainsAny(name, ",*?") || strings.ContainsAny(name[:1], "!|@#") {
+		return false
+	}
+	host, port, err := net.SplitHostPort(name)
+	if err != nil {
+		if name[0] == '[' {
+			return false
+		}
+		host, port = name, "22"
+	}
+	if h, p, err := net.SplitHostPort(address); err != nil || h != host || p != port {
+		return false
+	}
+	for _, r := range name {
+		if r <= ' ' || r == 0x7f || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // appendKnownHost adds one line the way ssh does: created 0600 in a 0700
