@@ -119,6 +119,15 @@ func (h *harness) next() *fetch.Round {
 	return h.round()
 }
 
+// roundN is round n: the first, which starts by itself, or the next tick's.
+func (h *harness) roundN(n int) *fetch.Round {
+	h.t.Helper()
+	if n == 1 {
+		return h.round()
+	}
+	return h.next()
+}
+
 func (h *harness) shutdown() {
 	h.stop()
 	h.stop = nil
@@ -427,13 +436,7 @@ func TestLiveHungHostBacksOff(t *testing.T) {
 	specs[hung].Failure = simfleet.HangForever
 	h := startLive(t, specs, 3, 20*time.Second) // timeout 3 s: each round ends when the hung poll does
 	for n := 1; n <= rounds; n++ {
-		var r *fetch.Round
-		if n == 1 {
-			r = h.round()
-		} else {
-			r = h.next()
-		}
-		res := r.Results[hung]
+		res := h.roundN(n).Results[hung]
 		waits := n == 3 || n == 5
 		if res.Status != hoststatus.Timeout || strings.Contains(res.Error, "next attempt at") != waits {
 			t.Errorf("round %d: %s: %s: %q; want timeout, waiting for its next attempt: %v", n, res.Host, res.Status, res.Error, waits)

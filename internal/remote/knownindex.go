@@ -443,7 +443,7 @@ func (ix *knownIndex) algorithms(address string) []string {
 	seen := map[string]bool{}
 	add := func(a string, cert bool) {
 		if cert {
-			a = certAlgorithm(a)
+			a = certAlgorithms[a]
 		}
 		if !seen[a] {
 			seen[a] = true
@@ -462,32 +462,19 @@ func (ix *knownIndex) algorithms(address string) []string {
 	return algos
 }
 
-// certAlgorithm is the certificate algorithm of a key type (knownhosts'
+// certAlgorithms are the certificate algorithms of key types (knownhosts'
 // keyTypeToCertAlgo).
-func certAlgorithm(keyType string) string {
-	switch keyType {
-	case ssh.KeyAlgoRSA:
-		return ssh.CertAlgoRSAv01
-	case ssh.KeyAlgoRSASHA256:
-		return ssh.CertAlgoRSASHA256v01
-	case ssh.KeyAlgoRSASHA512:
-		return ssh.CertAlgoRSASHA512v01
-	case ssh.KeyAlgoDSA:
-		return ssh.CertAlgoDSAv01
-	case ssh.KeyAlgoECDSA256:
-		return ssh.CertAlgoECDSA256v01
-	case ssh.KeyAlgoSKECDSA256:
-		return ssh.CertAlgoSKECDSA256v01
-	case ssh.KeyAlgoECDSA384:
-		return ssh.CertAlgoECDSA384v01
-	case ssh.KeyAlgoECDSA521:
-		return ssh.CertAlgoECDSA521v01
-	case ssh.KeyAlgoED25519:
-		return ssh.CertAlgoED25519v01
-	case ssh.KeyAlgoSKED25519:
-		return ssh.CertAlgoSKED25519v01
-	}
-	return ""
+var certAlgorithms = map[string]string{
+	ssh.KeyAlgoRSA:        ssh.CertAlgoRSAv01,
+	ssh.KeyAlgoRSASHA256:  ssh.CertAlgoRSASHA256v01,
+	ssh.KeyAlgoRSASHA512:  ssh.CertAlgoRSASHA512v01,
+	ssh.KeyAlgoDSA:        ssh.CertAlgoDSAv01,
+	ssh.KeyAlgoECDSA256:   ssh.CertAlgoECDSA256v01,
+	ssh.KeyAlgoSKECDSA256: ssh.CertAlgoSKECDSA256v01,
+	ssh.KeyAlgoECDSA384:   ssh.CertAlgoECDSA384v01,
+	ssh.KeyAlgoECDSA521:   ssh.CertAlgoECDSA521v01,
+	ssh.KeyAlgoED25519:    ssh.CertAlgoED25519v01,
+	ssh.KeyAlgoSKED25519:  ssh.CertAlgoSKED25519v01,
 }
 
 // noKey is offered to learn which keys are on record: it matches none.

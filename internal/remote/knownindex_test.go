@@ -150,14 +150,7 @@ func TestKnownIndexPlainFileNeedsNoKnownhosts(t *testing.T) {
 	for i := range 1000 {
 		fmt.Fprintf(&text, "[gpu%04d]:2222 %s", i, ssh.MarshalAuthorizedKey(a))
 	}
-	file := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(file, []byte(text.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ix, err := loadKnownIndex([]string{file})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix, file := indexOf(t, text.String())
 	if ix.restRaw != nil {
 		t.Fatal("plain lines went through knownhosts")
 	}
@@ -427,14 +420,7 @@ func BenchmarkKnownHosts(b *testing.B) {
 				}
 				fmt.Fprintf(&text, "%s %s", host, ssh.MarshalAuthorizedKey(key))
 			}
-			file := filepath.Join(b.TempDir(), "known_hosts")
-			if err := os.WriteFile(file, []byte(text.String()), 0o600); err != nil {
-				b.Fatal(err)
-			}
-			ix, err := loadKnownIndex([]string{file})
-			if err != nil {
-				b.Fatal(err)
-			}
+			ix, _ := indexOf(b, text.String())
 			remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
 			i := 0
 			for b.Loop() {
@@ -540,4 +526,18 @@ func FuzzKnownIndexLines(f *testing.F) {
 			}
 		}
 	})
+}
+
+// indexOf loads an index of text, written to a known_hosts file of its own.
+func indexOf(tb testing.TB, text string) (*knownIndex, string) {
+	tb.Helper()
+	file := filepath.Join(tb.TempDir(), "known_hosts")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	ix, err := loadKnownIndex([]string{file})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ix, file
 }
