@@ -332,14 +332,7 @@ func testHostCert(t testing.TB, ca ssh.Signer, key ssh.PublicKey, host string) *
 // FuzzKnownIndex compares the index with knownhosts on any known_hosts text
 // whose lines use two fixed keys and a certificate authority.
 func FuzzKnownIndex(f *testing.F) {
-	signer := func(seed byte) ssh.Signer {
-		s, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(bytes32(seed)))
-		if err != nil {
-			f.Fatal(err)
-		}
-		return s
-	}
-	a, b, ca := signer(1).PublicKey(), signer(2).PublicKey(), signer(3)
+	a, b, ca := seededSigner(f, 1).PublicKey(), seededSigner(f, 2).PublicKey(), seededSigner(f, 3)
 	cert := testHostCert(f, ca, a, "gpu07")
 	ka, kb, kca := string(ssh.MarshalAuthorizedKey(a)), string(ssh.MarshalAuthorizedKey(b)), string(ssh.MarshalAuthorizedKey(ca.PublicKey()))
 	for _, seed := range []string{
@@ -439,14 +432,7 @@ func BenchmarkKnownHosts(b *testing.B) {
 // a marker, a host pattern, a key and the blanks around them, so that the
 // fuzzer spends its time on what lines mean rather than on base64.
 func FuzzKnownIndexLines(f *testing.F) {
-	signer := func(seed byte) ssh.Signer {
-		s, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(bytes32(seed)))
-		if err != nil {
-			f.Fatal(err)
-		}
-		return s
-	}
-	a, b, ca := signer(1).PublicKey(), signer(2).PublicKey(), signer(3)
+	a, b, ca := seededSigner(f, 1).PublicKey(), seededSigner(f, 2).PublicKey(), seededSigner(f, 3)
 	e := testECDSA(f)
 	cert := testHostCert(f, ca, a, "gpu01")
 	keys := []ssh.PublicKey{a, b, ca.PublicKey(), e}
@@ -540,4 +526,15 @@ func indexOf(tb testing.TB, text string) (*knownIndex, string) {
 		tb.Fatal(err)
 	}
 	return ix, file
+}
+
+// seededSigner is an Ed25519 key made from one byte: the same in every run,
+// so that fuzz inputs holding its public key keep meaning it.
+func seededSigner(tb testing.TB, seed byte) ssh.Signer {
+	tb.Helper()
+	s, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(bytes32(seed)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }
