@@ -359,26 +359,8 @@ func FuzzKnownIndex(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		db, dbErr := knownhosts.NewDB(files...)
-		ix, ixErr := loadKnownIndex(files)
-		if (dbErr == nil) != (ixErr == nil) {
-			t.Fatalf("loading: knownhosts says %v, the index %v", dbErr, ixErr)
-		}
-		if dbErr != nil {
-			return
-		}
-		callback := db.HostKeyCallback()
-		for _, address := range addresses {
-			if diff := cmp.Diff(db.HostKeyAlgorithms(address), ix.algorithms(address)); diff != "" {
-				t.Errorf("%s: algorithms (-knownhosts +index):\n%s", address, diff)
-			}
-			for _, key := range []ssh.PublicKey{a, b, cert, ca.PublicKey()} {
-				remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}
-				if want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key)); want != got {
-					t.Errorf("%s offering %s:\nknownhosts: %s\nindex:      %s", address, key.Type(), want, got)
-				}
-			}
-		}
+		compareWithKnownhosts(t, files, addresses, []ssh.PublicKey{a, b, cert, ca.PublicKey()},
+			[]net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}}, false)
 	})
 }
 
@@ -490,27 +472,8 @@ func FuzzKnownIndexLines(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		db, dbErr := knownhosts.NewDB(files...)
-		ix, ixErr := loadKnownIndex(files)
-		if (dbErr == nil) != (ixErr == nil) || (dbErr != nil && dbErr.Error() != ixErr.Error()) {
-			t.Fatalf("loading: knownhosts says %v, the index %v", dbErr, ixErr)
-		}
-		if dbErr != nil {
-			return
-		}
-		callback := db.HostKeyCallback()
-		for _, address := range addresses {
-			if diff := cmp.Diff(db.HostKeyAlgorithms(address), ix.algorithms(address)); diff != "" {
-				t.Errorf("%q: algorithms (-knownhosts +index):\n%s", address, diff)
-			}
-			for _, key := range append(keys, cert) {
-				for _, remote := range []net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2222}, &net.TCPAddr{IP: net.IPv6loopback, Port: 22}, &net.UnixAddr{Name: "/s", Net: "unix"}} {
-					if want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key)); want != got {
-						t.Errorf("%q from %v offering %s:\nknownhosts: %s\nindex:      %s", address, remote, key.Type(), want, got)
-					}
-				}
-			}
-		}
+		compareWithKnownhosts(t, files, addresses, append(keys, cert),
+			[]net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2222}, &net.TCPAddr{IP: net.IPv6loopback, Port: 22}, &net.UnixAddr{Name: "/s", Net: "unix"}}, true)
 	})
 }
 
@@ -537,4 +500,33 @@ func seededSigner(tb testing.TB, seed byte) ssh.Signer {
 		tb.Fatal(err)
 	}
 	return s
+}
+
+// compareWithKnownhosts fails t where the index, loading files, says
+// anything other than knownhosts: whether they load (with sameErr, the
+// same error), the algorithms for each address, and the verdict on each
+// key offered to each address from each remote address.
+func compareWithKnownhosts(t *testing.T, files, addresses []string, keys []ssh.PublicKey, remotes []net.Addr, sameErr bool) {
+	t.Helper()
+	db, dbErr := knownhosts.NewDB(files...)
+	ix, ixErr := loadKnownIndex(files)
+	if (dbErr == nil) != (ixErr == nil) || sameErr && dbErr != nil && dbErr.Error() != ixErr.Error() {
+		t.Fatalf("loading: knownhosts says %v, the index %v", dbErr, ixErr)
+	}
+	if dbErr != nil {
+		return
+	}
+	callback := db.HostKeyCallback()
+	for _, address := range addresses {
+		if diff := cmp.Diff(db.HostKeyAlgorithms(address), ix.algorithms(address)); diff != "" {
+			t.Errorf("%q: algorithms (-knownhosts +index):\n%s", address, diff)
+		}
+		for _, key := range keys {
+			for _, remote := range remotes {
+				if want, got := verdict(callback(address, remote, key)), verdict(ix.check(address, remote, key)); want != got {
+					t.Errorf("%q from %v offering %s:\nknownhosts: %s\nindex:      %s", address, remote, key.Type(), want, got)
+				}
+			}
+		}
+	}
 }
