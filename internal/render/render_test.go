@@ -660,32 +660,17 @@ func TestOlderCSVRenders(t *testing.T) {
 			}
 		}
 	}
-	var st struct {
-		Hosts []struct {
-			GPUs []struct {
-				Processes []map[string]any `json:"processes"`
-			} `json:"gpus"`
-		} `json:"hosts"`
-	}
 	var js bytes.Buffer
 	JSON(&js, a)
-	if err := json.Unmarshal(js.Bytes(), &st); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, h := range st.Hosts {
-		for _, g := range h.GPUs {
-			for _, p := range g.Processes {
-				n++
-				for _, k := range []string{"slurm_job", "slurm_job_name", "slurm_partition", "container", "container_name", "pod"} {
-					if v, ok := p[k]; ok {
-						t.Errorf("process %v: %s is %#v, want it left out (empty)", p["pid"], k, v)
-					}
-				}
+	procs := statusProcesses(t, js.Bytes())
+	for _, p := range procs {
+		for _, k := range []string{"slurm_job", "slurm_job_name", "slurm_partition", "container", "container_name", "pod"} {
+			if v, ok := p[k]; ok {
+				t.Errorf("process %v: %s is %#v, want it left out (empty)", p["pid"], k, v)
 			}
 		}
 	}
-	if n == 0 {
+	if len(procs) == 0 {
 		t.Fatal("no process in status.json")
 	}
 }

@@ -252,23 +252,9 @@ func FuzzStatusJSON(f *testing.F) {
 		}
 		// pid 1 has s in all six
 		var first map[string]any
-		var st struct {
-			Hosts []struct {
-				GPUs []struct {
-					Processes []map[string]any `json:"processes"`
-				} `json:"gpus"`
-			} `json:"hosts"`
-		}
-		if err := json.Unmarshal(got.Bytes(), &st); err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range st.Hosts {
-			for _, g := range h.GPUs {
-				for _, p := range g.Processes {
-					if p["pid"] == 1.0 {
-						first = p
-					}
-				}
+		for _, p := range statusProcesses(t, got.Bytes()) {
+			if p["pid"] == 1.0 {
+				first = p
 			}
 		}
 		if first == nil {
@@ -311,4 +297,26 @@ func BenchmarkStatusJSON(b *testing.B) {
 			})
 		}
 	}
+}
+
+// statusProcesses are status.json's processes, every key as it is there.
+func statusProcesses(t *testing.T, statusJSON []byte) []map[string]any {
+	t.Helper()
+	var st struct {
+		Hosts []struct {
+			GPUs []struct {
+				Processes []map[string]any `json:"processes"`
+			} `json:"gpus"`
+		} `json:"hosts"`
+	}
+	if err := json.Unmarshal(statusJSON, &st); err != nil {
+		t.Fatal(err)
+	}
+	var procs []map[string]any
+	for _, h := range st.Hosts {
+		for _, g := range h.GPUs {
+			procs = append(procs, g.Processes...)
+		}
+	}
+	return procs
 }
