@@ -191,23 +191,7 @@ func BenchmarkRender(b *testing.B) {
 	args := []string{"-i", csvPath, "-o", filepath.Join(dir, "index.html"), "-c", filepath.Join(dir, "none.ini")}
 	os.WriteFile(filepath.Join(dir, "none.ini"), nil, 0o644)
 
-	b.Run("command", func(b *testing.B) {
-		for b.Loop() {
-			if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for _, f := range []struct{ name, unit string }{
-			{"index.html", "page-bytes"}, {"status.json", "json-bytes"}, {"metrics.prom", "prom-bytes"},
-		} {
-			st, err := os.Stat(filepath.Join(dir, f.name))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(st.Size()), f.unit)
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
-	})
+	b.Run("command", func(b *testing.B) { benchCommand(b, dir, args) })
 	// html: the page alone, with a month of history (benchSummary);
 	// html-nohistory: without; html-attributed: with history, of the
 	// fleet whose processes run in Slurm jobs and containers.
@@ -354,22 +338,7 @@ func BenchmarkPages(b *testing.B) {
 			b.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(dir, "none.ini"), nil, 0o644)
-		args := []string{"-i", csvPath, "-o", filepath.Join(dir, "index.html"), "-c", filepath.Join(dir, "none.ini")}
-		for b.Loop() {
-			if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for _, f := range []struct{ name, unit string }{
-			{"index.html", "page-bytes"}, {"status.json", "json-bytes"}, {"metrics.prom", "prom-bytes"},
-		} {
-			st, err := os.Stat(filepath.Join(dir, f.name))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(st.Size()), f.unit)
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
+		benchCommand(b, dir, []string{"-i", csvPath, "-o", filepath.Join(dir, "index.html"), "-c", filepath.Join(dir, "none.ini")})
 	})
 }
 
@@ -393,4 +362,25 @@ func TestPageSizeBudget(t *testing.T) {
 		t.Errorf("the page of 1,000 hosts × 8 GPUs is %d bytes, over its budget of %d", b.Len(), pageBudget)
 	}
 	t.Logf("%d bytes, %d under the budget", b.Len(), pageBudget-b.Len())
+}
+
+// benchCommand runs the render command with args, which write into dir,
+// and reports the size of each output and the time of one render.
+func benchCommand(b *testing.B, dir string, args []string) {
+	b.Helper()
+	for b.Loop() {
+		if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, f := range []struct{ name, unit string }{
+		{"index.html", "page-bytes"}, {"status.json", "json-bytes"}, {"metrics.prom", "prom-bytes"},
+	} {
+		st, err := os.Stat(filepath.Join(dir, f.name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(st.Size()), f.unit)
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
 }
