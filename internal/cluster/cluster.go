@@ -354,11 +354,8 @@ func (b *Builder) Cluster() *Cluster {
 		for _, g := range h.GPUs {
 			g.Reservation = gpuReservation(hr, g)
 			classify(g, o.FreeMemMiB)
-			c.Count[g.State]++
 			h.Count[g.State]++
-			c.GPUs++
-			t.addModel(h, g)
-			t.addUsers(h, g)
+			t.add(h, g)
 		}
 	}
 	t.sort()
@@ -453,6 +450,15 @@ type procKey struct {
 
 func newTally(c *Cluster, gpuNames map[string]string) *tally {
 	return &tally{c: c, gpuNames: gpuNames, models: map[string]*Model{}, users: map[string]*User{}, procs: map[procKey]bool{}}
+}
+
+// add counts classified g of h: in the cluster's totals, its model and its
+// users.
+func (t *tally) add(h *Host, g *GPU) {
+	t.c.Count[g.State]++
+	t.c.GPUs++
+	t.addModel(h, g)
+	t.addUsers(h, g)
 }
 
 // addModel counts g under its model; a lost GPU under its host's.
@@ -701,10 +707,7 @@ func (c *Cluster) Subset(hosts []*Host, gpuNames map[string]string) *Cluster {
 			continue
 		}
 		for _, g := range h.GPUs {
-			s.Count[g.State]++
-			s.GPUs++
-			t.addModel(h, g)
-			t.addUsers(h, g)
+			t.add(h, g)
 		}
 	}
 	t.sort()
