@@ -335,3 +335,26 @@ func splitKey(line string) (key, value string, ok bool) {
 	}
 	return strings.TrimSpace(line[:i]), line[i+1:], true
 }
+
+// Decode reads the file at path and hands it to from, which checks it and
+// makes a command's config: the one way fetch, render and idlemon load
+// theirs.
+func Decode[C any](path string, from func(*File) (C, error)) (C, error) {
+	f, err := Open(path)
+	if err != nil {
+		var zero C
+		return zero, err
+	}
+	return from(f)
+}
+
+// DecodeReader is Decode of a config held in r (tests need no files); name
+// is used in messages and to resolve relative paths, as in Read.
+func DecodeReader[C any](r io.Reader, name string, from func(*File) (C, error)) (C, error) {
+	f, err := Read(r, name)
+	if err != nil {
+		var zero C
+		return zero, err
+	}
+	return from(f)
+}
