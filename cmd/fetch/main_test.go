@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/simfleet"
+	"github.com/gpumon/gpumon/internal/simfleet/fleetproc"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 func TestMain(m *testing.M) {
+	fleetproc.ServeIfChild() // BenchmarkLive's simulated fleet, in a process of its own
 	testscript.Main(m, map[string]func(){"fetch": main, "simfleet": simfleetMain})
 }
 

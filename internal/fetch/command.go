@@ -45,20 +45,19 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return MainWith(ctx, args, stdout, stderr, nil)
 }
 
-// Renderer is live mode's render step, run after each round's CSV is
-// written, at the round's time.
-type Renderer interface {
-	Render(ctx context.Context, now time.Time) error
-}
+// PublishRound is live mode's last step: a round's rows made into the
+// page, its history and its notifications, as render would make them of
+// the CSV the round wrote.
+type PublishRound func(ctx context.Context, r *Round) error
 
-// NewRenderer sets up the render step from the config file, once, for the
-// CSV at csvPath; package live provides it (package fetch does not import
-// render).
-type NewRenderer func(configPath, csvPath string, every time.Duration, stderr io.Writer) (Renderer, error)
+// Publishing sets up live mode's PublishRound from the config file at
+// configPath, once, for a fetch -every that writes csvPath. cmd/fetch
+// gives package render's (package fetch does not import render).
+type Publishing func(configPath, csvPath string, every time.Duration, stderr io.Writer) (PublishRound, error)
 
-// MainWith is the fetch command; newRenderer, when not nil, makes -every
+// MainWith is the fetch command; publishing, when not nil, makes -every
 // (live mode) available.
-func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newRenderer NewRenderer) error {
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, publishing Publishing) error {
 	limitMemory()
 	opts, err := parseFlags(args, stdout)
 	if err != nil {
@@ -75,10 +74,10 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newR
 		cfg.Output = opts.output
 	}
 	if opts.every != 0 {
-		if newRenderer == nil {
+		if publishing == nil {
 			return errors.New("-every: this build of fetch has no live mode")
 		}
-		return runLive(ctx, cfg, opts, newRenderer, stderr)
+		return runLive(ctx, cfg, opts, publishing, stderr)
 	}
 	results, err := pollAndWrite(ctx, cfg)
 	if err != nil {
@@ -198,9 +197,15 @@ func newClient(cfg *Config) (*remote.Client, error) {
 // systemSSHConfig is read after the user's file, as ssh does.
 var systemSSHConfig = "/etc/ssh/ssh_config"
 
-// lockFile takes an exclusive, non-blocking flock on path. The lock goes
-// with the process, so a killed run never leaves a stale lock behind.
-func lockFile(path string) (func(), error) {
+// lockFile takes an exclusive, non-blocking flock on path for a cron run.
+// The lock goes with the process, so a killed run never leaves a stale
+// lock behind.
+func lockFile(path string) (func(), error) { return lockAs(path, "") }
+
+// lockAs is lockFile for a holder of the given kind: "live" for fetch
+// -every, whose lock a cron run meeting it names, since the fix is then
+// not to run cron less often but not at all.
+func lockAs(path, kind string) (func(), error) {
 	// O_NOFOLLOW: a link planted in a folder others can write must not
 	// make fetch truncate the file it points to
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
@@ -215,17 +220,33 @@ func lockFile(path string) (func(), error) {
 		return nil, fmt.Errorf("cannot write %s: %w", out, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := io.ReadAll(io.LimitReader(f, 32))
+		holder, _ := io.ReadAll(io.LimitReader(f, 64))
 		f.Close()
-		msg := fmt.Sprintf("another fetch is writing %s", strings.TrimSuffix(path, ".lock"))
-		if pid := strings.TrimSpace(string(holder)); pid != "" {
-			msg += " (pid " + pid + ")"
-		}
-		return nil, cli.WithHint(errors.New(msg), "this run left the file to it; if runs overlap often, lower timeout or run cron less often")
+		return nil, lockedError(strings.TrimSuffix(path, ".lock"), strings.Fields(string(holder)))
 	}
 	f.Truncate(0)
-	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	f.WriteAt([]byte(strings.TrimSpace(strconv.Itoa(os.Getpid())+" "+kind)+"\n"), 0)
 	return func() { f.Close() }, nil
+}
+
+// lockedError says who holds the lock of out, from what it wrote there:
+// its pid, and "live" for fetch -every.
+func lockedError(out string, holder []string) error {
+	pid := ""
+	if len(holder) > 0 {
+		if _, err := strconv.Atoi(holder[0]); err == nil {
+			pid = holder[0]
+		}
+	}
+	if len(holder) > 1 && holder[1] == "live" {
+		return cli.WithHint(fmt.Errorf("fetch -every (live mode, pid %s) is writing %s", pid, out),
+			"live mode polls and renders every round itself: remove this cron line (or stop gpumon-live)")
+	}
+	msg := "another fetch is writing " + out
+	if pid != "" {
+		msg += " (pid " + pid + ")"
+	}
+	return cli.WithHint(errors.New(msg), "this run left the file to it; if runs overlap often, lower timeout or run cron less often")
 }
 
 // MemoryLimit is the soft limit on fetch's memory (Go's GOMEMLIMIT, which
@@ -242,22 +263,22 @@ func limitMemory() {
 }
 
 // runLive is live mode: SetupLive, then rounds until ctx ends.
-func runLive(ctx context.Context, cfg *Config, opts *options, newRenderer NewRenderer, stderr io.Writer) error {
-	l, closeAll, err := SetupLive(ctx, cfg, opts.every, newRenderer, stderr)
+func runLive(ctx context.Context, cfg *Config, opts *options, publishing Publishing, stderr io.Writer) error {
+	l, closeAll, err := SetupLive(ctx, cfg, opts.every, publishing, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
 	l.Summaries = !opts.quiet
 	if opts.verbose {
-		render := l.AfterWrite
-		l.AfterWrite = func(ctx context.Context, r *Round) error {
+		publish := l.Publish
+		l.Publish = func(ctx context.Context, r *Round) error {
 			for _, res := range r.Results {
 				if res.Status != hoststatus.OK {
 					fmt.Fprintf(stderr, "fetch: %s: %s: %s\n", res.Host, res.Status, res.Error)
 				}
 			}
-			return render(ctx, r)
+			return publish(ctx, r)
 		}
 	}
 	if !opts.quiet {
@@ -269,20 +290,20 @@ func runLive(ctx context.Context, cfg *Config, opts *options, newRenderer NewRen
 // SetupLive prepares live mode over cfg, polling every interval: the
 // hosts resolved (once), the lock on cfg.Output taken for the whole life
 // of the returned Live (a cron fetch meanwhile fails, saying so), the
-// render step set up, and a remote.Keeper as the Poller's Runner, whose
+// publishing set up, and a remote.Keeper as the Poller's Runner, whose
 // back-off starts at one interval, counted from the round that failed.
 // closeAll closes the connections and releases the lock, once Run returned.
-func SetupLive(ctx context.Context, cfg *Config, every time.Duration, newRenderer NewRenderer, stderr io.Writer) (l *Live, closeAll func(), err error) {
+func SetupLive(ctx context.Context, cfg *Config, every time.Duration, publishing Publishing, stderr io.Writer) (l *Live, closeAll func(), err error) {
 	hosts, err := cfg.ResolveHosts(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	unlock, err := lockFile(cfg.Output + ".lock")
+	unlock, err := lockAs(cfg.Output+".lock", "live")
 	if err != nil {
 		return nil, nil, err
 	}
 	_ = loaddata.RemoveLeftovers(cfg.Output)
-	rend, err := newRenderer(cfg.Path, cfg.Output, every, stderr)
+	publish, err := publishing(cfg.Path, cfg.Output, every, stderr)
 	if err != nil {
 		unlock()
 		return nil, nil, err
@@ -294,9 +315,7 @@ func SetupLive(ctx context.Context, cfg *Config, every time.Duration, newRendere
 	}
 	keeper := &remote.Keeper{Client: client, Backoff: every}
 	p := &Poller{Runner: keeper, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers}
-	l = &Live{Poller: p, Hosts: hosts, Output: cfg.Output, Every: every, Log: stderr, Summaries: true,
-		AfterWrite: func(ctx context.Context, r *Round) error { return rend.Render(ctx, r.Start) },
-	}
+	l = &Live{Poller: p, Hosts: hosts, Output: cfg.Output, Every: every, Log: stderr, Summaries: true, Publish: publish}
 	keeper.Now = l.RoundStart
 	closeAll = func() {
 		keeper.Close()

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/nvsmi"
@@ -17,7 +18,7 @@ const MinEvery = 5 * time.Second
 
 // Live is fetch's live mode: it polls every host once per interval over
 // connections it keeps (the Poller's Runner is a *remote.Keeper), writes
-// load_data.csv after each round and hands it to the render step.
+// load_data.csv after each round and hands the round's rows to Publish.
 //
 // A round starts on each tick. Every host not still busy with an earlier
 // poll is polled, each within the Poller's Timeout; the round then waits
@@ -39,8 +40,9 @@ type Live struct {
 	// ticker at Every. Now is the time of a round (nil: time.Now).
 	Ticks <-chan time.Time
 	Now   func() time.Time
-	// AfterWrite runs after each round's file is written: the render step.
-	AfterWrite func(ctx context.Context, r *Round) error
+	// Publish runs after each round's file is written (or failed to be):
+	// the render step, given the rows themselves.
+	Publish PublishRound
 	// Log gets errors and, with Summaries, a line when the round's summary
 	// changes; nil: none.
 	Log       io.Writer
@@ -52,6 +54,20 @@ type Live struct {
 // RoundStart is the time of the round under way (of the last one, between
 // rounds).
 func (l *Live) RoundStart() time.Time { return time.Unix(0, l.roundStart.Load()) }
+
+// EachRow hands every row of the round to add, host by host, and says
+// how many there were: live mode's Poller keeps Rows, never Records.
+func (r *Round) EachRow(add func(*loaddata.Row)) (int, error) {
+	n := 0
+	for i := range r.Results {
+		rows := r.Results[i].Rows
+		for j := range rows {
+			add(&rows[j])
+		}
+		n += len(rows)
+	}
+	return n, nil
+}
 
 // Round is what one live round did.
 type Round struct {
@@ -201,9 +217,11 @@ collect:
 		s.summary = sum
 		s.logf("fetch: %s", sum)
 	}
-	if l.AfterWrite != nil && r.WriteErr == nil {
-		if err := l.AfterWrite(ctx, r); err != nil && ctx.Err() == nil {
-			s.logf("render: error: %v", err)
+	// the page does not depend on the CSV: a full disk under the CSV
+	// costs the CSV, not the page, the history or the notifications
+	if l.Publish != nil {
+		if err := l.Publish(ctx, r); err != nil && ctx.Err() == nil && l.Log != nil {
+			cli.Print("fetch", err, l.Log)
 		}
 	}
 	return true

@@ -164,7 +164,7 @@ func stepSpells(st *State, s *Snapshot, p Params, t, gap int64) []Spell {
 		}
 		for i := range h.GPUs {
 			g := &h.GPUs[i]
-			if !g.idle(p.IdleUtilPct) {
+			if !g.Idle(p.IdleUtilPct) {
 				continue
 			}
 			key := gpuKey(h.Name, g.ID)

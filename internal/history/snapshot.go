@@ -115,9 +115,10 @@ func gpuOf(g *cluster.GPU) GPU {
 	return out
 }
 
-// idle reports whether g is held by someone and not used: utilization
+// Idle reports whether g is held by someone and not used: utilization
 // known and at most limit. A GPU whose utilization is not known (MIG) is
-// never idle: history does not guess.
-func (g *GPU) idle(limitPct float64) bool {
+// never idle: history does not guess. It is the one test of idleness:
+// history's idle-held spells and notify's episodes both ask it.
+func (g *GPU) Idle(limitPct float64) bool {
 	return len(g.Holders) > 0 && g.HasUtil && !math.IsNaN(g.UtilPct) && g.UtilPct <= limitPct
 }

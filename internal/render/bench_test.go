@@ -258,7 +258,7 @@ func BenchmarkRenderHistory(b *testing.B) {
 	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
 	end := time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
 	if err := history.Synthesize(context.Background(), filepath.Join(dir, "history.db"), history.DefaultParams,
-		DefaultKeepDays*24*time.Hour, 1000, 30, end); err != nil {
+		history.DefaultKeepDays*24*time.Hour, 1000, 30, end); err != nil {
 		b.Fatal(err)
 	}
 	rows := fleetRows(1000, 8)

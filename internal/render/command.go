@@ -4,7 +4,6 @@
 package render
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -12,15 +11,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/google/renameio/v2"
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/publish"
 	"github.com/gpumon/gpumon/internal/reservations"
+	"github.com/gpumon/gpumon/internal/sitefiles"
 	"github.com/gpumon/gpumon/internal/version"
 )
 
@@ -56,11 +56,13 @@ does not parse leaves every previous file as it was.
   -version   print the version and exit
 `
 
-// clock is the time of a run; tests that play many runs over hours set it.
-var clock = time.Now
-
 // Main is the render command.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return mainAt(ctx, args, stdout, stderr, time.Now)
+}
+
+// mainAt is Main with the clock of a run: tests play many runs over hours.
+func mainAt(ctx context.Context, args []string, stdout, stderr io.Writer, clock func() time.Time) error {
 	opts, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
@@ -80,7 +82,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case opts.usage != "":
 		return usageReport(ctx, cfg, opts.usage, opts.format, now, stdout)
 	case opts.imports:
-		return importFiles(ctx, cfg, opts.files, stdout, stderr)
+		return importFiles(ctx, cfg, opts.files, now, stdout)
 	case opts.notifyTest:
 		return notifyTest(ctx, cfg, now, stdout)
 	}
@@ -88,7 +90,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return renderFiles(ctx, cfg, now, stderr)
 	}
 	// -text only looks: it records nothing (it may run as anyone)
-	rep, problems, err := buildReport(cfg, now)
+	rep, problems, err := buildReport(cfg, csvRows(cfg.Input), now, time.Local)
 	if err != nil {
 		return err
 	}
@@ -97,34 +99,67 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return reservationError(problems, stderr)
+	return reservationError(problems)
 }
 
-// renderFiles is one render: cfg.Input read, the history recorded, the
-// page, status.json and metrics.prom replaced, notifications sent.
+// renderFiles is one cron run: cfg.Input read, then published.
 func renderFiles(ctx context.Context, cfg *Config, now time.Time, stderr io.Writer) error {
-	rep, problems, err := buildReport(cfg, now)
+	rep, problems, err := buildReport(cfg, csvRows(cfg.Input), now, time.Local)
 	if err != nil {
 		return err
 	}
-	histErr := recordHistory(ctx, rep)
-	if err := writeFiles(rep, pathsOf(cfg)); err != nil {
+	return publishReport(ctx, rep, problems, "render", stderr)
+}
+
+// publishReport is the run over rep (package publish): the history
+// recorded, the page with its group pages, status.json and metrics.prom
+// written each on its own, the notifications sent. The reservations
+// file's problems come last: everything was written with a warning.
+func publishReport(ctx context.Context, rep *Report, problems []error, prog string, log io.Writer) error {
+	cfg := rep.Config
+	err := publish.Publish(ctx, publish.Config{History: cfg.History, Notify: cfg.Notify}, publish.Run{
+		Cluster: rep.Cluster, Now: rep.Now, Loc: rep.Loc, Log: log, Prog: prog,
+		Files: func(h publish.History) []publish.File {
+			rep.History = h.Summary
+			rep.Warnings = append(rep.Warnings, h.Warnings...)
+			return siteFiles(rep, pathsOf(cfg))
+		},
+	})
+	return cli.Join(err, reservationError(problems))
+}
+
+// Publisher is render's part of fetch's live mode (fetch -every): the
+// config read once, then each round's rows published as a render of the
+// CSV the round wrote would publish them, without reading it back.
+type Publisher struct {
+	cfg    *Config
+	stderr io.Writer
+}
+
+// NewPublisher reads render's part of the config file at configPath for a
+// fetch -every that writes csvPath every interval.
+func NewPublisher(configPath, csvPath string, every time.Duration, stderr io.Writer) (*Publisher, error) {
+	cfg, err := LoadConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Input = csvPath
+	cfg.LiveEvery = every
+	if !cfg.RefreshSet && every < cfg.Refresh {
+		// the page is rewritten every interval: reload it as often
+		cfg.Refresh = every
+	}
+	return &Publisher{cfg: cfg, stderr: stderr}, nil
+}
+
+// Publish publishes a round's rows, read at now: the same files, history
+// and notifications as render makes of the CSV.
+func (p *Publisher) Publish(ctx context.Context, rows Rows, now time.Time) error {
+	rep, problems, err := buildReport(p.cfg, rows, now, time.Local)
+	if err != nil {
 		return err
 	}
-	notifyErr := notifyRun(ctx, rep, stderr)
-	// every error is printed; the last one is returned, with its hint
-	errs := []error{histErr, notifyErr, reservationError(problems, stderr)}
-	var last error
-	for _, e := range errs {
-		if e == nil {
-			continue
-		}
-		if last != nil {
-			fmt.Fprintf(stderr, "render: error: %v\n", last)
-		}
-		last = e
-	}
-	return last
+	return publishReport(ctx, rep, problems, "fetch", p.stderr)
 }
 
 type options struct {
@@ -212,31 +247,47 @@ func loadConfig(path string) (*Config, error) {
 	return cfg, err
 }
 
-// buildReport reads cfg.Input and the reservations file into a report. The
-// problems of the reservations file are not fatal: they become warnings on
-// the page, and the caller's error once everything is written.
-func buildReport(cfg *Config, now time.Time) (*Report, []error, error) {
+// Rows hands every row of a run to add, and says how many there were;
+// an error names what could not be read.
+type Rows func(add func(*loaddata.Row)) (int, error)
+
+// csvRows are the rows of the CSV at path (fetch's output), streamed.
+func csvRows(path string) Rows {
+	return func(add func(*loaddata.Row)) (int, error) {
+		n, err := loaddata.StreamFile(path, add)
+		if errors.Is(err, os.ErrNotExist) {
+			return n, cli.WithHint(err, "run fetch first, or name its output with -i or [common] output")
+		}
+		return n, err
+	}
+}
+
+// buildReport makes the report of rows and the reservations file, with
+// times shown in loc. The problems of the reservations file are not fatal:
+// they become warnings on the page, and the caller's error once everything
+// is written.
+func buildReport(cfg *Config, rows Rows, now time.Time, loc *time.Location) (*Report, []error, error) {
 	var resv []reservations.Reservation
 	var problems []error
 	if cfg.Reservations != "" {
-		resv, problems = reservations.ReadFile(cfg.Reservations, time.Local)
+		resv, problems = reservations.ReadFile(cfg.Reservations, loc)
 	}
 	// The rows go straight into the cluster: they are never all in memory.
 	b := cluster.NewBuilder(cluster.Options{
 		FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
 		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now,
 	})
-	n, err := loaddata.StreamFile(cfg.Input, b.Add)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, cli.WithHint(err, "run fetch first, or name its output with -i or [common] output")
+	n, err := rows(b.Add)
+	if _, hinted := errors.AsType[cli.Hinted](err); err != nil && !hinted {
+		err = cli.WithHint(err, "the previous page and files were left as they were")
 	}
 	if err != nil {
-		return nil, nil, cli.WithHint(err, "the previous page and files were left as they were")
+		return nil, nil, err
 	}
 	if n == 0 {
 		return nil, nil, cli.WithHint(fmt.Errorf("%s: no rows, only a header", cfg.Input), "the previous page and files were left as they were")
 	}
-	rep := &Report{Cluster: b.Cluster(), Config: cfg, Now: now, Loc: time.Local}
+	rep := &Report{Cluster: b.Cluster(), Config: cfg, Now: now, Loc: loc}
 	for _, p := range problems {
 		rep.Warnings = append(rep.Warnings, reservationWarning(p, cfg.Reservations))
 	}
@@ -259,114 +310,36 @@ func pathsOf(cfg *Config) paths {
 	return p
 }
 
-// writeFiles writes the page, status.json and metrics.prom; the page links
-// to the other two where they sit beside it.
-func writeFiles(rep *Report, p paths) error {
+// linkFiles has the page link to status.json and metrics.prom where they
+// sit beside it.
+func (rep *Report) linkFiles(p paths) {
 	if p.json != "" && filepath.Dir(p.json) == filepath.Dir(p.html) {
 		rep.JSONLink = filepath.Base(p.json)
 	}
 	if p.prom != "" && filepath.Dir(p.prom) == filepath.Dir(p.html) {
 		rep.PromLink = filepath.Base(p.prom)
 	}
-	// a big fleet's group pages (planPages), renamed before the index that
-	// links to them; those of groups gone since the last run are removed
+}
+
+// siteFiles are the files of rep: status.json, metrics.prom and the page
+// with, for a big fleet, its group pages (planPages) in GroupsDir beside
+// it. The plan comes first: its warnings are in every file.
+func siteFiles(rep *Report, p paths) []publish.File {
+	rep.linkFiles(p)
 	plan := planPages(rep)
-	groups := filepath.Join(filepath.Dir(p.html), GroupsDir)
-	keep := map[string]bool{}
-	var outs []output
+	page := publish.File{Path: p.html, Key: "[render] html (or -o)", Write: func(w io.Writer) error { return HTML(w, rep) },
+		PagesDir: filepath.Join(filepath.Dir(p.html), GroupsDir)}
 	if plan.pages != nil {
-		if err := os.MkdirAll(groups, 0o755); err != nil {
-			return fmt.Errorf("cannot make %s: %w", groups, err)
-		}
+		page.Write = func(w io.Writer) error { _, err := w.Write(plan.index); return err }
 		for _, pg := range plan.pages {
-			keep[pg.file+".html"] = true
-			outs = append(outs, output{filepath.Join(groups, pg.file+".html"), writeBytes(pg.html)})
-		}
-		outs = append(outs, output{p.json, JSON}, output{p.prom, Prom}, output{p.html, writeBytes(plan.index)})
-	} else {
-		outs = []output{{p.json, JSON}, {p.prom, Prom}, {p.html, HTML}}
-	}
-	if err := replaceAll(rep, outs); err != nil {
-		return err
-	}
-	return removeStalePages(groups, keep)
-}
-
-// output is one file to write; an empty path is skipped.
-type output struct {
-	path  string
-	write func(io.Writer, *Report) error
-}
-
-// replaceAll writes every output straight into a temporary file beside its
-// target, all at once; only when all are complete are they renamed over
-// the old ones. A failure before that replaces nothing.
-func replaceAll(rep *Report, outs []output) error {
-	files := make([]*renameio.PendingFile, len(outs))
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Cleanup()
-			}
-		}
-	}()
-	for i, o := range outs {
-		if o.path == "" {
-			continue
-		}
-		f, err := pendingFile(o.path)
-		if err != nil {
-			return err
-		}
-		files[i] = f
-	}
-	errs := make([]error, len(outs))
-	var wg sync.WaitGroup
-	for i, o := range outs {
-		if files[i] != nil {
-			wg.Go(func() { errs[i] = writeOne(files[i], o, rep) })
+			page.Pages = append(page.Pages, sitefiles.Page{Name: pg.file + ".html", Body: pg.html})
 		}
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
+	return []publish.File{
+		{Path: p.json, Key: "[render] json", Write: func(w io.Writer) error { return JSON(w, rep) }},
+		{Path: p.prom, Key: "[render] prom", Write: func(w io.Writer) error { return Prom(w, rep) }},
+		page,
 	}
-	for i, o := range outs {
-		if files[i] == nil {
-			continue
-		}
-		if err := files[i].CloseAtomicallyReplace(); err != nil {
-			return fmt.Errorf("writing %s: %w", o.path, err)
-		}
-	}
-	return nil
-}
-
-func writeOne(f *renameio.PendingFile, o output, rep *Report) error {
-	w := bufio.NewWriterSize(f, 64<<10)
-	if err := o.write(w, rep); err != nil {
-		return fmt.Errorf("making %s: %w", o.path, err)
-	}
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("writing %s: %w", o.path, err)
-	}
-	return nil
-}
-
-// pendingFile is a temporary file that CloseAtomicallyReplace renames over
-// path (fsynced, mode 0644, as nginx must read it) and Cleanup removes. It
-// is made in path's own folder: renameio would otherwise use $TMPDIR when
-// that is on the same file system, leaving stray files there when render
-// is killed.
-func pendingFile(path string) (*renameio.PendingFile, error) {
-	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644), renameio.WithTempDir(filepath.Dir(path)))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("cannot write %s: folder %s does not exist", path, filepath.Dir(path))
-		}
-		return nil, fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	return f, nil
 }
 
 // reservationWarning is the page's line for a problem with the file.
@@ -386,16 +359,11 @@ func reservationWarning(err error, path string) string {
 }
 
 // reservationError makes render exit non-zero, after everything was
-// written, when the reservations file had problems: cron mails it.
-func reservationError(problems []error, stderr io.Writer) error {
+// written, when the reservations file had problems: cron mails them, in
+// the file's order, the hint after the last.
+func reservationError(problems []error) error {
 	if len(problems) == 0 {
 		return nil
-	}
-	// in the file's order: the last one is the error returned, printed
-	// last with its hint
-	last := len(problems) - 1
-	for _, p := range problems[:last] {
-		fmt.Fprintf(stderr, "render: error: %v\n", p)
 	}
 	hint := "the page was written with a warning; the file's other reservations are shown"
 	var pe *reservations.Error
@@ -405,7 +373,9 @@ func reservationError(problems []error, stderr io.Writer) error {
 	if errors.Is(problems[0], os.ErrNotExist) {
 		hint = "the page was written without reservations; create the file (an empty {} will do) or remove [render] reservations"
 	}
-	return cli.WithHint(problems[last], "%s", hint)
+	errs := slices.Clone(problems)
+	errs[len(errs)-1] = cli.WithHint(errs[len(errs)-1], "%s", hint)
+	return cli.Join(errs...)
 }
 
 // isTerminal reports whether w is a character device (a terminal), unless
@@ -417,33 +387,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// Live is the render step of fetch's live mode: the config read once, then
-// one render per round (see fetch.Live).
-type Live struct {
-	cfg    *Config
-	stderr io.Writer
-}
-
-// NewLive reads render's part of the config file at configPath for a
-// fetch -every that writes csvPath every interval.
-func NewLive(configPath, csvPath string, every time.Duration, stderr io.Writer) (*Live, error) {
-	cfg, err := LoadConfig(configPath)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Input = csvPath
-	cfg.LiveEvery = every
-	if !cfg.RefreshSet && every < cfg.Refresh {
-		// the page is rewritten every interval: reload it as often
-		cfg.Refresh = every
-	}
-	return &Live{cfg: cfg, stderr: stderr}, nil
-}
-
-// Render renders the CSV as render would, at time now: same outputs, same
-// atomic writes, history and notifications.
-func (l *Live) Render(ctx context.Context, now time.Time) error {
-	return renderFiles(ctx, l.cfg, now, l.stderr)
 }

@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hostrange"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/inifile"
+	"github.com/gpumon/gpumon/internal/notify"
 )
 
 // Render's defaults, documented in config.example.ini.
@@ -48,8 +50,8 @@ type Config struct {
 	// default, which follows HTML (and so -o).
 	JSONSet, PromSet bool
 
-	History HistoryConfig
-	Notify  NotifyConfig
+	History history.Config
+	Notify  notify.Config
 
 	Groups []GroupRule // [groups], in the file's order
 
@@ -73,30 +75,20 @@ func DefaultConfig() *Config {
 		FreeMemMiB: DefaultFreeMemMiB,
 		PromDetail: PromGPU,
 		Ignore:     ignore.With(),
-		History:    defaultHistory(),
-		Notify:     defaultNotify(),
+		History:    history.DefaultConfig(),
+		Notify:     notify.DefaultConfig(),
 		HostNames:  map[string]string{},
 		GPUNames:   map[string]string{},
 	}
 }
 
 // LoadConfig reads render's settings from the file at path.
-func LoadConfig(path string) (*Config, error) {
-	f, err := inifile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
-}
+func LoadConfig(path string) (*Config, error) { return inifile.Decode(path, configFrom) }
 
 // ParseConfig reads render's settings from r; name is used in messages and
 // to resolve relative paths (relative to the file's folder).
 func ParseConfig(r io.Reader, name string) (*Config, error) {
-	f, err := inifile.Read(r, name)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
+	return inifile.DecodeReader(r, name, configFrom)
 }
 
 func configFrom(f *inifile.File) (*Config, error) {
@@ -113,10 +105,10 @@ func configFrom(f *inifile.File) (*Config, error) {
 	if err := readRender(f.Section("render"), c); err != nil {
 		return nil, err
 	}
-	if err := readHistory(f.Section("history"), &c.History, f); err != nil {
+	if err := history.ReadConfig(f, &c.History); err != nil {
 		return nil, err
 	}
-	if err := readNotify(f.Section("notify"), &c.Notify, c.History); err != nil {
+	if err := notify.ReadConfig(f, &c.Notify, c.History.DB != ""); err != nil {
 		return nil, err
 	}
 	if err := readNames(f.Section("host_names"), c.HostNames); err != nil {

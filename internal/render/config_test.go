@@ -89,9 +89,9 @@ page_url = https://gpus.example.org/
 		Groups:       []GroupRule{{Name: "lab a", Hosts: []string{"gpu01", "gpu02"}}},
 		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
 		GPUNames:     map[string]string{"nvidia h100 80gb hbm3": "H100"},
-		History: HistoryConfig{DB: "/var/lib/gpumon/history.db", KeepDays: 30,
+		History: history.Config{DB: "/var/lib/gpumon/history.db", KeepDays: 30,
 			Params: history.Params{MaxGap: 20 * time.Minute, IdleUtilPct: 2.5, IdleAfter: 24 * time.Hour}},
-		Notify: NotifyConfig{
+		Notify: notify.Config{
 			Targets: notify.Targets{
 				Webhooks:   []string{"https://hooks.slack.com/services/T0/B0/secret", "http://127.0.0.1:9000/hook"},
 				MailTo:     []string{"gpu-admins@example.org", "ops@example.org"},

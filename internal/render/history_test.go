@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/cli"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,8 +39,17 @@ func csvAt(t testing.TB, dir string, m int) string {
 
 func renderMain(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return renderMainAt(t, time.Now, args...)
+}
+
+// renderMainAt is render run at the time clock says.
+func renderMainAt(t testing.TB, clock func() time.Time, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	var o, e bytes.Buffer
-	err = Main(context.Background(), args, &o, &e)
+	err = mainAt(context.Background(), args, &o, &e, clock)
+	if err != nil {
+		cli.Print("render", err, &e)
+	}
 	return o.String(), e.String(), err
 }
 

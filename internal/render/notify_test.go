@@ -185,10 +185,9 @@ page_url = https://gpus.example.org/
 `, srv.URL)), 0o644)
 	csv := filepath.Join(dir, "load_data.csv")
 	start := time.Now().Truncate(time.Hour).Add(-6 * time.Hour)
-	defer func() { clock = time.Now }()
 	for m := 0; m <= 330; m += 5 {
 		at := start.Add(time.Duration(m) * time.Minute)
-		clock = func() time.Time { return at.Add(20 * time.Second) }
+		clock := func() time.Time { return at.Add(20 * time.Second) }
 		hook.mu.Lock()
 		hook.refusing = m >= 100 && m <= 115 // the receiver is down for four runs
 		hook.mu.Unlock()
@@ -198,7 +197,7 @@ page_url = https://gpus.example.org/
 			runs = 2 // cron's runs overlapping, or someone running render by hand
 		}
 		for range runs {
-			_, stderr, err := renderMain(t, "-c", ini, "-i", csv)
+			_, stderr, err := renderMainAt(t, clock, "-c", ini, "-i", csv)
 			refused := m >= 105 && m <= 115
 			switch {
 			case refused && (err == nil || !strings.Contains(err.Error(), "answered 500 Internal Server Error: maintenance")):
@@ -308,14 +307,13 @@ func TestMailboxThatRefuses(t *testing.T) {
 	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n[history]\nidle_after = 5m\n[notify]\nmail_users = @localhost\nsendmail = /usr/sbin/sendmail -t -i -odi\n"), 0o644)
 	csv := filepath.Join(dir, "load_data.csv")
 	start := time.Now().Add(-time.Hour)
-	defer func() { clock = time.Now }()
 	for m := 0; m <= 10; m += 5 {
 		at := start.Add(time.Duration(m) * time.Minute)
-		clock = func() time.Time { return at }
+		clock := func() time.Time { return at }
 		fleetAt(t, csv, at, false, false, false)
 		data, _ := os.ReadFile(csv)
 		os.WriteFile(csv, []byte(strings.ReplaceAll(string(data), "nfyalice", "nfybob")), 0o644)
-		if _, stderr, err := renderMain(t, "-c", ini, "-i", csv); err != nil {
+		if _, stderr, err := renderMainAt(t, clock, "-c", ini, "-i", csv); err != nil {
 			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
 		}
 	}
@@ -349,12 +347,11 @@ func TestNotifyAcrossOutage(t *testing.T) {
 	os.WriteFile(ini, []byte(fmt.Sprintf("[render]\nhtml = index.html\n[history]\nidle_after = 1h\n[notify]\nwebhook = %s/hook\n", srv.URL)), 0o644)
 	csv := filepath.Join(dir, "load_data.csv")
 	start := time.Now().Truncate(time.Hour).Add(-4 * time.Hour)
-	defer func() { clock = time.Now }()
 	for m := 0; m <= 160; m += 5 {
 		at := start.Add(time.Duration(m) * time.Minute)
-		clock = func() time.Time { return at.Add(20 * time.Second) }
+		clock := func() time.Time { return at.Add(20 * time.Second) }
 		fleetAt(t, csv, at, false, false, m >= 80 && m < 100)
-		if _, stderr, err := renderMain(t, "-c", ini, "-i", csv); err != nil {
+		if _, stderr, err := renderMainAt(t, clock, "-c", ini, "-i", csv); err != nil {
 			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
+
+	"github.com/gpumon/gpumon/internal/history"
 )
 
 // Prom writes metrics.prom in the Prometheus text format, for
@@ -193,3 +195,39 @@ func promUsers(family func(name, typ, help string), sample func(string, []string
 }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// promHistory writes the history's counters and the idle-held gauges.
+func promHistory(family func(name, typ, help string), sample func(name string, labels []string, v float64), h *history.Summary) {
+	if h == nil {
+		return
+	}
+	t := h.Totals
+	family("gpumon_user_gpu_seconds_total", "counter", "GPU-seconds the user held since history began (a GPU held by n users counts 1/n to each).")
+	for _, u := range sortedKeys(t.User) {
+		sample("gpumon_user_gpu_seconds_total", []string{"user", u}, t.User[u])
+	}
+	family("gpumon_user_idle_held_gpu_seconds_total", "counter", "GPU-seconds the user held a GPU idle (utilization at or under idle_util_pct for idle_after or longer).")
+	for _, u := range sortedKeys(t.IdleHeld) {
+		sample("gpumon_user_idle_held_gpu_seconds_total", []string{"user", u}, t.IdleHeld[u])
+	}
+	family("gpumon_gpu_state_seconds_total", "counter", "GPU-seconds in each state since history began (down: the last known GPUs of hosts that did not answer).")
+	for _, s := range history.States {
+		sample("gpumon_gpu_state_seconds_total", []string{"state", s}, t.State[s])
+	}
+	family("gpumon_idle_job_gpu_seconds_total", "counter", "GPU-seconds used by idlemon's idle-time job alone.")
+	sample("gpumon_idle_job_gpu_seconds_total", nil, t.IdleJob)
+	family("gpumon_idle_held_gpus", "gauge", "GPUs idle-held now.")
+	sample("gpumon_idle_held_gpus", nil, float64(len(h.IdleHeld)))
+	family("gpumon_gpu_idle_held_seconds", "gauge", "How long the GPU has been idle-held so far; present only while it is.")
+	for _, sp := range h.IdleHeld {
+		sample("gpumon_gpu_idle_held_seconds", []string{"host", sp.Host, "gpu", sp.GPU, "users", strings.Join(sp.Users, ",")}, float64(sp.Seconds()))
+	}
+	// one series per holder, so that an alert carries the user label an
+	// Alertmanager route mails (dist/prometheus); only idle-held GPUs have one
+	family("gpumon_gpu_idle_held_by_user_seconds", "gauge", "How long the GPU has been idle-held so far, once for each of its holders; present only while it is.")
+	for _, sp := range h.IdleHeld {
+		for _, u := range sp.Users {
+			sample("gpumon_gpu_idle_held_by_user_seconds", []string{"host", sp.Host, "gpu", sp.GPU, "user", u}, float64(sp.Seconds()))
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/cli"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -272,6 +273,9 @@ func run(t testing.TB, dir string, args ...string) (error, string) {
 	defer os.Chdir(wd)
 	var stdout, stderr bytes.Buffer
 	err := Main(context.Background(), args, &stdout, &stderr)
+	if err != nil {
+		cli.Print("render", err, &stderr) // as the command prints it
+	}
 	return err, stderr.String()
 }
 
@@ -578,15 +582,23 @@ func TestManyBadReservations(t *testing.T) {
 	if err == nil {
 		t.Fatal("render succeeded with 25 bad dates")
 	}
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	if len(lines) != 20 {
-		t.Fatalf("%d lines on stderr before the error, want the first 20 problems (the count of the rest is the error returned):\n%s", len(lines), stderr)
+	var lines []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "render: error: ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 21 {
+		t.Fatalf("%d errors on stderr, want the first 20 problems and the count of the rest:\n%s", len(lines), stderr)
 	}
 	if !strings.Contains(lines[0], "r.json:2:") {
 		t.Errorf("first line is not the file's first problem: %s", lines[0])
 	}
-	if want := "and 5 more problems in r.json"; !strings.HasSuffix(err.Error(), want) {
-		t.Errorf("the error returned (printed last) is %q, want it to end with %q", err, want)
+	if want := "and 5 more problems in r.json"; !strings.HasSuffix(lines[20], want) {
+		t.Errorf("the last error is %q, want it to end with %q", lines[20], want)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(stderr), "the file's other reservations are shown") {
+		t.Errorf("stderr does not end with the hint:\n%s", stderr)
 	}
 	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
 	if !strings.Contains(string(page), "Reservations file r.json: and 5 more problems (render&#39;s error output lists the first ones)") &&

@@ -375,3 +375,86 @@ func liveText(every time.Duration) string {
 	}
 	return settingText(every)
 }
+
+// statusUserHours is a user's GPU-hours per window for status.json.
+type StatusHours struct {
+	H24 float64 `json:"24h"`
+	D7  float64 `json:"7d"`
+	D30 float64 `json:"30d"`
+}
+
+func hoursOf(m map[string]float64) *StatusHours {
+	return &StatusHours{H24: round(m["24h"], 3), D7: round(m["7d"], 3), D30: round(m["30d"], 3)}
+}
+
+// StatusIdleHeld is one GPU idle-held now.
+type StatusIdleHeld struct {
+	Host       string   `json:"host"`
+	GPU        string   `json:"gpu"`
+	Users      []string `json:"users"`
+	Since      string   `json:"since"`
+	Hours      float64  `json:"hours"`
+	MemUsedMiB float64  `json:"mem_used_mib"`
+}
+
+// StatusHistory says what history there is; null in status.json when
+// history is off or could not be read.
+type StatusHistory struct {
+	First     *string `json:"first"`
+	Snapshots int     `json:"snapshots"`
+}
+
+func statusIdleHeld(h *history.Summary) []StatusIdleHeld {
+	out := []StatusIdleHeld{}
+	if h == nil {
+		return out
+	}
+	for _, sp := range h.IdleHeld {
+		out = append(out, StatusIdleHeld{Host: sp.Host, GPU: sp.GPU, Users: append([]string{}, sp.Users...),
+			Since: time.Unix(sp.Start, 0).UTC().Format(time.RFC3339), Hours: round(float64(sp.Seconds())/3600, 3), MemUsedMiB: sp.MemMiB})
+	}
+	return out
+}
+
+func statusHistory(h *history.Summary) *StatusHistory {
+	if h == nil {
+		return nil
+	}
+	s := &StatusHistory{Snapshots: h.Snapshots}
+	if !h.First.IsZero() {
+		t := h.First.UTC().Format(time.RFC3339)
+		s.First = &t
+	}
+	return s
+}
+
+// withHistoryUsers adds to the current users everyone with GPU-hours in
+// the last 30 days (holding no GPU now), and each one's hours.
+func withHistoryUsers(users []StatusUser, h *history.Summary) []StatusUser {
+	if h == nil {
+		return users
+	}
+	idx := map[string]int{}
+	for i, u := range users {
+		idx[u.User] = i
+	}
+	for _, uh := range h.Users {
+		i, ok := idx[uh.User]
+		if !ok {
+			if uh.GPUHours["30d"] == 0 && uh.IdleHours["30d"] == 0 {
+				continue
+			}
+			users = append(users, StatusUser{User: uh.User, Hosts: []string{}})
+			i = len(users) - 1
+			idx[uh.User] = i
+		}
+		users[i].GPUHoursByWindow = hoursOf(uh.GPUHours)
+		users[i].IdleGPUHours = hoursOf(uh.IdleHours)
+	}
+	for i := range users {
+		if users[i].GPUHoursByWindow == nil {
+			users[i].GPUHoursByWindow, users[i].IdleGPUHours = &StatusHours{}, &StatusHours{}
+		}
+	}
+	return users
+}

@@ -1,4 +1,4 @@
-package live
+package main
 
 import (
 	"bytes"
@@ -19,11 +19,6 @@ import (
 	"github.com/gpumon/gpumon/internal/simfleet"
 	"github.com/gpumon/gpumon/internal/simfleet/fleetproc"
 )
-
-func TestMain(m *testing.M) {
-	fleetproc.ServeIfChild() // the benchmark's simulated fleet, in a process of its own
-	os.Exit(m.Run())
-}
 
 // startFleetProcess starts n generated hosts, with fault's failures (see
 // fleetproc.Start), in a child process (so that the CPU the benchmark
@@ -133,7 +128,7 @@ func benchLive(b *testing.B, c liveCase) {
 		b.Fatal(err)
 	}
 	var stderr lockedBuffer
-	l, closeAll, err := fetch.SetupLive(context.Background(), cfg, every, NewRenderer, &stderr)
+	l, closeAll, err := fetch.SetupLive(context.Background(), cfg, every, publishing, &stderr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,8 +140,8 @@ func benchLive(b *testing.B, c liveCase) {
 	l.Ticks = ticks
 	l.RoundWait = c.cutoff
 	dialer := l.Poller.Runner.(interface{ Dials() int64 })
-	render := l.AfterWrite
-	l.AfterWrite = func(ctx context.Context, r *fetch.Round) error {
+	render := l.Publish
+	l.Publish = func(ctx context.Context, r *fetch.Round) error {
 		var err error
 		if c.render {
 			if err = render(ctx, r); err != nil {

@@ -1,4 +1,4 @@
-package live
+package main
 
 import (
 	"bytes"
@@ -6,8 +6,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/cli"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,14 +59,14 @@ func startLive(t *testing.T, specs []simfleet.HostSpec, timeoutS int, roundWait 
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, closeAll, err := fetch.SetupLive(context.Background(), cfg, every, NewRenderer, h.stderr)
+	l, closeAll, err := fetch.SetupLive(context.Background(), cfg, every, publishing, h.stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := func() time.Time { return time.Unix(0, h.clock.Load()) }
 	l.Now, l.Poller.Now, l.Ticks, l.RoundWait = now, now, h.ticks, roundWait
-	render := l.AfterWrite
-	l.AfterWrite = func(ctx context.Context, r *fetch.Round) error {
+	render := l.Publish
+	l.Publish = func(ctx context.Context, r *fetch.Round) error {
 		err := render(ctx, r)
 		if err != nil {
 			t.Errorf("round %d: render: %v", r.N, err)
@@ -462,7 +464,7 @@ func TestLiveMain(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	var stderr lockedBuffer
-	go func() { done <- Main(ctx, []string{"-c", ini, "-every", "5s"}, &stderr, &stderr) }()
+	go func() { done <- fetch.MainWith(ctx, []string{"-c", ini, "-every", "5s"}, &stderr, &stderr, publishing) }()
 	page := filepath.Join(dir, "index.html")
 	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(page); err == nil {
@@ -479,8 +481,8 @@ func TestLiveMain(t *testing.T) {
 	}
 	var cron bytes.Buffer
 	err := fetch.Main(context.Background(), []string{"-c", ini, "-q"}, &cron, &cron)
-	if err == nil || !strings.Contains(err.Error(), "another fetch is writing") || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
-		t.Errorf("cron fetch beside the live one: %v, want another fetch is writing (pid %d)", err, os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), "fetch -every (live mode, pid "+strconv.Itoa(os.Getpid())+")") || !strings.Contains(cli.Hint(err), "remove this cron line") {
+		t.Errorf("cron fetch beside the live one: %v (hint %q), want fetch -every (live mode, pid %d) and to remove the cron line", err, cli.Hint(err), os.Getpid())
 	}
 	cancel()
 	select {
@@ -502,7 +504,7 @@ func TestLiveMain(t *testing.T) {
 // -every below the minimum, or without live mode built in, is refused.
 func TestLiveFlags(t *testing.T) {
 	var out bytes.Buffer
-	if err := Main(context.Background(), []string{"-every", "1s"}, &out, &out); err == nil || !strings.Contains(err.Error(), "at most every 5s") {
+	if err := fetch.MainWith(context.Background(), []string{"-every", "1s"}, &out, &out, publishing); err == nil || !strings.Contains(err.Error(), "at most every 5s") {
 		t.Errorf("-every 1s: %v", err)
 	}
 	dir := t.TempDir()
