@@ -47,14 +47,14 @@ func record(ctx context.Context, c history.Config, run Run) *recording {
 	}
 	store, err := c.Open()
 	if err != nil {
-		return fail(err)
+		return fail(withFolder(c.DB, err))
 	}
 	rec.store = store
 	var notRecorded error
 	if rec.snap.Time.Sub(run.Now) > MaxAhead {
 		notRecorded = fmt.Errorf("it is dated %s, ahead of this machine's clock", rec.snap.Time.UTC().Format(time.RFC3339))
 	} else if _, err := store.Record(ctx, rec.snap); err != nil {
-		notRecorded = err
+		notRecorded = withFolder(c.DB, err)
 	}
 	sum, err := store.Summary(ctx, run.Now)
 	if err != nil {
@@ -71,6 +71,22 @@ func record(ctx context.Context, c history.Config, run Run) *recording {
 			"the page was written with the history recorded before it; %s", historyFix(c.DB, notRecorded))
 	}
 	return rec
+}
+
+// withFolder says what is wrong with the database's folder, where
+// something is: SQLite says only "unable to open database file".
+func withFolder(db string, err error) error {
+	dir := filepath.Dir(db)
+	if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+		return fmt.Errorf("%w: folder %s does not exist", err, dir)
+	}
+	switch werr := syscall.Access(dir, 2 /* W_OK */); {
+	case errors.Is(werr, syscall.EROFS):
+		return fmt.Errorf("%w: %s is on a read-only file system", err, dir)
+	case errors.Is(werr, syscall.EACCES):
+		return fmt.Errorf("%w: this user may not write in %s", err, dir)
+	}
+	return err
 }
 
 func clip(err error) string { return hosttext.Clip(hosttext.Printable(err.Error()), 300) }
@@ -90,9 +106,10 @@ func historyFix(db string, err error) string {
 		return "another render or render -import held the database over 10 s; the history is unharmed, and the next run records its own snapshot"
 	case strings.Contains(msg, "disk is full"), strings.Contains(msg, "disk I/O error") && fileSystemFull(filepath.Dir(db)):
 		return fmt.Sprintf("the file system of %s is full: free some space there; the history is unharmed (SQLite wrote nothing half), and the next run records its own snapshot", filepath.Dir(db))
-	case strings.Contains(msg, "unable to open database file"), errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
+	case strings.Contains(msg, "does not exist"), strings.Contains(msg, "may not write"),
+		strings.Contains(msg, "unable to open database file"), errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
 		return "check that the folder of [history] db exists and that this user may write there"
-	case strings.Contains(msg, "readonly database"):
+	case strings.Contains(msg, "readonly database"), strings.Contains(msg, "read-only file system"):
 		return "this user cannot write the database (read-only or immutable file, or a read-only file system)"
 	}
 	return "if the file is damaged, move it aside: a new one is made, and render -import refills it from old load_data.csv files; or set [history] db = to turn history off"

@@ -1,0 +1,207 @@
+package render
+
+import (
+	"bytes"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/testenv"
+)
+
+// site is a render whose every output has a folder of its own, so that
+// each can be broken alone: the page (www), status.json (data),
+// metrics.prom (prom), the history (hist), and a webhook.
+type site struct {
+	dir, ini, csv string
+	hook          *webhookLog
+}
+
+func newSite(t *testing.T) *site {
+	t.Helper()
+	s := &site{dir: t.TempDir(), hook: &webhookLog{}}
+	srv := httptest.NewServer(s.hook)
+	t.Cleanup(srv.Close)
+	for _, d := range []string{"www", "data", "prom", "hist"} {
+		if err := os.Mkdir(s.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ini = s.path("config.ini")
+	s.csv = s.path("load_data.csv")
+	os.WriteFile(s.ini, []byte("[render]\nhtml = www/index.html\njson = data/status.json\nprom = prom/metrics.prom\n"+
+		"[history]\ndb = hist/history.db\n[notify]\nwebhook = "+srv.URL+"/hook\nhost_down_after = 0\n"), 0o644)
+	return s
+}
+
+func (s *site) path(rel string) string { return filepath.Join(s.dir, rel) }
+
+// run renders the fleet as it is at minute m (gpu02 goes down at minute
+// 5), and returns the error and what the command printed.
+func (s *site) run(t *testing.T, start time.Time, m int) (error, string) {
+	t.Helper()
+	at := start.Add(time.Duration(m) * time.Minute)
+	fleetAt(t, s.csv, at, false, m >= 5, false)
+	_, stderr, err := renderMainAt(t, func() time.Time { return at.Add(20 * time.Second) }, "-c", s.ini, "-i", s.csv)
+	return err, stderr
+}
+
+var siteOutputs = map[string]string{"page": "www/index.html", "status.json": "data/status.json", "metrics.prom": "prom/metrics.prom"}
+
+func (s *site) read(t *testing.T) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for name, rel := range siteOutputs {
+		b, _ := os.ReadFile(s.path(rel))
+		got[name] = string(b)
+	}
+	return got
+}
+
+// Each output of a run fails alone: with its folder missing, read-only or
+// on a full file system, the error names it and the fix, the last good
+// file stays, and every other output is written, the history recorded and
+// the notification sent (gpu02 went down).
+func TestOutputsFailAlone(t *testing.T) {
+	type breaker struct {
+		name string
+		root bool
+		fn   func(t *testing.T, dir string)
+		want string // in the error or its hint
+	}
+	breakers := []breaker{
+		{"missing folder", false, func(t *testing.T, dir string) { os.RemoveAll(dir) }, "does not exist"},
+		{"read-only folder", true, readOnly, "read-only file system"},
+		{"full file system", true, fill, "is full"},
+	}
+	start := time.Now().Truncate(time.Hour).Add(-time.Hour)
+	for _, out := range []string{"page", "status.json", "metrics.prom", "history"} {
+		for _, b := range breakers {
+			t.Run(out+"/"+b.name, func(t *testing.T) {
+				if b.root {
+					testenv.NeedRoot(t)
+				}
+				s := newSite(t)
+				folder := map[string]string{"page": "www", "status.json": "data", "metrics.prom": "prom", "history": "hist"}[out]
+				if b.name == "full file system" {
+					tinyFS(t, s.path(folder))
+				}
+				if err, stderr := s.run(t, start, 0); err != nil {
+					t.Fatalf("first run: %v\n%s", err, stderr)
+				}
+				before := s.read(t)
+				b.fn(t, s.path(folder))
+				err, stderr := s.run(t, start, 5)
+				if err == nil {
+					t.Fatalf("render with %s's folder broken (%s) succeeded", out, b.name)
+				}
+				checkBrokenAlone(t, s, out, folder, before, err, stderr, b.want)
+			})
+		}
+	}
+}
+
+func checkBrokenAlone(t *testing.T, s *site, out, folder string, before map[string]string, err error, stderr, want string) {
+	t.Helper()
+	if n := len(strings.Split(strings.TrimSpace(testenv.GrepLines(stderr, "render: error:")), "\n")); n != 1 {
+		t.Errorf("%d error lines, want 1 (the broken output's):\n%s", n, stderr)
+	}
+	if !strings.Contains(err.Error(), s.path(folder)) || !strings.Contains(err.Error()+" hint: "+cli.Hint(err), want) {
+		t.Errorf("error %q (hint %q) does not name %s and say %q", err, cli.Hint(err), s.path(folder), want)
+	}
+	if cli.Hint(err) == "" {
+		t.Errorf("error %q has no hint", err)
+	}
+	after := s.read(t)
+	for name := range siteOutputs {
+		switch {
+		case name == out && after[name] != "" && after[name] != before[name]: // "": gone with its folder
+			t.Errorf("%s: the last good file was not kept", name)
+		case name != out && after[name] == before[name]:
+			t.Errorf("%s was not rewritten when %s failed", name, out)
+		}
+	}
+	if out != "history" {
+		if !strings.Contains(after["status.json"]+after["page"], `"snapshots": 2`) && !strings.Contains(after["page"], "2 snapshots") &&
+			out != "status.json" && !strings.Contains(after["status.json"], `"snapshots":2`) {
+			t.Errorf("the history did not record the second run:\n%s", testenv.GrepLines(after["status.json"], "snapshots"))
+		}
+		if ev := strings.Join(s.hook.events(), "\n"); !strings.Contains(ev, "host_down firing gpu02") {
+			t.Errorf("webhook got %q, want gpu02 down", ev)
+		}
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(s.path(folder), ".*")); out != "history" && len(tmp) > 0 {
+		t.Errorf("temporary files left in %s: %v", folder, tmp)
+	}
+}
+
+// A webhook that refuses costs only the notification: every file is
+// written and the history recorded, the message waits for the next run.
+func TestNotifyFailsAlone(t *testing.T) {
+	s := newSite(t)
+	start := time.Now().Truncate(time.Hour).Add(-time.Hour)
+	if err, stderr := s.run(t, start, 0); err != nil {
+		t.Fatalf("first run: %v\n%s", err, stderr)
+	}
+	before := s.read(t)
+	s.hook.mu.Lock()
+	s.hook.refusing = true
+	s.hook.mu.Unlock()
+	err, stderr := s.run(t, start, 5)
+	if err == nil || !strings.Contains(err.Error(), "notify: webhook") || !strings.Contains(err.Error(), "1 messages wait for the next run") {
+		t.Fatalf("error %v, want the webhook's refusal\n%s", err, stderr)
+	}
+	for name, b := range s.read(t) {
+		if b == before[name] {
+			t.Errorf("%s was not rewritten when the webhook refused", name)
+		}
+	}
+}
+
+// readOnly makes dir a read-only bind mount of itself: what is there stays
+// readable, nothing can be written.
+func readOnly(t *testing.T, dir string) {
+	t.Helper()
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatalf("bind mount %s: %v", dir, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount %s read-only: %v", dir, err)
+	}
+}
+
+// tinyFS mounts a 1 MiB tmpfs on dir.
+func tinyFS(t *testing.T, dir string) {
+	t.Helper()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=0755"); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+}
+
+// fill fills dir's file system (a tinyFS) to the last byte.
+func fill(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte{'x'}, 4096)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	for {
+		if _, err := f.Write(chunk[:1]); err != nil {
+			return
+		}
+	}
+}
