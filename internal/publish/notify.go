@@ -110,7 +110,6 @@ func Senders(nc notify.Config) notify.Senders {
 	return notify.Senders{"webhook": notify.NewWebhook(), "mail": &notify.Sendmail{Argv: nc.Sendmail}}
 }
 
-
 // observations are the run's snapshot as notify sees it, with each
 // idle-held GPU's model and commands from the cluster.
 func observations(run Run, rec *recording, idleLimitPct float64) notify.Observations {

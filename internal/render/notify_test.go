@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/notify"
 	"io"
 	"mime/quotedprintable"
 	"net/http"
@@ -367,14 +368,27 @@ func TestNotifyAcrossOutage(t *testing.T) {
 func TestNotifyTestHangingWebhook(t *testing.T) {
 	dir := t.TempDir()
 	spool := filepath.Join(dir, "spool")
+	called := filepath.Join(dir, "webhook-called")
+	// Each target waits for the other: the webhook answers only once the
+	// mail is spooled, and sendmail reads the mail only once the webhook
+	// was called. Sent one after the other, the first waits until
+	// notify.Budget ends the try, and the second is never reached.
 	fake := filepath.Join(dir, "sendmail")
-	os.WriteFile(fake, []byte("#!/bin/sh\ncat > "+spool+".tmp && mv "+spool+".tmp "+spool+"\n"), 0o755)
+	os.WriteFile(fake, []byte("#!/bin/sh\nwhile [ ! -e "+called+" ]; do sleep 0.05; done\ncat > "+spool+".tmp && mv "+spool+".tmp "+spool+"\n"), 0o755)
 	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for range 200 {
+		os.WriteFile(called, nil, 0o644)
+		giveUp := time.After(notify.Budget + 10*time.Second) // render has given up long before
+		for {
 			if _, err := os.Stat(spool); err == nil {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-r.Context().Done():
+				return
+			case <-giveUp:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 		http.Error(w, "slow", http.StatusServiceUnavailable)
 	}))
@@ -382,7 +396,7 @@ func TestNotifyTestHangingWebhook(t *testing.T) {
 	ini := filepath.Join(dir, "config.ini")
 	os.WriteFile(ini, []byte(fmt.Sprintf("[notify]\nwebhook = %s/hook\nmail_to = admins@example.org\nsendmail = %s -t -i\n", hang.URL, fake)), 0o644)
 	out, _, _ := renderMain(t, "-c", ini, "-notify-test")
-	if !strings.Contains(out, "mail admins@example.org: handed to "+fake) {
+	if !strings.Contains(out, "mail admins@example.org: handed to "+fake) || !strings.Contains(out, "503") {
 		t.Errorf("output:\n%s", out)
 	}
 }
