@@ -4,8 +4,10 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,13 +50,17 @@ func snapshot(t testing.TB, dir string) tree {
 }
 
 // build makes the files, links ("-> target") and folders ("/") of want in
-// dir, parents first.
+// dir, in place of what is there.
 func build(t testing.TB, dir string, want tree) {
 	t.Helper()
-	for rel, what := range want {
+	for _, rel := range slices.Sorted(maps.Keys(want)) { // parents first
+		what := want[rel]
 		path := filepath.Join(dir, rel)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(path); err == nil && !(what == "/" && fi.IsDir()) {
+			os.RemoveAll(path) // replaced, e.g. a page by a link
 		}
 		var err error
 		switch {
