@@ -223,7 +223,13 @@ func TestSyncFolderRecordSurvivesAFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(t, filepath.Dir(dir))
-	err := SyncFolder(dir, []Page{{Name: "a.html"}, {Name: "d.html"}})
+	// a record bigger than the page of memory the old one frees when it is
+	// truncated: rewritten in place, it would be cut short
+	more := []Page{{Name: "a.html"}}
+	for i := range 100 {
+		more = append(more, Page{Name: fmt.Sprintf("group-%03d-of-a-fleet-that-grew-and-grew-again.html", i)})
+	}
+	err := SyncFolder(dir, more)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("error %v, want ENOSPC", err)
 	}
