@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -27,6 +28,9 @@ const manifestName = ".gpumon-pages"
 // maxManifest bounds what is read of a manifest: anyone who may write in the
 // folder may write it. It holds some 20,000 names.
 const maxManifest = 1 << 20
+
+// parallelWrites is how many pages are written at once.
+const parallelWrites = 8
 
 // SyncFolder makes dir hold exactly these pages among the files it made
 // there. dir is created (0755) when missing; it is refused (an *Error,
@@ -64,17 +68,40 @@ func SyncFolder(dir string, pages []Page) error {
 		}
 	}
 	var errs errorList
-	for _, p := range pages {
-		errs.add(writeIn(root, filepath.Join(dir, p.Name), p.Name, func(w io.Writer) error {
-			_, err := w.Write(p.Body)
-			return err
-		}))
+	for _, err := range writePages(root, dir, pages) {
+		errs.add(err)
 	}
 	left := removeStale(root, dir, recorded, want, &errs)
 	if final := union(want, left); !slices.Equal(final, onDisk) {
 		errs.add(writeManifest(root, dir, final))
 	}
 	return errs.err()
+}
+
+// writePages writes each page as Write does, several at once: each waits
+// for its fsync, and the file system commits those that wait together in
+// one go. The errors are in the order of pages.
+func writePages(root *os.Root, dir string, pages []Page) []error {
+	errs := make([]error, len(pages))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(len(pages), parallelWrites) {
+		wg.Go(func() {
+			for i := range next {
+				p := pages[i]
+				errs[i] = writeIn(root, filepath.Join(dir, p.Name), p.Name, func(w io.Writer) error {
+					_, err := w.Write(p.Body)
+					return err
+				})
+			}
+		})
+	}
+	for i := range pages {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errs
 }
 
 // openFolder opens dir, a real folder, creating it when create is set and
