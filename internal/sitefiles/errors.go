@@ -60,15 +60,14 @@ func fileError(op, path string, err error) *Error {
 	return e
 }
 
-// plainCause is err without the temporary file's name that os puts in it.
+// plainCause is err, an error of os, without the temporary file's name
+// that os puts in it.
 func plainCause(err error) string {
-	var pe *fs.PathError
-	var le *os.LinkError
-	switch {
-	case errors.As(err, &pe):
-		return pe.Err.Error()
-	case errors.As(err, &le):
-		return le.Err.Error()
+	switch e := err.(type) {
+	case *fs.PathError:
+		return e.Err.Error()
+	case *os.LinkError:
+		return e.Err.Error()
 	}
 	return err.Error()
 }
@@ -94,7 +93,7 @@ func isFolder(dir string) bool {
 func permissionDenied(op, path string) (why, hint string) {
 	dir := filepath.Dir(path)
 	me := userName()
-	verb := map[string]string{"remove": "remove files in", "make folder": "create folders in", "read": "read files in"}[op]
+	verb := map[string]string{"remove": "remove files in", "make folder": "create folders in", "read": "read files in", "use folder": "enter"}[op]
 	if verb == "" {
 		verb = "create files in"
 	}

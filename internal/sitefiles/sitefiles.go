@@ -30,6 +30,9 @@ const fileMode = 0o644
 // file is removed, and the error is an *Error.
 func Write(path string, write func(io.Writer) error) error {
 	dir, name := filepath.Split(path)
+	if name == "" || name == "." || name == ".." {
+		return &Error{Op: "write", Path: path, Err: fs.ErrInvalid, why: "it is not a file name"}
+	}
 	if dir == "" {
 		dir = "."
 	}
@@ -58,9 +61,13 @@ func writeIn(root *os.Root, path, name string, write func(io.Writer) error) erro
 	if err := f.Chmod(fileMode); err != nil {
 		return fileError("write", path, err)
 	}
-	w := bufio.NewWriterSize(f, 64<<10)
+	fw := &fileWriter{f: f}
+	w := bufio.NewWriterSize(fw, 64<<10)
 	if err := write(w); err != nil {
-		return fileError("write", path, err)
+		if fw.err != nil { // the file failed under write (a full disk), not write itself
+			return fileError("write", path, fw.err)
+		}
+		return &Error{Op: "write", Path: path, Err: err, why: err.Error()}
 	}
 	if err := w.Flush(); err != nil {
 		return fileError("write", path, err)
@@ -96,4 +103,19 @@ func createTemp(root *os.Root, name string) (*os.File, string, error) {
 		return f, tmp, err
 	}
 	return nil, "", errors.New("no unused temporary file name")
+}
+
+// fileWriter keeps the first error of the file it writes, to tell a file
+// that failed from a write func that did.
+type fileWriter struct {
+	f   *os.File
+	err error
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
 }

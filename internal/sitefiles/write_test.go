@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,18 @@ func TestWrite(t *testing.T) {
 			after:     tree{"index.html": "old"},
 			wantErr:   "cannot write DIR/index.html: template: no such field",
 			wantCause: errProducer},
+		{name: "the write func's own errors are its own",
+			before: tree{"index.html": "old"}, file: "index.html",
+			write: func(w io.Writer) error {
+				return fmt.Errorf("reading reservations: %w", &fs.PathError{Op: "open", Path: "/etc/gpumon/r.ini", Err: syscall.EACCES})
+			},
+			after:     tree{"index.html": "old"},
+			wantErr:   "cannot write DIR/index.html: reading reservations: open /etc/gpumon/r.ini: permission denied",
+			wantCause: syscall.EACCES},
+		{name: "not a file name", file: "web/", write: writeString("new"),
+			after:     tree{},
+			wantErr:   "cannot write DIR/web/: it is not a file name",
+			wantCause: fs.ErrInvalid},
 		{name: "missing folder", file: "missing/metrics.prom", write: writeString("new"),
 			after:     tree{},
 			wantErr:   "cannot write DIR/missing/metrics.prom: folder DIR/missing does not exist",
@@ -80,7 +93,7 @@ func TestWrite(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			build(t, dir, c.before)
-			err := Write(filepath.Join(dir, c.file), c.write)
+			err := Write(dir+"/"+c.file, c.write) // not Join: it would drop a final /
 			if diff := cmp.Diff(c.after, snapshot(t, dir)); diff != "" {
 				t.Errorf("folder after Write (-want +got):\n%s", diff)
 			}
