@@ -17,7 +17,7 @@ import (
 // folder of pages that was refused. Its Error is one line naming the file
 // and the cause; its Hint, the fix where one is known (cli.Exit prints it).
 type Error struct {
-	Op   string // what was tried: "write", "remove", "write pages into"
+	Op   string // what was tried: "write", "remove", "read", "make folder", "use folder", "write pages into"
 	Path string // the file, or the refused folder
 	Err  error  // the cause, for errors.Is: fs.ErrNotExist, syscall.ENOSPC, ...
 	why  string // the cause in words
