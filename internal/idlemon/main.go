@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/idlemon/config"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/version"
@@ -200,8 +201,15 @@ func alive(f *idlestate.File) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
+// maxCommand is how much of a holder's command line status prints, in
+// bytes: a GPU's row stays one terminal line.
+const maxCommand = 60
+
+// printStatus prints f for people. Everything in it came from a file
+// another process wrote: it reaches the terminal through hosttext, so no
+// control sequence, bidi override or broken character gets through.
 func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
-	host := printable(f.Host)
+	host := hosttext.Printable(f.Host)
 	if host == "" {
 		host = "this host"
 	}
@@ -217,7 +225,7 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 	}
 	fmt.Fprintf(w, "idlemon on %s: pid %d %s; updated %s\n", host, f.PID, running, ago(f.Updated))
 	if f.Paused != "" {
-		fmt.Fprintf(w, "jobs paused: %s\n", printable(f.Paused))
+		fmt.Fprintf(w, "jobs paused: %s\n", hosttext.Printable(f.Paused))
 	}
 	jobOf := map[int]idlestate.JobInfo{}
 	for _, j := range f.Jobs {
@@ -231,20 +239,20 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 	for _, g := range f.GPUs {
 		var who []string
 		for _, h := range g.Holders {
-			who = append(who, fmt.Sprintf("%s pid %d %s", printable(h.User), h.PID, truncate(printable(h.Command), 60)))
+			who = append(who, fmt.Sprintf("%s pid %d %s", hosttext.Printable(h.User), h.PID, hosttext.Clip(hosttext.Printable(h.Command), maxCommand)))
 		}
 		if g.State == idlestate.Job {
 			if j, ok := jobOf[g.Index]; ok {
-				who = append(who, fmt.Sprintf("our job %s (pid %d, %d processes)", printable(j.Name), j.PGID, len(j.PIDs)))
+				who = append(who, fmt.Sprintf("our job %s (pid %d, %d processes)", hosttext.Printable(j.Name), j.PGID, len(j.PIDs)))
 			}
 		}
 		fmt.Fprintf(w, "%-4d %-5s %-9s %s\n", g.Index, g.State, ago(g.Since), strings.Join(who, "; "))
 	}
 	for _, j := range f.Jobs {
 		if j.Running {
-			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
+			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
 		} else {
-			fmt.Fprintf(w, "job %s on gpu %s: not running\n", printable(j.Name), joinInts(j.GPUs))
+			fmt.Fprintf(w, "job %s on gpu %s: not running\n", hosttext.Printable(j.Name), joinInts(j.GPUs))
 		}
 	}
 }
@@ -268,22 +276,4 @@ func printAvailable(w io.Writer, f *idlestate.File, limit int) error {
 	}
 	fmt.Fprintln(w, joinInts(free))
 	return nil
-}
-
-// printable keeps what the state file says off the terminal's control
-// sequences: C0 and C1 control characters and DEL become '?'.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '?'
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
