@@ -100,22 +100,12 @@ var (
 const gpusHint = "gpus = ALL, or indices like 0,1,3"
 
 // Load reads and validates the file at path.
-func Load(path string) (*Config, error) {
-	f, err := inifile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
-}
+func Load(path string) (*Config, error) { return inifile.Decode(path, configFrom) }
 
 // Parse reads and validates a config from r; name is used in messages and
 // to resolve relative paths (relative to the file's folder).
 func Parse(r io.Reader, name string) (*Config, error) {
-	f, err := inifile.Read(r, name)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
+	return inifile.DecodeReader(r, name, configFrom)
 }
 
 func configFrom(f *inifile.File) (*Config, error) {
