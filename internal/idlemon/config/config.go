@@ -28,11 +28,11 @@ const DefaultPath = "/etc/idlemon.ini"
 
 // Defaults, documented in idlemon.example.ini.
 const (
-	DefaultInterval = 10 * time.Second
-	DefaultMinIdle  = 30 * time.Second
-	DefaultGrace    = 10 * time.Second
-	DefaultTTYIdle  = 300 * time.Second
-	DefaultDevices  = "/dev/nvidia[0-9]*"
+	defaultInterval = 10 * time.Second
+	defaultMinIdle  = 30 * time.Second
+	defaultGrace    = 10 * time.Second
+	defaultTTYIdle  = 300 * time.Second
+	defaultDevices  = "/dev/nvidia[0-9]*"
 )
 
 // Config is the whole file, validated.
@@ -114,12 +114,12 @@ func configFrom(f *inifile.File) (*Config, error) {
 	}
 	c := &Config{
 		Path:      f.Name,
-		Interval:  DefaultInterval,
-		MinIdle:   DefaultMinIdle,
-		Grace:     DefaultGrace,
-		Devices:   DefaultDevices,
+		Interval:  defaultInterval,
+		MinIdle:   defaultMinIdle,
+		Grace:     defaultGrace,
+		Devices:   defaultDevices,
 		StateFile: idlestate.DefaultPath,
-		TTY:       TTY{Idle: DefaultTTYIdle},
+		TTY:       TTY{Idle: defaultTTYIdle},
 		file:      f,
 	}
 	for _, sec := range f.Sections() {
@@ -153,7 +153,7 @@ func (c *Config) readDefaults(sec inifile.Section) error {
 	}
 	if v, ok := sec.Path("devices"); ok {
 		if v == "" {
-			return sec.ErrorAt("devices", "empty: a glob of device files is needed, e.g. %s", DefaultDevices)
+			return sec.ErrorAt("devices", "empty: a glob of device files is needed, e.g. %s", defaultDevices)
 		}
 		if _, err := filepath.Match(v, ""); err != nil {
 			return sec.ErrorAt("devices", "%q is not a valid glob: %v", v, err)
@@ -230,14 +230,14 @@ func readGPUs(sec inifile.Section) (all bool, idx []int, err error) {
 	if !ok {
 		return false, nil, sec.MissingKey("gpus", gpusHint)
 	}
-	if all, idx, err = ParseGPUs(v); err != nil {
+	if all, idx, err = parseGPUs(v); err != nil {
 		return false, nil, sec.ErrorAt("gpus", "%v", err)
 	}
 	return all, idx, nil
 }
 
-// ParseGPUs reads "ALL" or a comma-separated list of indices.
-func ParseGPUs(v string) (all bool, idx []int, err error) {
+// parseGPUs reads "ALL" or a comma-separated list of indices.
+func parseGPUs(v string) (all bool, idx []int, err error) {
 	v = strings.TrimSpace(v)
 	if strings.EqualFold(v, "all") {
 		return true, nil, nil
