@@ -22,11 +22,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Daemon is a running idlemon: the edges (the /proc scan, the jobs'
+// daemon is a running idlemon: the edges (the /proc scan, the jobs'
 // processes, the clock, the state file) around the schedule's decisions.
-type Daemon struct {
-	plan    *Plan
-	opt     Options
+type daemon struct {
+	plan    *hostPlan
+	opt     options
 	log     *log.Logger
 	scanner *holders.Scanner
 	sup     *supervisor.Supervisor
@@ -34,7 +34,7 @@ type Daemon struct {
 	host    string
 	self    int
 
-	sched State      // the schedule's state
+	sched schedState // the schedule's state
 	runs  []*jobRun  // what runs for each job (parallel to plan.Jobs)
 	ended chan ended // a job's first process exited, or a stop finished
 
@@ -66,14 +66,14 @@ type ended struct {
 }
 
 // newDaemon sets up a daemon for plan: every GPU idle, nothing running.
-func newDaemon(plan *Plan, opt Options) *Daemon {
+func newDaemon(plan *hostPlan, opt options) *daemon {
 	opt.defaults()
 	flags := log.LstdFlags | log.Lmicroseconds
 	if os.Getenv("INVOCATION_ID") != "" || os.Getenv("JOURNAL_STREAM") != "" {
 		flags = 0 // the journal stamps each line
 	}
 	cfg := plan.Cfg
-	d := &Daemon{
+	d := &daemon{
 		plan:    plan,
 		opt:     opt,
 		log:     log.New(opt.Log, "", flags),
@@ -95,19 +95,19 @@ func newDaemon(plan *Plan, opt Options) *Daemon {
 		d.tty = &ttywatch.Watcher{Dev: opt.TTYDev, Utmp: opt.Utmp, Idle: cfg.TTY.Idle, Whitelist: cfg.TTY.Whitelist}
 	}
 	now := time.Now()
-	d.sched.Rules = Rules{MinIdle: cfg.MinIdle, BackoffBase: opt.BackoffBase, BackoffMax: opt.BackoffMax, BackoffOK: opt.BackoffOK}
+	d.sched.Rules = rules{MinIdle: cfg.MinIdle, BackoffBase: opt.BackoffBase, BackoffMax: opt.BackoffMax, BackoffOK: opt.BackoffOK}
 	for _, dev := range plan.Devices {
-		d.sched.GPUs = append(d.sched.GPUs, GPUSched{Index: dev.Index, State: idlestate.Idle, Since: now, FreeSince: now})
+		d.sched.GPUs = append(d.sched.GPUs, gpuSched{Index: dev.Index, State: idlestate.Idle, Since: now, FreeSince: now})
 	}
 	for _, j := range plan.Jobs {
-		d.sched.Jobs = append(d.sched.Jobs, JobSched{Name: j.Sec.Name, GPUs: j.GPUs, All: j.Sec.All})
+		d.sched.Jobs = append(d.sched.Jobs, jobSched{Name: j.Sec.Name, GPUs: j.GPUs, All: j.Sec.All})
 		d.runs = append(d.runs, &jobRun{})
 	}
 	return d
 }
 
-// Run runs the daemon until ctx ends, then stops the jobs and returns.
-func Run(ctx context.Context, plan *Plan, opt Options) error {
+// runDaemon runs the daemon until ctx ends, then stops the jobs and returns.
+func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	d := newDaemon(plan, opt)
 	cfg := plan.Cfg
 	if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o755); err != nil {
@@ -201,7 +201,7 @@ func lockWithin(f *os.File, d time.Duration) error {
 
 // next is when the timer must fire: a recheck, the schedule's next start,
 // a state file write held back. An hour away when nothing is due.
-func (d *Daemon) next(now time.Time) time.Time {
+func (d *daemon) next(now time.Time) time.Time {
 	next := now.Add(time.Hour)
 	consider := func(at time.Time) {
 		if !at.IsZero() && at.Before(next) {
@@ -219,14 +219,14 @@ func (d *Daemon) next(now time.Time) time.Time {
 }
 
 // recheckAt asks for a scan at t.
-func (d *Daemon) recheckAt(t time.Time) {
+func (d *daemon) recheckAt(t time.Time) {
 	i, found := slices.BinarySearchFunc(d.rechecks, t, time.Time.Compare)
 	if !found {
 		d.rechecks = slices.Insert(d.rechecks, i, t)
 	}
 }
 
-func (d *Daemon) gpuIdx() []int {
+func (d *daemon) gpuIdx() []int {
 	var out []int
 	for _, g := range d.plan.Devices {
 		out = append(out, g.Index)
@@ -237,7 +237,7 @@ func (d *Daemon) gpuIdx() []int {
 // step scans, lets the schedule decide, does what it decided and writes
 // the state file. It reports whether a foreign holder preempted a job (what
 // an open event is looked at for).
-func (d *Daemon) step(now time.Time) (preempted bool) {
+func (d *daemon) step(now time.Time) (preempted bool) {
 	snap, err := d.scanner.Scan()
 	if err != nil {
 		d.log.Printf("scan: %v", err)
@@ -251,7 +251,7 @@ func (d *Daemon) step(now time.Time) (preempted bool) {
 			d.log.Printf("paused: %s", obs.Paused)
 		}
 	}
-	st, dec := Step(d.sched, obs, now)
+	st, dec := decide(d.sched, obs, now)
 	d.sched, d.wake = st, dec.Wake
 	for _, s := range dec.Stop {
 		preempted = preempted || s.Preempted
@@ -267,12 +267,12 @@ func (d *Daemon) step(now time.Time) (preempted bool) {
 
 // observe turns a scan into what the schedule needs: per GPU the foreign
 // holders (not ours, not ignored), and whether a terminal user is active.
-func (d *Daemon) observe(snap *holders.Snapshot, now time.Time) Observation {
+func (d *daemon) observe(snap *holders.Snapshot, now time.Time) observation {
 	owner := d.owners(snap, now)
 	for i := range d.runs {
 		d.listProcs(i, snap, owner, now)
 	}
-	obs := Observation{Foreign: map[int][]idlestate.Holder{}}
+	obs := observation{Foreign: map[int][]idlestate.Holder{}}
 	for _, dev := range d.plan.Devices {
 		for _, pid := range snap.Holders[dev.Index] {
 			if pid == d.self || (owner[pid] != notOurs && owner[pid] != stray) {
@@ -299,12 +299,12 @@ func (d *Daemon) observe(snap *holders.Snapshot, now time.Time) Observation {
 }
 
 // start starts job i, which the schedule decided at now.
-func (d *Daemon) start(i int, now time.Time) {
+func (d *daemon) start(i int, now time.Time) {
 	jp, r := d.plan.Jobs[i], d.runs[i]
-	idle := d.sched.IdleFor(jp.GPUs, now)
+	idle := d.sched.idleFor(jp.GPUs, now)
 	job, err := d.sup.Start(jp.Spec)
 	if err != nil {
-		d.sched = StartFailed(d.sched, i, now)
+		d.sched = startFailed(d.sched, i, now)
 		d.log.Printf("gpu %s: cannot start job %s: %v - retry in %s", joinInts(jp.GPUs), jp.Sec.Name, err, fmtDur(d.sched.Jobs[i].Backoff))
 		return
 	}
@@ -319,11 +319,11 @@ func (d *Daemon) start(i int, now time.Time) {
 
 // stop stops job i: SIGTERM to the processes it is known to have at once,
 // then to the rest of it; SIGKILL after grace_seconds, in the background.
-func (d *Daemon) stop(i int, reason string) {
+func (d *daemon) stop(i int, reason string) {
 	jp, r := d.plan.Jobs[i], d.runs[i]
 	job := r.job
 	if job == nil {
-		d.sched = Stopped(d.sched, i, time.Now()) // nothing to stop
+		d.sched = stopped(d.sched, i, time.Now()) // nothing to stop
 		return
 	}
 	d.log.Printf("gpu %s: stopped job %s (pid %d) - %s", joinInts(jp.GPUs), jp.Sec.Name, job.PID, reason)
@@ -344,7 +344,7 @@ func (d *Daemon) stop(i int, reason string) {
 
 // handle takes a job's end: its first process exited by itself, or a stop
 // finished.
-func (d *Daemon) handle(e ended, now time.Time) {
+func (d *daemon) handle(e ended, now time.Time) {
 	jp, r := d.plan.Jobs[e.job], d.runs[e.job]
 	if r.job != e.run {
 		return // an earlier run
@@ -358,11 +358,11 @@ func (d *Daemon) handle(e ended, now time.Time) {
 		}
 		d.forget(e.run)
 		r.job, r.procs, r.holders = nil, nil, nil
-		d.sched = Stopped(d.sched, e.job, now)
+		d.sched = stopped(d.sched, e.job, now)
 		d.dirty = true
 		return
 	}
-	if d.sched.Jobs[e.job].Phase != Running {
+	if d.sched.Jobs[e.job].Phase != running {
 		return // a stop is under way
 	}
 	err, ran := e.run.Exit()
@@ -372,7 +372,7 @@ func (d *Daemon) handle(e ended, now time.Time) {
 	}
 	// whatever the first process left behind goes too
 	left := d.sup.Members(e.run)
-	d.sched = Exited(d.sched, e.job, ran, len(left) > 0, now)
+	d.sched = exited(d.sched, e.job, ran, len(left) > 0, now)
 	d.log.Printf("gpu %s: job %s (pid %d) ended by itself (%s) after %s - restart in %s", joinInts(jp.GPUs), jp.Sec.Name, e.run.PID, status, fmtDur(ran.Truncate(time.Millisecond)), fmtDur(d.sched.Jobs[e.job].Backoff))
 	if len(left) > 0 {
 		d.stop(e.job, fmt.Sprintf("its first process ended, %d of its processes are left", len(left)))
@@ -385,7 +385,7 @@ func (d *Daemon) handle(e ended, now time.Time) {
 }
 
 // stopAll ends every job on shutdown and waits until they are gone.
-func (d *Daemon) stopAll(ctx context.Context) error {
+func (d *daemon) stopAll(ctx context.Context) error {
 	why := "idlemon is stopping"
 	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 		why += " (" + c.Error() + ")"
@@ -395,7 +395,7 @@ func (d *Daemon) stopAll(ctx context.Context) error {
 	for _, g := range d.sched.GPUs {
 		foreign[g.Index] = g.Holders
 	}
-	st, dec := Step(d.sched, Observation{Foreign: foreign, Paused: d.sched.Paused, Shutdown: why}, now)
+	st, dec := decide(d.sched, observation{Foreign: foreign, Paused: d.sched.Paused, Shutdown: why}, now)
 	d.sched = st
 	for _, s := range dec.Stop {
 		d.stop(s.Job, s.Reason)
@@ -410,7 +410,7 @@ func (d *Daemon) stopAll(ctx context.Context) error {
 }
 
 // forget drops what was remembered of run's processes.
-func (d *Daemon) forget(run *supervisor.Job) {
+func (d *daemon) forget(run *supervisor.Job) {
 	for k, nonce := range d.known {
 		if nonce == run.Mark.Nonce {
 			delete(d.known, k)
@@ -420,9 +420,9 @@ func (d *Daemon) forget(run *supervisor.Job) {
 
 // stopping says whether a job is still being stopped (or, with its first
 // process gone, still has processes to stop).
-func (d *Daemon) stopping() bool {
+func (d *daemon) stopping() bool {
 	for _, j := range d.sched.Jobs {
-		if j.Phase == Stopping {
+		if j.Phase == stopping {
 			return true
 		}
 	}
@@ -437,7 +437,7 @@ func memberPIDs(ms []supervisor.Member) []int {
 	return out
 }
 
-func (d *Daemon) userName(uid int) string {
+func (d *daemon) userName(uid int) string {
 	if n, ok := d.users[uid]; ok {
 		return n
 	}
@@ -446,7 +446,7 @@ func (d *Daemon) userName(uid int) string {
 	return n
 }
 
-func (d *Daemon) command(p *holders.Proc) string {
+func (d *daemon) command(p *holders.Proc) string {
 	if c := holders.Cmdline(d.scanner.Root, p.PID, 200); c != "" {
 		return c
 	}

@@ -38,10 +38,10 @@ dir = %s
 gpus = 0
 log = %s
 cmd = trap 'echo term $$ >> %s; exit 0' TERM; echo "id=$(id -un) groups=$(id -G) cvd=$CUDA_VISIBLE_DEVICES home=$HOME"; (exec 3<%s; sleep 600) & (exec 4<%s; sleep 600) & wait
-`, e.dir, e.path("job.log"), e.path("term"), dev0, dev0), Options{})
+`, e.dir, e.path("job.log"), e.path("term"), dev0, dev0), options{})
 
 	f := e.waitState("the job and its two children holding gpu 0", patience, func(f *idlestate.File) bool {
-		return running("process-miner")(f) && len(jobInfo(f, "process-miner").PIDs) >= 3 && f.GPUs[0].State == idlestate.Job
+		return jobRunning("process-miner")(f) && len(jobInfo(f, "process-miner").PIDs) >= 3 && f.GPUs[0].State == idlestate.Job
 	})
 	job := jobInfo(f, "process-miner")
 	// Its children's opens raised inotify events and scans (and rechecks up to
@@ -99,7 +99,7 @@ cmd = trap 'echo term $$ >> %s; exit 0' TERM; echo "id=$(id -un) groups=$(id -G)
 	// alice is done: the job comes back.
 	syscall.Kill(-alice, syscall.SIGKILL)
 	e.waitLog(`gpu 0: started job process-miner \(pid \d+\) - idle for`, 2, patience)
-	e.waitState("the job running again", patience, running("process-miner"))
+	e.waitState("the job running again", patience, jobRunning("process-miner"))
 	if !pidAlive(bystander) {
 		t.Fatal("bob's process was signalled")
 	}
@@ -116,9 +116,9 @@ user = root
 [process-stubborn]
 gpus = 0
 cmd = trap '' TERM; sh -c "trap '' TERM; exec 3<%s; while :; do sleep 1; done" & sh -c "trap '' TERM; sleep 600" & wait; wait
-`, e.devs[0]), Options{})
+`, e.devs[0]), options{})
 	f := e.waitState("the job running", patience, func(f *idlestate.File) bool {
-		return running("process-stubborn")(f) && len(jobInfo(f, "process-stubborn").PIDs) >= 5
+		return jobRunning("process-stubborn")(f) && len(jobInfo(f, "process-stubborn").PIDs) >= 5
 	})
 	job := jobInfo(f, "process-stubborn")
 	foreign(t, "alice", e.devs[0])
@@ -141,7 +141,7 @@ user = root
 [process-crash]
 gpus = 0
 cmd = echo crashing; exit 3
-`, Options{BackoffBase: time.Millisecond})
+`, options{BackoffBase: time.Millisecond})
 	lines := e.waitLog(`gpu 0: job process-crash \(pid \d+\) ended by itself \(exit status 3\) after .* - restart in `, 4, patience)
 	for i, want := range []string{"1ms", "2ms", "4ms", "8ms"} {
 		if !strings.HasSuffix(lines[i], "restart in "+want) {
@@ -199,9 +199,9 @@ cmd = exec sleep 600
 enabled = yes
 whitelist = root, bob
 idle_seconds = 60
-`, Options{TTYDev: devDir, Utmp: e.path("no-utmp")})
+`, options{TTYDev: devDir, Utmp: e.path("no-utmp")})
 	e.waitState("both jobs running", patience, func(f *idlestate.File) bool {
-		return running("process-a")(f) && running("process-b")(f)
+		return jobRunning("process-a")(f) && jobRunning("process-b")(f)
 	})
 	// alice types
 	now := time.Now()
@@ -209,7 +209,7 @@ idle_seconds = 60
 	e.waitLog(`gpu 0: stopped job process-a \(pid \d+\) - user alice active on pts/`+strconv.Itoa(n), 1, patience)
 	e.waitLog(`gpu 1: stopped job process-b \(pid \d+\) - user alice active on pts/`, 1, patience)
 	f := e.waitState("paused", patience, func(f *idlestate.File) bool {
-		return strings.HasPrefix(f.Paused, "user alice active") && !running("process-a")(f) && !running("process-b")(f)
+		return strings.HasPrefix(f.Paused, "user alice active") && !jobRunning("process-a")(f) && !jobRunning("process-b")(f)
 	})
 	if f.GPUs[0].State != idlestate.Idle {
 		t.Errorf("a paused GPU is still free for people: %+v", f.GPUs[0])
@@ -245,7 +245,7 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 `, e.devs[0]))
 	first := e.startBinary(cfg, "first.log")
 	f := e.waitState("the job running with its children", patience, func(f *idlestate.File) bool {
-		return f.PID == first.Process.Pid && running("process-one")(f) && len(jobInfo(f, "process-one").PIDs) >= 3
+		return f.PID == first.Process.Pid && jobRunning("process-one")(f) && len(jobInfo(f, "process-one").PIDs) >= 3
 	})
 	old := jobInfo(f, "process-one")
 	first.Process.Kill()
@@ -255,7 +255,7 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 	}
 	second := e.startBinary(cfg, "second.log")
 	f = e.waitState("a new job from the second idlemon", patience, func(f *idlestate.File) bool {
-		return f.PID == second.Process.Pid && running("process-one")(f) && jobInfo(f, "process-one").PGID != old.PGID
+		return f.PID == second.Process.Pid && jobRunning("process-one")(f) && jobInfo(f, "process-one").PGID != old.PGID
 	})
 	sessionGone(t, old.PGID, 0) // stopped before the new one started
 	b, _ := os.ReadFile(e.path("second.log"))
@@ -309,7 +309,7 @@ user = root
 [process-kids]
 gpus = 0
 cmd = read _ <%[1]s; sleep 600 & echo $! >%[3]s.tmp; mv %[3]s.tmp %[3]s; read _ <%[2]s; (exec 3<%[5]s; exec sleep 600) & echo $! >%[4]s.tmp; mv %[4]s.tmp %[4]s; wait
-`, fifo1, fifo2, e.path("plain"), e.path("gpu"), e.devs[0]), Options{ProcsEvery: every})
+`, fifo1, fifo2, e.path("plain"), e.path("gpu"), e.devs[0]), options{ProcsEvery: every})
 	now := time.Now()
 	// steps a scan later (the state file is written at most once a second)
 	step := func(after time.Duration) *idlestate.File {
@@ -346,7 +346,7 @@ cmd = read _ <%[1]s; sleep 600 & echo $! >%[3]s.tmp; mv %[3]s.tmp %[3]s; read _ 
 	}
 
 	f := step(0)
-	if !running("process-kids")(f) {
+	if !jobRunning("process-kids")(f) {
 		t.Fatalf("job not started:\n%s", e.log.String())
 	}
 	leader := jobInfo(f, "process-kids").PGID

@@ -94,13 +94,13 @@ func (e *env) config(body string) string {
 
 // prepare resolves body's config on this fake host and points the daemon's
 // log at e.log and its jobs' output at the file "stdout".
-func (e *env) prepare(body string, opt Options) (*Plan, Options, *os.File) {
+func (e *env) prepare(body string, opt options) (*hostPlan, options, *os.File) {
 	e.t.Helper()
 	cfg, err := config.Load(e.config(body))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	plan, err := Resolve(cfg)
+	plan, err := resolve(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -114,14 +114,14 @@ func (e *env) prepare(body string, opt Options) (*Plan, Options, *os.File) {
 }
 
 // start runs the daemon in this process until the test ends, or until
-// the function it returns is called (as SIGTERM would: Run stops the jobs
+// the function it returns is called (as SIGTERM would: runDaemon stops the jobs
 // and returns).
-func (e *env) start(body string, opt Options) (stop func()) {
+func (e *env) start(body string, opt options) (stop func()) {
 	e.t.Helper()
 	plan, opt, out := e.prepare(body, opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, plan, opt) }()
+	go func() { done <- runDaemon(ctx, plan, opt) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -197,7 +197,7 @@ func waitFileMatch(t testing.TB, path, re string, n int) []string {
 
 // daemon sets up a daemon for body without running it: the test calls its
 // step itself. Its jobs are stopped when the test ends.
-func (e *env) daemon(body string, opt Options) *Daemon {
+func (e *env) daemon(body string, opt options) *daemon {
 	e.t.Helper()
 	plan, opt, out := e.prepare(body, opt)
 	d := newDaemon(plan, opt)
@@ -325,7 +325,7 @@ func waitFile(t testing.TB, path string, timeout time.Duration) []byte {
 	}
 }
 
-func running(name string) func(*idlestate.File) bool {
+func jobRunning(name string) func(*idlestate.File) bool {
 	return func(f *idlestate.File) bool {
 		for _, j := range f.Jobs {
 			if j.Name == name && j.Running && j.PGID > 1 {

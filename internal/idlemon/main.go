@@ -50,11 +50,11 @@ Commands:
 
 // Main is idlemon's whole command line.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return MainWith(ctx, args, stdout, stderr, Options{})
+	return MainWith(ctx, args, stdout, stderr, options{})
 }
 
 // MainWith is Main with daemon options (for tests).
-func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, opt Options) error {
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, opt options) error {
 	fs := flag.NewFlagSet("idlemon", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfgPath := fs.String("c", "", "")
@@ -119,18 +119,18 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, opt 
 		if err != nil {
 			return err
 		}
-		plan, err := Resolve(cfg)
+		plan, err := resolve(cfg)
 		if err != nil {
 			return err
 		}
 		if cmd == "check" {
-			plan.Describe(stdout)
+			plan.describe(stdout)
 			return nil
 		}
 		if opt.Log == nil {
 			opt.Log = stderr
 		}
-		return Run(ctx, plan, opt)
+		return runDaemon(ctx, plan, opt)
 	case "status", "available":
 		path := *statePath
 		if path == "" {

@@ -41,7 +41,7 @@ const unsureFor = 10 * time.Millisecond
 // (a daemonized worker: double fork, setsid), or a child of one, is the
 // job's when it, or the ancestor it descends from, runs as the jobs' user
 // and carries the job's mark; environments are read only then.
-func (d *Daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
+func (d *daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 	owner := map[int]int{}
 	for _, r := range d.runs {
 		r.holders = r.holders[:0]
@@ -65,7 +65,7 @@ func (d *Daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 	return owner
 }
 
-func (d *Daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
+func (d *daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 	for i, r := range d.runs {
 		if r.job != nil && snap.Within(pid, []int{r.job.PID}, map[int]bool{r.job.PID: true}) {
 			return i
@@ -129,7 +129,7 @@ func (d *Daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 // stopStray stops the processes of a run of ours that is no longer
 // running: they survived its stop (SIGKILL does not end a process stuck
 // in the kernel at once). They are not foreign users.
-func (d *Daemon) stopStray(m supervisor.Mark) {
+func (d *daemon) stopStray(m supervisor.Mark) {
 	if d.strays[m.Nonce] {
 		return
 	}
@@ -144,7 +144,7 @@ func (d *Daemon) stopStray(m supervisor.Mark) {
 
 // ignored says whether p, running command, is a program that never makes
 // gpu busy.
-func (d *Daemon) ignored(p *holders.Proc, command string, gpu int) bool {
+func (d *daemon) ignored(p *holders.Proc, command string, gpu int) bool {
 	ip := ignore.Process{Comm: p.Comm, Args: command, UID: p.UID, MemMiB: ignore.Unknown}
 	if exe, err := os.Readlink(d.scanner.Root + "/" + strconv.Itoa(p.PID) + "/exe"); err == nil {
 		ip.Exe = strings.TrimSuffix(exe, " (deleted)")
@@ -159,7 +159,7 @@ func (d *Daemon) ignored(p *holders.Proc, command string, gpu int) bool {
 // when one of the job's GPU holders is not listed (a new child opened the
 // GPU). In between the list stays as it was, less any pid that now holds a
 // GPU for someone else (reused); the job's GPU holders are always on it.
-func (d *Daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now time.Time) {
+func (d *daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now time.Time) {
 	r := d.runs[i]
 	if r.job == nil {
 		r.procs, r.procsAt = r.procs[:0], time.Time{}

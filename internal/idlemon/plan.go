@@ -16,9 +16,9 @@ import (
 	"github.com/gpumon/gpumon/internal/supervisor"
 )
 
-// Options are the daemon's knobs that are not in the config file (tests
+// options are the daemon's knobs that are not in the config file (tests
 // point them elsewhere).
-type Options struct {
+type options struct {
 	Log         io.Writer     // the one-line log; idlemon's stderr
 	JobStdout   *os.File      // where jobs without a log write; idlemon's stdout
 	TTYDev      string        // "/dev"
@@ -38,7 +38,7 @@ type Options struct {
 	ProcsEvery time.Duration
 }
 
-func (o *Options) defaults() {
+func (o *options) defaults() {
 	if o.Log == nil {
 		o.Log = os.Stderr
 	}
@@ -62,29 +62,29 @@ func (o *Options) defaults() {
 	}
 }
 
-// Plan is a config resolved against this machine: device files found, users
+// hostPlan is a config resolved against this machine: device files found, users
 // looked up. Everything that can be wrong is found here, before anything
 // starts. It holds no runtime state.
-type Plan struct {
+type hostPlan struct {
 	Cfg     *config.Config
 	Devices []holders.Device
-	Jobs    []JobPlan
+	Jobs    []jobPlan
 	Ignore  map[int][]string // GPU -> programs that do not make it busy
 	RunAs   string           // user the jobs run as ("" = idlemon's own)
 	JobUID  int              // the jobs' real uid
 	cred    *syscall.Credential
 }
 
-// JobPlan is one [process-*] section, resolved.
-type JobPlan struct {
+// jobPlan is one [process-*] section, resolved.
+type jobPlan struct {
 	Sec  config.JobSection
 	GPUs []int // resolved (ALL = every GPU found)
 	Spec supervisor.Spec
 }
 
-// Resolve checks cfg against this machine.
-func Resolve(cfg *config.Config) (*Plan, error) {
-	p := &Plan{Cfg: cfg, Ignore: map[int][]string{}, JobUID: os.Getuid()}
+// resolve checks cfg against this machine.
+func resolve(cfg *config.Config) (*hostPlan, error) {
+	p := &hostPlan{Cfg: cfg, Ignore: map[int][]string{}, JobUID: os.Getuid()}
 	devs, err := holders.Find(cfg.Devices)
 	if err != nil {
 		return nil, cfg.ErrorAt("defaults", "devices", "%v", err)
@@ -148,7 +148,7 @@ func Resolve(cfg *config.Config) (*Plan, error) {
 		}
 	}
 	for _, sec := range cfg.Jobs {
-		j := JobPlan{Sec: sec, GPUs: sec.GPUs}
+		j := jobPlan{Sec: sec, GPUs: sec.GPUs}
 		if sec.All {
 			j.GPUs = all
 		}
@@ -190,8 +190,8 @@ func jobEnv(userEnv []string, gpus []int) []string {
 	return supervisor.Env(base, set...)
 }
 
-// Describe prints what the plan will do.
-func (p *Plan) Describe(w io.Writer) {
+// describe prints what the plan will do.
+func (p *hostPlan) describe(w io.Writer) {
 	c := p.Cfg
 	fmt.Fprintf(w, "%s: ok\n", c.Path)
 	var ds []string
