@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
@@ -110,21 +109,11 @@ func newDaemon(plan *hostPlan, opt options) *daemon {
 func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	d := newDaemon(plan, opt)
 	cfg := plan.Cfg
-	if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o755); err != nil {
-		return err
-	}
-	// The lock's descriptor is close-on-exec, so a job's first process
-	// holds it too between fork and exec, while it has no mark yet: a new
-	// idlemon looks for leftovers only once every job carries its mark.
-	lock, err := os.OpenFile(cfg.StateFile+".lock", os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
+	lock, err := lockState(cfg.StateFile)
 	if err != nil {
 		return err
 	}
 	defer lock.Close()
-	if err := lockWithin(lock, 5*time.Second); err != nil {
-		return cli.WithHint(fmt.Errorf("another idlemon is running with state file %s", cfg.StateFile),
-			"stop it first (systemctl stop idlemon), or give this one another state_file")
-	}
 	if warn := folderWarning(cfg.StateFile); warn != "" {
 		d.log.Printf("warning: %s", warn)
 	}
@@ -133,16 +122,44 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	in, err := newInotify(plan.Devices)
 	if err != nil {
 		d.log.Printf("inotify unavailable (%v): scanning every %s only", err, fmtDur(cfg.Interval))
-	}
-	var pending atomic.Uint32
-	events := make(chan struct{}, 1)
-	if in != nil {
+	} else {
 		defer in.Close()
-		go in.run(&pending, events)
+		go in.run()
 	}
 	d.log.Printf("idlemon started: pid %d, gpus %s, %d jobs, scan every %s and on device open", d.self, joinInts(d.gpuIdx()), len(plan.Jobs), fmtDur(cfg.Interval))
+	return d.loop(ctx, in)
+}
 
-	ticker := time.NewTicker(cfg.Interval)
+// lockState takes the lock of the state file, making its folder first:
+// one idlemon per state file.
+func lockState(stateFile string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(stateFile), 0o755); err != nil {
+		return nil, err
+	}
+	// The lock's descriptor is close-on-exec, so a job's first process
+	// holds it too between fork and exec, while it has no mark yet: a new
+	// idlemon looks for leftovers only once every job carries its mark.
+	lock, err := os.OpenFile(stateFile+".lock", os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := lockWithin(lock, 5*time.Second); err != nil {
+		lock.Close()
+		return nil, cli.WithHint(fmt.Errorf("another idlemon is running with state file %s", stateFile),
+			"stop it first (systemctl stop idlemon), or give this one another state_file")
+	}
+	return lock, nil
+}
+
+// loop scans at once, then on every device event (in's; nil without
+// inotify), every interval, when the schedule or a recheck is due and when
+// a job ends, until ctx ends; then it stops the jobs.
+func (d *daemon) loop(ctx context.Context, in *inotify) error {
+	var opens <-chan struct{} // nil, never ready, without inotify
+	if in != nil {
+		opens = in.events
+	}
+	ticker := time.NewTicker(d.plan.Cfg.Interval)
 	defer ticker.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -153,35 +170,45 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 		select {
 		case <-ctx.Done():
 			return d.stopAll(ctx)
-		case <-events:
-			ev := pending.Swap(0)
-			now := time.Now()
-			if ev&unix.IN_OPEN != 0 {
-				if !d.step(now) {
-					for _, r := range d.opt.Rechecks {
-						d.recheckAt(now.Add(r))
-					}
-				}
-			} else {
-				d.recheckAt(now.Add(50 * time.Millisecond))
-			}
+		case <-opens:
+			d.deviceEvent(in.take(), time.Now())
 		case <-ticker.C:
 			d.step(time.Now())
 		case <-timer.C:
-			now := time.Now()
-			due := !d.wake.IsZero() && !now.Before(d.wake)
-			for len(d.rechecks) > 0 && !now.Before(d.rechecks[0]) {
-				d.rechecks, due = d.rechecks[1:], true
-			}
-			if due {
-				d.step(now)
-			} else {
-				d.writeState(now, false) // only a held-back write was due
-			}
+			d.timerDue(time.Now())
 		case e := <-d.ended:
 			d.handle(e, time.Now())
 			d.step(time.Now())
 		}
+	}
+}
+
+// deviceEvent takes inotify's events (mask): an open scans at once, and
+// again a little later when that scan preempted nothing (the opener's fd
+// may not be installed yet); a close asks for a scan a little later.
+func (d *daemon) deviceEvent(mask uint32, now time.Time) {
+	if mask&unix.IN_OPEN == 0 {
+		d.recheckAt(now.Add(50 * time.Millisecond))
+		return
+	}
+	if !d.step(now) {
+		for _, r := range d.opt.Rechecks {
+			d.recheckAt(now.Add(r))
+		}
+	}
+}
+
+// timerDue scans when the schedule's next start or a recheck is due, else
+// writes the state file it held back.
+func (d *daemon) timerDue(now time.Time) {
+	due := !d.wake.IsZero() && !now.Before(d.wake)
+	for len(d.rechecks) > 0 && !now.Before(d.rechecks[0]) {
+		d.rechecks, due = d.rechecks[1:], true
+	}
+	if due {
+		d.step(now)
+	} else {
+		d.writeState(now, false) // only a held-back write was due
 	}
 }
 

@@ -71,18 +71,36 @@ func (d *daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 			return i
 		}
 	}
-	if p := snap.Proc(pid); p != nil {
-		if nonce, ok := d.known[[2]uint64{uint64(pid), p.Start}]; ok {
-			for i, r := range d.runs {
-				if r.job != nil && r.job.Mark.Nonce == nonce {
-					return i
-				}
-			}
+	if i, ok := d.knownOwner(snap, pid); ok {
+		return i
+	}
+	return d.ownerByMark(snap, pid, now)
+}
+
+// knownOwner is the job that pid was seen with the mark of, if it still
+// runs.
+func (d *daemon) knownOwner(snap *holders.Snapshot, pid int) (int, bool) {
+	p := snap.Proc(pid)
+	if p == nil {
+		return 0, false
+	}
+	nonce, ok := d.known[[2]uint64{uint64(pid), p.Start}]
+	if !ok {
+		return 0, false
+	}
+	for i, r := range d.runs {
+		if r.job != nil && r.job.Mark.Nonce == nonce {
+			return i, true
 		}
 	}
-	// Up through the jobs' user's processes (status's real uid: the owner
-	// of /proc/PID is root while a process is not dumpable, as it is for
-	// a moment in every execve), the holder first.
+	return 0, false
+}
+
+// ownerByMark walks up from pid through the jobs' user's processes
+// (status's real uid: the owner of /proc/PID is root while a process is
+// not dumpable, as it is for a moment in every execve), the holder first,
+// to the first with a mark of ours.
+func (d *daemon) ownerByMark(snap *holders.Snapshot, pid int, now time.Time) int {
 	cur := pid
 	for steps := 0; cur > 1 && steps < 64; steps++ {
 		m, err := d.sup.Identify(cur)
@@ -93,37 +111,49 @@ func (d *daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 			break
 		}
 		if m.Mark.Instance == d.sup.Instance {
-			for i, r := range d.runs {
-				if r.job != nil && r.job.Owns(m) {
-					// Remembered: a worker may overwrite its environment
-					// later (setproctitle, Perl's $0), and the mark with it.
-					if p := snap.Proc(pid); p != nil {
-						d.known[[2]uint64{uint64(pid), p.Start}] = m.Mark.Nonce
-					}
-					return i
-				}
-			}
-			d.stopStray(m.Mark)
-			return stray
+			return d.markedOwner(snap, pid, m)
 		}
 		if m.Mark.Instance != "" {
 			break // another idlemon's job
 		}
-		if cur == pid && m.NoEnv {
-			k := [2]uint64{uint64(pid), m.Start}
-			since, seen := d.unsure[k]
-			if !seen {
-				since = now
-				d.unsure[k] = now
-				d.recheckAt(now.Add(unsureFor))
-			}
-			if now.Sub(since) < unsureFor {
-				return unsure
-			}
+		if cur == pid && m.NoEnv && d.stillUnsure(pid, m.Start, now) {
+			return unsure
 		}
 		cur = m.PPID
 	}
 	return notOurs
+}
+
+// markedOwner is the job whose run m's mark names, pid being m or one of
+// its descendants; stray when that run no longer runs (its processes are
+// stopped).
+func (d *daemon) markedOwner(snap *holders.Snapshot, pid int, m supervisor.Member) int {
+	for i, r := range d.runs {
+		if r.job != nil && r.job.Owns(m) {
+			// Remembered: a worker may overwrite its environment later
+			// (setproctitle, Perl's $0), and the mark with it.
+			if p := snap.Proc(pid); p != nil {
+				d.known[[2]uint64{uint64(pid), p.Start}] = m.Mark.Nonce
+			}
+			return i
+		}
+	}
+	d.stopStray(m.Mark)
+	return stray
+}
+
+// stillUnsure says whether a holder of the jobs' user without an
+// environment (pid, started at start) is within unsureFor of when it was
+// first seen so; the first time, it asks for a look when that ends.
+func (d *daemon) stillUnsure(pid int, start uint64, now time.Time) bool {
+	k := [2]uint64{uint64(pid), start}
+	since, seen := d.unsure[k]
+	if !seen {
+		since = now
+		d.unsure[k] = now
+		d.recheckAt(now.Add(unsureFor))
+	}
+	return now.Sub(since) < unsureFor
 }
 
 // stopStray stops the processes of a run of ours that is no longer
