@@ -337,67 +337,34 @@ user = root
 gpus = 0
 cmd = read _ <%[1]s; sleep 600 & echo $! >%[3]s.tmp; mv %[3]s.tmp %[3]s; read _ <%[2]s; (exec 3<%[5]s; exec sleep 600) & echo $! >%[4]s.tmp; mv %[4]s.tmp %[4]s; wait
 `, fifo1, fifo2, e.path("plain"), e.path("gpu"), e.devs[0]), options{ProcsEvery: every})
-	now := time.Now()
-	// steps a scan later (the state file is written at most once a second)
-	step := func(after time.Duration) *idlestate.File {
-		t.Helper()
-		now = now.Add(after)
-		d.step(now)
-		f := e.readState()
-		if !f.Updated.Equal(now) {
-			t.Fatalf("state file written at %s, not by the step at %s", f.Updated, now)
-		}
-		return f
-	}
-	listed := func(f *idlestate.File, pid int) bool {
-		j := jobInfo(f, "process-kids")
-		in := slices.Contains(j.PIDs, pid)
-		if in != slices.ContainsFunc(j.Procs, func(p idlestate.ProcStart) bool { return p.PID == pid }) {
-			t.Fatalf("pids and procs disagree about %d: %+v", pid, j)
-		}
-		return in
-	}
-	trigger := func(fifo string) {
-		t.Helper()
-		if err := os.WriteFile(fifo, []byte("go\n"), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	readPID := func(name string) int {
-		t.Helper()
-		pid, err := strconv.Atoi(strings.TrimSpace(string(waitFile(t, e.path(name), patience))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pid
-	}
-
-	f := step(0)
+	h := &handSteps{e: e, d: d, now: time.Now()}
+	listed := func(f *idlestate.File, pid int) bool { return listedIn(t, f, "process-kids", pid) }
+	f := h.step(0)
 	if !jobRunning("process-kids")(f) {
 		t.Fatalf("job not started:\n%s", e.log.String())
 	}
 	leader := jobInfo(f, "process-kids").PGID
-	f = step(2 * time.Second)
+	f = h.step(2 * time.Second)
 	if !listed(f, leader) {
 		t.Fatalf("leader %d not listed: %+v", leader, jobInfo(f, "process-kids"))
 	}
-	step(100 * time.Second) // the job is no longer young: the next full listing is 25s away
+	h.step(100 * time.Second) // the job is no longer young: the next full listing is 25s away
 
-	trigger(fifo1)
-	plain := readPID("plain")
-	f = step(2 * time.Second)
+	writeFifo(t, fifo1)
+	plain := e.readPID("plain")
+	f = h.step(2 * time.Second)
 	if listed(f, plain) {
 		t.Errorf("child %d without a GPU listed by a scan before the full listing is due: every scan reads every process", plain)
 	}
-	f = step(every)
+	f = h.step(every)
 	if !listed(f, plain) || !listed(f, leader) {
 		t.Errorf("after %s: %+v, want the leader %d and child %d", every, jobInfo(f, "process-kids"), leader, plain)
 	}
 
-	trigger(fifo2)
-	gpu := readPID("gpu")
+	writeFifo(t, fifo2)
+	gpu := e.readPID("gpu")
 	e.waitHolder(0, gpu, patience)
-	f = step(2 * time.Second) // one scan, the full listing not due
+	f = h.step(2 * time.Second) // one scan, the full listing not due
 	if !listed(f, gpu) {
 		t.Errorf("child %d holding gpu 0 is not in the job's pids after a scan: %+v", gpu, jobInfo(f, "process-kids"))
 	}
@@ -414,23 +381,12 @@ cmd = read _ <%[1]s; sleep 600 & echo $! >%[3]s.tmp; mv %[3]s.tmp %[3]s; read _ 
 	// A listed pid that now holds a GPU for someone else (the pid was
 	// reused) is off the list after a scan: fetch would take it for the
 	// job's.
-	dev1, err := os.Open(e.devs[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := exec.Command("sleep", "600")
-	other.ExtraFiles = []*os.File{dev1}
-	err = other.Start()
-	dev1.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { other.Process.Kill(); other.Wait() }()
+	other := holdOpen(t, e.devs[1])
 	e.waitHolder(1, other.Process.Pid, patience)
 	j := d.runs[0]
 	i, _ := findProc(j.procs, other.Process.Pid)
 	j.procs = slices.Insert(j.procs, i, idlestate.ProcStart{PID: other.Process.Pid, Start: 1})
-	f = step(2 * time.Second)
+	f = h.step(2 * time.Second)
 	if listed(f, other.Process.Pid) {
 		t.Errorf("pid %d holding gpu 1, not the job's, listed as the job's: %+v", other.Process.Pid, jobInfo(f, "process-kids"))
 	}

@@ -414,3 +414,73 @@ func helperOpener() {
 		}
 	}
 }
+
+// handSteps drives a daemon's scans by hand, on a clock of its own.
+type handSteps struct {
+	e   *env
+	d   *daemon
+	now time.Time
+}
+
+// step scans after the given time and returns the state file that scan
+// wrote (it is written at most once a second: a step a second or more
+// after the last one writes it).
+func (h *handSteps) step(after time.Duration) *idlestate.File {
+	h.e.t.Helper()
+	h.now = h.now.Add(after)
+	h.d.step(h.now)
+	f := h.e.readState()
+	if !f.Updated.Equal(h.now) {
+		h.e.t.Fatalf("state file written at %s, not by the step at %s", f.Updated, h.now)
+	}
+	return f
+}
+
+// listedIn says whether job's processes in f include pid; its pids and
+// procs must agree.
+func listedIn(t testing.TB, f *idlestate.File, job string, pid int) bool {
+	t.Helper()
+	j := jobInfo(f, job)
+	in := slices.Contains(j.PIDs, pid)
+	if in != slices.ContainsFunc(j.Procs, func(p idlestate.ProcStart) bool { return p.PID == pid }) {
+		t.Fatalf("pids and procs disagree about %d: %+v", pid, j)
+	}
+	return in
+}
+
+// writeFifo writes a line into the fifo at path (a job reading it goes on).
+func writeFifo(t testing.TB, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readPID waits for the file name in the test's folder and reads the pid
+// in it.
+func (e *env) readPID(name string) int {
+	e.t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(waitFile(e.t, e.path(name), patience))))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pid
+}
+
+// holdOpen starts a process of this test's user that holds dev open until
+// the test ends.
+func holdOpen(t testing.TB, dev string) *exec.Cmd {
+	t.Helper()
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := exec.Command("sleep", "600")
+	c.ExtraFiles = []*os.File{f}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c
+}
