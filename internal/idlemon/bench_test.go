@@ -29,7 +29,7 @@ user = root
 [process-bench]
 gpus = 0
 cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
-`, ready, term, os.Args[0]), Options{})
+`, ready, term, os.Args[0]), options{})
 
 	opener := exec.Command(os.Args[0])
 	opener.Env = append(os.Environ(), "IDLEMON_TEST_HELPER=opener", "DEV="+e.devs[0])
@@ -157,7 +157,7 @@ user = root
 [process-bench]
 gpus = 4
 cmd = exec 3<%s; sleep 600 & sleep 600 & wait
-`, e.devs[4]), Options{})
+`, e.devs[4]), options{})
 	d.step(time.Now())
 	j := d.runs[0]
 	if j.job == nil {
@@ -188,7 +188,7 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 		}
 	}
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/step-with-job")
-	if len(j.procs) < 3 || j.job == nil || d.sched.Jobs[0].Phase != Running {
+	if len(j.procs) < 3 || j.job == nil || d.sched.Jobs[0].Phase != running {
 		b.Fatalf("job %+v, procs %v:\n%s", j.job, j.procs, e.log.String())
 	}
 }
@@ -216,9 +216,9 @@ func BenchmarkCPU(b *testing.B) {
 		hold       bool // another process holds gpu 1
 	}{
 		{"rest", "interval_seconds = 10\n" + tty, func(f *idlestate.File) bool { return len(f.GPUs) == 4 }, false},
-		{"running", "interval_seconds = 10\nmin_idle_seconds = 0\nuser = root\n" + allJob + tty, running("process-all"), false},
+		{"running", "interval_seconds = 10\nmin_idle_seconds = 0\nuser = root\n" + allJob + tty, jobRunning("process-all"), false},
 		{"waiting", "interval_seconds = 10\nmin_idle_seconds = 30\nuser = root\n" + allJob + tty, func(f *idlestate.File) bool {
-			return f.GPUs[1].State == idlestate.Busy && !running("process-all")(f)
+			return f.GPUs[1].State == idlestate.Busy && !jobRunning("process-all")(f)
 		}, true},
 	}
 	type daemon struct {
@@ -270,7 +270,7 @@ func BenchmarkCPU(b *testing.B) {
 		b.ReportMetric(100*float64(cpu(d.cmd.Process.Pid)-c0[i])/float64(t1.Sub(t0)), d.name+"-%core")
 	}
 	for _, d := range ds {
-		if f := d.e.readState(); d.name == "waiting" && running("process-all")(f) {
+		if f := d.e.readState(); d.name == "waiting" && jobRunning("process-all")(f) {
 			b.Errorf("the waiting job started: %+v", f.Jobs)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
@@ -22,11 +21,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Daemon is a running idlemon: the edges (the /proc scan, the jobs'
+// daemon is a running idlemon: the edges (the /proc scan, the jobs'
 // processes, the clock, the state file) around the schedule's decisions.
-type Daemon struct {
-	plan    *Plan
-	opt     Options
+type daemon struct {
+	plan    *hostPlan
+	opt     options
 	log     *log.Logger
 	scanner *holders.Scanner
 	sup     *supervisor.Supervisor
@@ -34,7 +33,7 @@ type Daemon struct {
 	host    string
 	self    int
 
-	sched State      // the schedule's state
+	sched schedState // the schedule's state
 	runs  []*jobRun  // what runs for each job (parallel to plan.Jobs)
 	ended chan ended // a job's first process exited, or a stop finished
 
@@ -66,14 +65,14 @@ type ended struct {
 }
 
 // newDaemon sets up a daemon for plan: every GPU idle, nothing running.
-func newDaemon(plan *Plan, opt Options) *Daemon {
+func newDaemon(plan *hostPlan, opt options) *daemon {
 	opt.defaults()
 	flags := log.LstdFlags | log.Lmicroseconds
 	if os.Getenv("INVOCATION_ID") != "" || os.Getenv("JOURNAL_STREAM") != "" {
 		flags = 0 // the journal stamps each line
 	}
 	cfg := plan.Cfg
-	d := &Daemon{
+	d := &daemon{
 		plan:    plan,
 		opt:     opt,
 		log:     log.New(opt.Log, "", flags),
@@ -95,36 +94,26 @@ func newDaemon(plan *Plan, opt Options) *Daemon {
 		d.tty = &ttywatch.Watcher{Dev: opt.TTYDev, Utmp: opt.Utmp, Idle: cfg.TTY.Idle, Whitelist: cfg.TTY.Whitelist}
 	}
 	now := time.Now()
-	d.sched.Rules = Rules{MinIdle: cfg.MinIdle, BackoffBase: opt.BackoffBase, BackoffMax: opt.BackoffMax, BackoffOK: opt.BackoffOK}
+	d.sched.Rules = rules{MinIdle: cfg.MinIdle, BackoffBase: opt.BackoffBase, BackoffMax: opt.BackoffMax, BackoffOK: opt.BackoffOK}
 	for _, dev := range plan.Devices {
-		d.sched.GPUs = append(d.sched.GPUs, GPUSched{Index: dev.Index, State: idlestate.Idle, Since: now, FreeSince: now})
+		d.sched.GPUs = append(d.sched.GPUs, gpuSched{Index: dev.Index, State: idlestate.Idle, Since: now, FreeSince: now})
 	}
 	for _, j := range plan.Jobs {
-		d.sched.Jobs = append(d.sched.Jobs, JobSched{Name: j.Sec.Name, GPUs: j.GPUs, All: j.Sec.All})
+		d.sched.Jobs = append(d.sched.Jobs, jobSched{Name: j.Sec.Name, GPUs: j.GPUs, All: j.Sec.All})
 		d.runs = append(d.runs, &jobRun{})
 	}
 	return d
 }
 
-// Run runs the daemon until ctx ends, then stops the jobs and returns.
-func Run(ctx context.Context, plan *Plan, opt Options) error {
+// runDaemon runs the daemon until ctx ends, then stops the jobs and returns.
+func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	d := newDaemon(plan, opt)
 	cfg := plan.Cfg
-	if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o755); err != nil {
-		return err
-	}
-	// The lock's descriptor is close-on-exec, so a job's first process
-	// holds it too between fork and exec, while it has no mark yet: a new
-	// idlemon looks for leftovers only once every job carries its mark.
-	lock, err := os.OpenFile(cfg.StateFile+".lock", os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
+	lock, err := lockState(cfg.StateFile)
 	if err != nil {
 		return err
 	}
 	defer lock.Close()
-	if err := lockWithin(lock, 5*time.Second); err != nil {
-		return cli.WithHint(fmt.Errorf("another idlemon is running with state file %s", cfg.StateFile),
-			"stop it first (systemctl stop idlemon), or give this one another state_file")
-	}
 	if warn := folderWarning(cfg.StateFile); warn != "" {
 		d.log.Printf("warning: %s", warn)
 	}
@@ -133,16 +122,44 @@ func Run(ctx context.Context, plan *Plan, opt Options) error {
 	in, err := newInotify(plan.Devices)
 	if err != nil {
 		d.log.Printf("inotify unavailable (%v): scanning every %s only", err, fmtDur(cfg.Interval))
-	}
-	var pending atomic.Uint32
-	events := make(chan struct{}, 1)
-	if in != nil {
+	} else {
 		defer in.Close()
-		go in.run(&pending, events)
+		go in.run()
 	}
 	d.log.Printf("idlemon started: pid %d, gpus %s, %d jobs, scan every %s and on device open", d.self, joinInts(d.gpuIdx()), len(plan.Jobs), fmtDur(cfg.Interval))
+	return d.loop(ctx, in)
+}
 
-	ticker := time.NewTicker(cfg.Interval)
+// lockState takes the lock of the state file, making its folder first:
+// one idlemon per state file.
+func lockState(stateFile string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(stateFile), 0o755); err != nil {
+		return nil, err
+	}
+	// The lock's descriptor is close-on-exec, so a job's first process
+	// holds it too between fork and exec, while it has no mark yet: a new
+	// idlemon looks for leftovers only once every job carries its mark.
+	lock, err := os.OpenFile(stateFile+".lock", os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := lockWithin(lock, 5*time.Second); err != nil {
+		lock.Close()
+		return nil, cli.WithHint(fmt.Errorf("another idlemon is running with state file %s", stateFile),
+			"stop it first (systemctl stop idlemon), or give this one another state_file")
+	}
+	return lock, nil
+}
+
+// loop scans at once, then on every device event (in's; nil without
+// inotify), every interval, when the schedule or a recheck is due and when
+// a job ends, until ctx ends; then it stops the jobs.
+func (d *daemon) loop(ctx context.Context, in *inotify) error {
+	var opens <-chan struct{} // nil, never ready, without inotify
+	if in != nil {
+		opens = in.events
+	}
+	ticker := time.NewTicker(d.plan.Cfg.Interval)
 	defer ticker.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -153,35 +170,45 @@ func Run(ctx context.Context, plan *Plan, opt Options) error {
 		select {
 		case <-ctx.Done():
 			return d.stopAll(ctx)
-		case <-events:
-			ev := pending.Swap(0)
-			now := time.Now()
-			if ev&unix.IN_OPEN != 0 {
-				if !d.step(now) {
-					for _, r := range d.opt.Rechecks {
-						d.recheckAt(now.Add(r))
-					}
-				}
-			} else {
-				d.recheckAt(now.Add(50 * time.Millisecond))
-			}
+		case <-opens:
+			d.deviceEvent(in.take(), time.Now())
 		case <-ticker.C:
 			d.step(time.Now())
 		case <-timer.C:
-			now := time.Now()
-			due := !d.wake.IsZero() && !now.Before(d.wake)
-			for len(d.rechecks) > 0 && !now.Before(d.rechecks[0]) {
-				d.rechecks, due = d.rechecks[1:], true
-			}
-			if due {
-				d.step(now)
-			} else {
-				d.writeState(now, false) // only a held-back write was due
-			}
+			d.timerDue(time.Now())
 		case e := <-d.ended:
 			d.handle(e, time.Now())
 			d.step(time.Now())
 		}
+	}
+}
+
+// deviceEvent takes inotify's events (mask): an open scans at once, and
+// again a little later when that scan preempted nothing (the opener's fd
+// may not be installed yet); a close asks for a scan a little later.
+func (d *daemon) deviceEvent(mask uint32, now time.Time) {
+	if mask&unix.IN_OPEN == 0 {
+		d.recheckAt(now.Add(50 * time.Millisecond))
+		return
+	}
+	if !d.step(now) {
+		for _, r := range d.opt.Rechecks {
+			d.recheckAt(now.Add(r))
+		}
+	}
+}
+
+// timerDue scans when the schedule's next start or a recheck is due, else
+// writes the state file it held back.
+func (d *daemon) timerDue(now time.Time) {
+	due := !d.wake.IsZero() && !now.Before(d.wake)
+	for len(d.rechecks) > 0 && !now.Before(d.rechecks[0]) {
+		d.rechecks, due = d.rechecks[1:], true
+	}
+	if due {
+		d.step(now)
+	} else {
+		d.writeState(now, false) // only a held-back write was due
 	}
 }
 
@@ -201,7 +228,7 @@ func lockWithin(f *os.File, d time.Duration) error {
 
 // next is when the timer must fire: a recheck, the schedule's next start,
 // a state file write held back. An hour away when nothing is due.
-func (d *Daemon) next(now time.Time) time.Time {
+func (d *daemon) next(now time.Time) time.Time {
 	next := now.Add(time.Hour)
 	consider := func(at time.Time) {
 		if !at.IsZero() && at.Before(next) {
@@ -219,14 +246,14 @@ func (d *Daemon) next(now time.Time) time.Time {
 }
 
 // recheckAt asks for a scan at t.
-func (d *Daemon) recheckAt(t time.Time) {
+func (d *daemon) recheckAt(t time.Time) {
 	i, found := slices.BinarySearchFunc(d.rechecks, t, time.Time.Compare)
 	if !found {
 		d.rechecks = slices.Insert(d.rechecks, i, t)
 	}
 }
 
-func (d *Daemon) gpuIdx() []int {
+func (d *daemon) gpuIdx() []int {
 	var out []int
 	for _, g := range d.plan.Devices {
 		out = append(out, g.Index)
@@ -237,7 +264,7 @@ func (d *Daemon) gpuIdx() []int {
 // step scans, lets the schedule decide, does what it decided and writes
 // the state file. It reports whether a foreign holder preempted a job (what
 // an open event is looked at for).
-func (d *Daemon) step(now time.Time) (preempted bool) {
+func (d *daemon) step(now time.Time) (preempted bool) {
 	snap, err := d.scanner.Scan()
 	if err != nil {
 		d.log.Printf("scan: %v", err)
@@ -251,7 +278,7 @@ func (d *Daemon) step(now time.Time) (preempted bool) {
 			d.log.Printf("paused: %s", obs.Paused)
 		}
 	}
-	st, dec := Step(d.sched, obs, now)
+	st, dec := decide(d.sched, obs, now)
 	d.sched, d.wake = st, dec.Wake
 	for _, s := range dec.Stop {
 		preempted = preempted || s.Preempted
@@ -267,12 +294,12 @@ func (d *Daemon) step(now time.Time) (preempted bool) {
 
 // observe turns a scan into what the schedule needs: per GPU the foreign
 // holders (not ours, not ignored), and whether a terminal user is active.
-func (d *Daemon) observe(snap *holders.Snapshot, now time.Time) Observation {
+func (d *daemon) observe(snap *holders.Snapshot, now time.Time) observation {
 	owner := d.owners(snap, now)
 	for i := range d.runs {
 		d.listProcs(i, snap, owner, now)
 	}
-	obs := Observation{Foreign: map[int][]idlestate.Holder{}}
+	obs := observation{Foreign: map[int][]idlestate.Holder{}}
 	for _, dev := range d.plan.Devices {
 		for _, pid := range snap.Holders[dev.Index] {
 			if pid == d.self || (owner[pid] != notOurs && owner[pid] != stray) {
@@ -299,12 +326,12 @@ func (d *Daemon) observe(snap *holders.Snapshot, now time.Time) Observation {
 }
 
 // start starts job i, which the schedule decided at now.
-func (d *Daemon) start(i int, now time.Time) {
+func (d *daemon) start(i int, now time.Time) {
 	jp, r := d.plan.Jobs[i], d.runs[i]
-	idle := d.sched.IdleFor(jp.GPUs, now)
+	idle := d.sched.idleFor(jp.GPUs, now)
 	job, err := d.sup.Start(jp.Spec)
 	if err != nil {
-		d.sched = StartFailed(d.sched, i, now)
+		d.sched = startFailed(d.sched, i, now)
 		d.log.Printf("gpu %s: cannot start job %s: %v - retry in %s", joinInts(jp.GPUs), jp.Sec.Name, err, fmtDur(d.sched.Jobs[i].Backoff))
 		return
 	}
@@ -319,11 +346,11 @@ func (d *Daemon) start(i int, now time.Time) {
 
 // stop stops job i: SIGTERM to the processes it is known to have at once,
 // then to the rest of it; SIGKILL after grace_seconds, in the background.
-func (d *Daemon) stop(i int, reason string) {
+func (d *daemon) stop(i int, reason string) {
 	jp, r := d.plan.Jobs[i], d.runs[i]
 	job := r.job
 	if job == nil {
-		d.sched = Stopped(d.sched, i, time.Now()) // nothing to stop
+		d.sched = stopped(d.sched, i, time.Now()) // nothing to stop
 		return
 	}
 	d.log.Printf("gpu %s: stopped job %s (pid %d) - %s", joinInts(jp.GPUs), jp.Sec.Name, job.PID, reason)
@@ -344,7 +371,7 @@ func (d *Daemon) stop(i int, reason string) {
 
 // handle takes a job's end: its first process exited by itself, or a stop
 // finished.
-func (d *Daemon) handle(e ended, now time.Time) {
+func (d *daemon) handle(e ended, now time.Time) {
 	jp, r := d.plan.Jobs[e.job], d.runs[e.job]
 	if r.job != e.run {
 		return // an earlier run
@@ -358,11 +385,11 @@ func (d *Daemon) handle(e ended, now time.Time) {
 		}
 		d.forget(e.run)
 		r.job, r.procs, r.holders = nil, nil, nil
-		d.sched = Stopped(d.sched, e.job, now)
+		d.sched = stopped(d.sched, e.job, now)
 		d.dirty = true
 		return
 	}
-	if d.sched.Jobs[e.job].Phase != Running {
+	if d.sched.Jobs[e.job].Phase != running {
 		return // a stop is under way
 	}
 	err, ran := e.run.Exit()
@@ -372,7 +399,7 @@ func (d *Daemon) handle(e ended, now time.Time) {
 	}
 	// whatever the first process left behind goes too
 	left := d.sup.Members(e.run)
-	d.sched = Exited(d.sched, e.job, ran, len(left) > 0, now)
+	d.sched = exited(d.sched, e.job, ran, len(left) > 0, now)
 	d.log.Printf("gpu %s: job %s (pid %d) ended by itself (%s) after %s - restart in %s", joinInts(jp.GPUs), jp.Sec.Name, e.run.PID, status, fmtDur(ran.Truncate(time.Millisecond)), fmtDur(d.sched.Jobs[e.job].Backoff))
 	if len(left) > 0 {
 		d.stop(e.job, fmt.Sprintf("its first process ended, %d of its processes are left", len(left)))
@@ -385,7 +412,7 @@ func (d *Daemon) handle(e ended, now time.Time) {
 }
 
 // stopAll ends every job on shutdown and waits until they are gone.
-func (d *Daemon) stopAll(ctx context.Context) error {
+func (d *daemon) stopAll(ctx context.Context) error {
 	why := "idlemon is stopping"
 	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 		why += " (" + c.Error() + ")"
@@ -395,7 +422,7 @@ func (d *Daemon) stopAll(ctx context.Context) error {
 	for _, g := range d.sched.GPUs {
 		foreign[g.Index] = g.Holders
 	}
-	st, dec := Step(d.sched, Observation{Foreign: foreign, Paused: d.sched.Paused, Shutdown: why}, now)
+	st, dec := decide(d.sched, observation{Foreign: foreign, Paused: d.sched.Paused, Shutdown: why}, now)
 	d.sched = st
 	for _, s := range dec.Stop {
 		d.stop(s.Job, s.Reason)
@@ -410,7 +437,7 @@ func (d *Daemon) stopAll(ctx context.Context) error {
 }
 
 // forget drops what was remembered of run's processes.
-func (d *Daemon) forget(run *supervisor.Job) {
+func (d *daemon) forget(run *supervisor.Job) {
 	for k, nonce := range d.known {
 		if nonce == run.Mark.Nonce {
 			delete(d.known, k)
@@ -420,9 +447,9 @@ func (d *Daemon) forget(run *supervisor.Job) {
 
 // stopping says whether a job is still being stopped (or, with its first
 // process gone, still has processes to stop).
-func (d *Daemon) stopping() bool {
+func (d *daemon) stopping() bool {
 	for _, j := range d.sched.Jobs {
-		if j.Phase == Stopping {
+		if j.Phase == stopping {
 			return true
 		}
 	}
@@ -437,7 +464,7 @@ func memberPIDs(ms []supervisor.Member) []int {
 	return out
 }
 
-func (d *Daemon) userName(uid int) string {
+func (d *daemon) userName(uid int) string {
 	if n, ok := d.users[uid]; ok {
 		return n
 	}
@@ -446,7 +473,7 @@ func (d *Daemon) userName(uid int) string {
 	return n
 }
 
-func (d *Daemon) command(p *holders.Proc) string {
+func (d *daemon) command(p *holders.Proc) string {
 	if c := holders.Cmdline(d.scanner.Root, p.PID, 200); c != "" {
 		return c
 	}

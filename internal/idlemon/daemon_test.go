@@ -21,9 +21,9 @@ import (
 )
 
 // A job whose children open the GPU does not preempt itself; a foreign user's
-// open stops the whole job group at once (inotify: the periodic scan is 30 s
-// away), and the job comes back when the GPU is idle again. Processes that
-// are not idlemon's are never signalled.
+// open stops the whole job group (at once: TestOpenStopsJobAtOnce), and the
+// job comes back when the GPU is idle again. Processes that are not
+// idlemon's are never signalled.
 func TestPreemptAndRestart(t *testing.T) {
 	e := newEnv(t, 2)
 	sshdtest.EnsureUser(t, "idlejob")
@@ -38,10 +38,10 @@ dir = %s
 gpus = 0
 log = %s
 cmd = trap 'echo term $$ >> %s; exit 0' TERM; echo "id=$(id -un) groups=$(id -G) cvd=$CUDA_VISIBLE_DEVICES home=$HOME"; (exec 3<%s; sleep 600) & (exec 4<%s; sleep 600) & wait
-`, e.dir, e.path("job.log"), e.path("term"), dev0, dev0), Options{})
+`, e.dir, e.path("job.log"), e.path("term"), dev0, dev0), options{})
 
 	f := e.waitState("the job and its two children holding gpu 0", patience, func(f *idlestate.File) bool {
-		return running("process-miner")(f) && len(jobInfo(f, "process-miner").PIDs) >= 3 && f.GPUs[0].State == idlestate.Job
+		return jobRunning("process-miner")(f) && len(jobInfo(f, "process-miner").PIDs) >= 3 && f.GPUs[0].State == idlestate.Job
 	})
 	job := jobInfo(f, "process-miner")
 	// Its children's opens raised inotify events and scans (and rechecks up to
@@ -99,10 +99,37 @@ cmd = trap 'echo term $$ >> %s; exit 0' TERM; echo "id=$(id -un) groups=$(id -G)
 	// alice is done: the job comes back.
 	syscall.Kill(-alice, syscall.SIGKILL)
 	e.waitLog(`gpu 0: started job process-miner \(pid \d+\) - idle for`, 2, patience)
-	e.waitState("the job running again", patience, running("process-miner"))
+	e.waitState("the job running again", patience, jobRunning("process-miner"))
 	if !pidAlive(bystander) {
 		t.Fatal("bob's process was signalled")
 	}
+}
+
+// atOnce bounds how long a foreign open may take to stop a job when the
+// periodic scan is an hour away: only the scan an inotify event starts can
+// see the opener in time. The stop itself takes milliseconds; the rest is
+// room for a machine with every core busy.
+const atOnce = 5 * time.Second
+
+// A foreign user's open of a job's GPU stops the job at once: idlemon
+// watches the device files with inotify, and does not wait for its
+// periodic scan.
+func TestOpenStopsJobAtOnce(t *testing.T) {
+	e := newEnv(t, 1)
+	e.start(`interval_seconds = 3600
+min_idle_seconds = 0
+grace_seconds = 1
+user = root
+[process-miner]
+gpus = 0
+cmd = exec sleep 600
+`, options{})
+	f := e.waitState("the job running", patience, jobRunning("process-miner"))
+	job := jobInfo(f, "process-miner")
+	alice := foreign(t, "alice", e.devs[0])
+	e.waitHolder(0, alice, patience)
+	e.waitLog(`gpu 0: stopped job process-miner \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by alice pid `+strconv.Itoa(alice)+` `, 1, atOnce)
+	sessionGone(t, job.PGID, patience)
 }
 
 // A job that ignores SIGTERM, and whose children do too, is killed after the
@@ -116,9 +143,9 @@ user = root
 [process-stubborn]
 gpus = 0
 cmd = trap '' TERM; sh -c "trap '' TERM; exec 3<%s; while :; do sleep 1; done" & sh -c "trap '' TERM; sleep 600" & wait; wait
-`, e.devs[0]), Options{})
+`, e.devs[0]), options{})
 	f := e.waitState("the job running", patience, func(f *idlestate.File) bool {
-		return running("process-stubborn")(f) && len(jobInfo(f, "process-stubborn").PIDs) >= 5
+		return jobRunning("process-stubborn")(f) && len(jobInfo(f, "process-stubborn").PIDs) >= 5
 	})
 	job := jobInfo(f, "process-stubborn")
 	foreign(t, "alice", e.devs[0])
@@ -141,7 +168,7 @@ user = root
 [process-crash]
 gpus = 0
 cmd = echo crashing; exit 3
-`, Options{BackoffBase: time.Millisecond})
+`, options{BackoffBase: time.Millisecond})
 	lines := e.waitLog(`gpu 0: job process-crash \(pid \d+\) ended by itself \(exit status 3\) after .* - restart in `, 4, patience)
 	for i, want := range []string{"1ms", "2ms", "4ms", "8ms"} {
 		if !strings.HasSuffix(lines[i], "restart in "+want) {
@@ -199,9 +226,9 @@ cmd = exec sleep 600
 enabled = yes
 whitelist = root, bob
 idle_seconds = 60
-`, Options{TTYDev: devDir, Utmp: e.path("no-utmp")})
+`, options{TTYDev: devDir, Utmp: e.path("no-utmp")})
 	e.waitState("both jobs running", patience, func(f *idlestate.File) bool {
-		return running("process-a")(f) && running("process-b")(f)
+		return jobRunning("process-a")(f) && jobRunning("process-b")(f)
 	})
 	// alice types
 	now := time.Now()
@@ -209,7 +236,7 @@ idle_seconds = 60
 	e.waitLog(`gpu 0: stopped job process-a \(pid \d+\) - user alice active on pts/`+strconv.Itoa(n), 1, patience)
 	e.waitLog(`gpu 1: stopped job process-b \(pid \d+\) - user alice active on pts/`, 1, patience)
 	f := e.waitState("paused", patience, func(f *idlestate.File) bool {
-		return strings.HasPrefix(f.Paused, "user alice active") && !running("process-a")(f) && !running("process-b")(f)
+		return strings.HasPrefix(f.Paused, "user alice active") && !jobRunning("process-a")(f) && !jobRunning("process-b")(f)
 	})
 	if f.GPUs[0].State != idlestate.Idle {
 		t.Errorf("a paused GPU is still free for people: %+v", f.GPUs[0])
@@ -245,7 +272,7 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 `, e.devs[0]))
 	first := e.startBinary(cfg, "first.log")
 	f := e.waitState("the job running with its children", patience, func(f *idlestate.File) bool {
-		return f.PID == first.Process.Pid && running("process-one")(f) && len(jobInfo(f, "process-one").PIDs) >= 3
+		return f.PID == first.Process.Pid && jobRunning("process-one")(f) && len(jobInfo(f, "process-one").PIDs) >= 3
 	})
 	old := jobInfo(f, "process-one")
 	first.Process.Kill()
@@ -255,7 +282,7 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 	}
 	second := e.startBinary(cfg, "second.log")
 	f = e.waitState("a new job from the second idlemon", patience, func(f *idlestate.File) bool {
-		return f.PID == second.Process.Pid && running("process-one")(f) && jobInfo(f, "process-one").PGID != old.PGID
+		return f.PID == second.Process.Pid && jobRunning("process-one")(f) && jobInfo(f, "process-one").PGID != old.PGID
 	})
 	sessionGone(t, old.PGID, 0) // stopped before the new one started
 	b, _ := os.ReadFile(e.path("second.log"))
@@ -309,68 +336,35 @@ user = root
 [process-kids]
 gpus = 0
 cmd = read _ <%[1]s; sleep 600 & echo $! >%[3]s.tmp; mv %[3]s.tmp %[3]s; read _ <%[2]s; (exec 3<%[5]s; exec sleep 600) & echo $! >%[4]s.tmp; mv %[4]s.tmp %[4]s; wait
-`, fifo1, fifo2, e.path("plain"), e.path("gpu"), e.devs[0]), Options{ProcsEvery: every})
-	now := time.Now()
-	// steps a scan later (the state file is written at most once a second)
-	step := func(after time.Duration) *idlestate.File {
-		t.Helper()
-		now = now.Add(after)
-		d.step(now)
-		f := e.readState()
-		if !f.Updated.Equal(now) {
-			t.Fatalf("state file written at %s, not by the step at %s", f.Updated, now)
-		}
-		return f
-	}
-	listed := func(f *idlestate.File, pid int) bool {
-		j := jobInfo(f, "process-kids")
-		in := slices.Contains(j.PIDs, pid)
-		if in != slices.ContainsFunc(j.Procs, func(p idlestate.ProcStart) bool { return p.PID == pid }) {
-			t.Fatalf("pids and procs disagree about %d: %+v", pid, j)
-		}
-		return in
-	}
-	trigger := func(fifo string) {
-		t.Helper()
-		if err := os.WriteFile(fifo, []byte("go\n"), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	readPID := func(name string) int {
-		t.Helper()
-		pid, err := strconv.Atoi(strings.TrimSpace(string(waitFile(t, e.path(name), patience))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pid
-	}
-
-	f := step(0)
-	if !running("process-kids")(f) {
+`, fifo1, fifo2, e.path("plain"), e.path("gpu"), e.devs[0]), options{ProcsEvery: every})
+	h := &handSteps{e: e, d: d, now: time.Now()}
+	listed := func(f *idlestate.File, pid int) bool { return listedIn(t, f, "process-kids", pid) }
+	f := h.step(0)
+	if !jobRunning("process-kids")(f) {
 		t.Fatalf("job not started:\n%s", e.log.String())
 	}
 	leader := jobInfo(f, "process-kids").PGID
-	f = step(2 * time.Second)
+	f = h.step(2 * time.Second)
 	if !listed(f, leader) {
 		t.Fatalf("leader %d not listed: %+v", leader, jobInfo(f, "process-kids"))
 	}
-	step(100 * time.Second) // the job is no longer young: the next full listing is 25s away
+	h.step(100 * time.Second) // the job is no longer young: the next full listing is 25s away
 
-	trigger(fifo1)
-	plain := readPID("plain")
-	f = step(2 * time.Second)
+	writeFifo(t, fifo1)
+	plain := e.readPID("plain")
+	f = h.step(2 * time.Second)
 	if listed(f, plain) {
 		t.Errorf("child %d without a GPU listed by a scan before the full listing is due: every scan reads every process", plain)
 	}
-	f = step(every)
+	f = h.step(every)
 	if !listed(f, plain) || !listed(f, leader) {
 		t.Errorf("after %s: %+v, want the leader %d and child %d", every, jobInfo(f, "process-kids"), leader, plain)
 	}
 
-	trigger(fifo2)
-	gpu := readPID("gpu")
+	writeFifo(t, fifo2)
+	gpu := e.readPID("gpu")
 	e.waitHolder(0, gpu, patience)
-	f = step(2 * time.Second) // one scan, the full listing not due
+	f = h.step(2 * time.Second) // one scan, the full listing not due
 	if !listed(f, gpu) {
 		t.Errorf("child %d holding gpu 0 is not in the job's pids after a scan: %+v", gpu, jobInfo(f, "process-kids"))
 	}
@@ -387,23 +381,12 @@ cmd = read _ <%[1]s; sleep 600 & echo $! >%[3]s.tmp; mv %[3]s.tmp %[3]s; read _ 
 	// A listed pid that now holds a GPU for someone else (the pid was
 	// reused) is off the list after a scan: fetch would take it for the
 	// job's.
-	dev1, err := os.Open(e.devs[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := exec.Command("sleep", "600")
-	other.ExtraFiles = []*os.File{dev1}
-	err = other.Start()
-	dev1.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { other.Process.Kill(); other.Wait() }()
+	other := holdOpen(t, e.devs[1])
 	e.waitHolder(1, other.Process.Pid, patience)
 	j := d.runs[0]
 	i, _ := findProc(j.procs, other.Process.Pid)
 	j.procs = slices.Insert(j.procs, i, idlestate.ProcStart{PID: other.Process.Pid, Start: 1})
-	f = step(2 * time.Second)
+	f = h.step(2 * time.Second)
 	if listed(f, other.Process.Pid) {
 		t.Errorf("pid %d holding gpu 1, not the job's, listed as the job's: %+v", other.Process.Pid, jobInfo(f, "process-kids"))
 	}

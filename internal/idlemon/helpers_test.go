@@ -94,13 +94,13 @@ func (e *env) config(body string) string {
 
 // prepare resolves body's config on this fake host and points the daemon's
 // log at e.log and its jobs' output at the file "stdout".
-func (e *env) prepare(body string, opt Options) (*Plan, Options, *os.File) {
+func (e *env) prepare(body string, opt options) (*hostPlan, options, *os.File) {
 	e.t.Helper()
 	cfg, err := config.Load(e.config(body))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	plan, err := Resolve(cfg)
+	plan, err := resolve(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -114,14 +114,14 @@ func (e *env) prepare(body string, opt Options) (*Plan, Options, *os.File) {
 }
 
 // start runs the daemon in this process until the test ends, or until
-// the function it returns is called (as SIGTERM would: Run stops the jobs
+// the function it returns is called (as SIGTERM would: runDaemon stops the jobs
 // and returns).
-func (e *env) start(body string, opt Options) (stop func()) {
+func (e *env) start(body string, opt options) (stop func()) {
 	e.t.Helper()
 	plan, opt, out := e.prepare(body, opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, plan, opt) }()
+	go func() { done <- runDaemon(ctx, plan, opt) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -197,7 +197,7 @@ func waitFileMatch(t testing.TB, path, re string, n int) []string {
 
 // daemon sets up a daemon for body without running it: the test calls its
 // step itself. Its jobs are stopped when the test ends.
-func (e *env) daemon(body string, opt Options) *Daemon {
+func (e *env) daemon(body string, opt options) *daemon {
 	e.t.Helper()
 	plan, opt, out := e.prepare(body, opt)
 	d := newDaemon(plan, opt)
@@ -325,7 +325,7 @@ func waitFile(t testing.TB, path string, timeout time.Duration) []byte {
 	}
 }
 
-func running(name string) func(*idlestate.File) bool {
+func jobRunning(name string) func(*idlestate.File) bool {
 	return func(f *idlestate.File) bool {
 		for _, j := range f.Jobs {
 			if j.Name == name && j.Running && j.PGID > 1 {
@@ -413,4 +413,74 @@ func helperOpener() {
 			fmt.Println("closed")
 		}
 	}
+}
+
+// handSteps drives a daemon's scans by hand, on a clock of its own.
+type handSteps struct {
+	e   *env
+	d   *daemon
+	now time.Time
+}
+
+// step scans after the given time and returns the state file that scan
+// wrote (it is written at most once a second: a step a second or more
+// after the last one writes it).
+func (h *handSteps) step(after time.Duration) *idlestate.File {
+	h.e.t.Helper()
+	h.now = h.now.Add(after)
+	h.d.step(h.now)
+	f := h.e.readState()
+	if !f.Updated.Equal(h.now) {
+		h.e.t.Fatalf("state file written at %s, not by the step at %s", f.Updated, h.now)
+	}
+	return f
+}
+
+// listedIn says whether job's processes in f include pid; its pids and
+// procs must agree.
+func listedIn(t testing.TB, f *idlestate.File, job string, pid int) bool {
+	t.Helper()
+	j := jobInfo(f, job)
+	in := slices.Contains(j.PIDs, pid)
+	if in != slices.ContainsFunc(j.Procs, func(p idlestate.ProcStart) bool { return p.PID == pid }) {
+		t.Fatalf("pids and procs disagree about %d: %+v", pid, j)
+	}
+	return in
+}
+
+// writeFifo writes a line into the fifo at path (a job reading it goes on).
+func writeFifo(t testing.TB, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readPID waits for the file name in the test's folder and reads the pid
+// in it.
+func (e *env) readPID(name string) int {
+	e.t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(waitFile(e.t, e.path(name), patience))))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pid
+}
+
+// holdOpen starts a process of this test's user that holds dev open until
+// the test ends.
+func holdOpen(t testing.TB, dev string) *exec.Cmd {
+	t.Helper()
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := exec.Command("sleep", "600")
+	c.ExtraFiles = []*os.File{f}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c
 }

@@ -12,7 +12,9 @@ import (
 
 // inotify watches the device files for opens (and closes).
 type inotify struct {
-	f *os.File
+	f       *os.File
+	pending atomic.Uint32 // the masks of the events not yet taken
+	events  chan struct{} // a poke: pending has something
 }
 
 func newInotify(devs []holders.Device) (*inotify, error) {
@@ -26,13 +28,17 @@ func newInotify(devs []holders.Device) (*inotify, error) {
 			return nil, fmt.Errorf("watch %s: %v", dv.Path, err)
 		}
 	}
-	return &inotify{f: os.NewFile(uintptr(fd), "inotify")}, nil
+	return &inotify{f: os.NewFile(uintptr(fd), "inotify"), events: make(chan struct{}, 1)}, nil
 }
 
 func (in *inotify) Close() error { return in.f.Close() }
 
-// run reads events, adds their masks to pending and pokes notify.
-func (in *inotify) run(pending *atomic.Uint32, notify chan<- struct{}) {
+// take returns the masks of the events since the last take.
+func (in *inotify) take() uint32 { return in.pending.Swap(0) }
+
+// run reads events until Close, adds their masks to pending and pokes
+// events.
+func (in *inotify) run() {
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
 		n, err := in.f.Read(buf)
@@ -45,9 +51,9 @@ func (in *inotify) run(pending *atomic.Uint32, notify chan<- struct{}) {
 			mask |= ev.Mask
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 		}
-		pending.Or(mask)
+		in.pending.Or(mask)
 		select {
-		case notify <- struct{}{}:
+		case in.events <- struct{}{}:
 		default:
 		}
 	}

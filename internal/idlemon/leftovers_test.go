@@ -53,7 +53,7 @@ user = idlejob
 [process-tmux]
 gpus = 0
 cmd = %s
-`, daemonizingJob(dev0, e.path("worker"))), Options{})
+`, daemonizingJob(dev0, e.path("worker"))), options{})
 
 	worker := readPIDFile(t, e.path("worker"))
 	f := e.waitState("the daemonized worker listed as the job's", patience, func(f *idlestate.File) bool {
@@ -255,7 +255,7 @@ func TestKilledMidStop(t *testing.T) {
 	f := waitStateAt(t, e.statePath(), "gpu 0 busy with alice", patience, func(f *idlestate.File) bool {
 		return len(f.GPUs) == 1 && f.GPUs[0].State == idlestate.Busy
 	})
-	if running("process-a")(f) || !pidAlive(alice) {
+	if jobRunning("process-a")(f) || !pidAlive(alice) {
 		t.Errorf("job started on alice's GPU, or alice touched: %+v", f)
 	}
 }
@@ -286,7 +286,7 @@ user = idlejob
 [process-walk]
 gpus = 0
 cmd = exec 3<%s 4>%s; echo walking >&4; perl -e '$SIG{TERM} = "IGNORE"; while (1) { exit 0 if fork; select(undef, undef, undef, 0.0005) }'; exec sleep 600
-`, e.devs[0], fifo), Options{})
+`, e.devs[0], fifo), options{})
 	r.SetReadDeadline(time.Now().Add(patience))
 	buf := make([]byte, 64)
 	for {
@@ -299,10 +299,10 @@ cmd = exec 3<%s 4>%s; echo walking >&4; perl -e '$SIG{TERM} = "IGNORE"; while (1
 		}
 		time.Sleep(time.Millisecond) // no writer yet: a read says end of file at once
 	}
-	e.waitState("the job running", patience, running("process-walk"))
+	e.waitState("the job running", patience, jobRunning("process-walk"))
 	foreign(t, "alice", e.devs[0])
 	e.waitLog(`gpu 0: stopped job process-walk .* preempted by alice`, 1, patience)
-	e.waitState("the job stopped", patience, func(f *idlestate.File) bool { return !running("process-walk")(f) })
+	e.waitState("the job stopped", patience, func(f *idlestate.File) bool { return !jobRunning("process-walk")(f) })
 	for {
 		_, err := r.Read(buf)
 		if errors.Is(err, io.EOF) {
@@ -329,7 +329,7 @@ user = idlejob
 [process-title]
 gpus = 0
 cmd = (setsid perl -e '$SIG{TERM} = "IGNORE"; open(F, "<", "%s") or die; open(W, ">", "%s.tmp"); print W "$$"; close W; rename("%s.tmp", "%s"); select(undef, undef, undef, 0.005) until -e "%s"; $0 = "worker " . "x" x 4000; open(W, ">", "%s"); print W "done"; close W; sleep 600' </dev/null >/dev/null 2>&1 &); exec sleep 600
-`, e.devs[0], ready, ready, ready, rename, renamed), Options{})
+`, e.devs[0], ready, ready, ready, rename, renamed), options{})
 	worker := readPIDFile(t, ready)
 	e.waitState("the worker listed as the job's", patience, func(f *idlestate.File) bool {
 		return slices.Contains(jobInfo(f, "process-title").PIDs, worker)

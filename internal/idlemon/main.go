@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/idlemon/config"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/version"
@@ -49,114 +50,151 @@ Commands:
 
 // Main is idlemon's whole command line.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return MainWith(ctx, args, stdout, stderr, Options{})
-}
-
-// MainWith is Main with daemon options (for tests).
-func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, opt Options) error {
-	fs := flag.NewFlagSet("idlemon", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	cfgPath := fs.String("c", "", "")
-	checkOnly := fs.Bool("n", false, "")
-	statePath := fs.String("s", "", "")
-	limit := fs.Int("l", 0, "")
-	help := fs.Bool("h", false, "")
-	showVersion := fs.Bool("version", false, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return nil
-		}
-		return &cli.UsageError{Msg: err.Error()}
-	}
-	if *help {
+	inv, err := parseArgs(args)
+	switch {
+	case err != nil:
+		return err
+	case inv.help:
 		fmt.Fprint(stdout, usage)
 		return nil
-	}
-	if *showVersion {
+	case inv.version:
 		fmt.Fprintln(stdout, version.Line("idlemon"))
 		return nil
 	}
-	cmd := "run"
+	switch inv.cmd {
+	case "run", "check":
+		return runOrCheck(ctx, inv, stdout, stderr)
+	case "status", "available":
+		return readCommand(inv, stdout)
+	default:
+		return cli.WithHint(&cli.UsageError{Msg: fmt.Sprintf("unknown command %q", inv.cmd)}, "commands: run, check, status, available (idlemon -h)")
+	}
+}
+
+// invocation is a command line, parsed.
+type invocation struct {
+	cmd       string // run (without a command), check, status, available
+	cfgPath   string // -c
+	statePath string // -s
+	limit     int    // -l
+	help      bool   // -h, -help: print the usage and nothing else
+	version   bool
+}
+
+// parseArgs reads the flags before the command, the command, and the
+// flags after it (available -l 1, status -s FILE).
+func parseArgs(args []string) (invocation, error) {
+	var inv invocation
+	fs := flag.NewFlagSet("idlemon", flag.ContinueOnError)
+	fs.StringVar(&inv.cfgPath, "c", "", "")
+	checkOnly := fs.Bool("n", false, "")
+	fs.StringVar(&inv.statePath, "s", "", "")
+	fs.IntVar(&inv.limit, "l", 0, "")
+	fs.BoolVar(&inv.help, "h", false, "")
+	fs.BoolVar(&inv.version, "version", false, "")
+	if err := parseFlags(fs, args, &inv); err != nil || inv.help || inv.version {
+		return inv, err
+	}
+	inv.cmd = "run"
 	rest := fs.Args()
 	if len(rest) > 0 {
-		cmd, rest = rest[0], rest[1:]
+		inv.cmd, rest = rest[0], rest[1:]
 	}
 	if *checkOnly {
-		if cmd != "run" && cmd != "check" {
-			return &cli.UsageError{Msg: "-n is the check command; it goes with no other command"}
+		if inv.cmd != "run" && inv.cmd != "check" {
+			return inv, &cli.UsageError{Msg: "-n is the check command; it goes with no other command"}
 		}
-		cmd = "check"
+		inv.cmd = "check"
 	}
-	// flags after the command (available -l 1, status -s FILE)
-	sub := flag.NewFlagSet("idlemon "+cmd, flag.ContinueOnError)
-	sub.SetOutput(io.Discard)
-	sub.StringVar(cfgPath, "c", *cfgPath, "")
-	sub.StringVar(statePath, "s", *statePath, "")
-	if cmd == "available" {
-		sub.IntVar(limit, "l", *limit, "")
+	sub := flag.NewFlagSet("idlemon "+inv.cmd, flag.ContinueOnError)
+	sub.StringVar(&inv.cfgPath, "c", inv.cfgPath, "")
+	sub.StringVar(&inv.statePath, "s", inv.statePath, "")
+	if inv.cmd == "available" {
+		sub.IntVar(&inv.limit, "l", inv.limit, "")
 	}
-	if err := sub.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return nil
-		}
-		return &cli.UsageError{Msg: err.Error()}
+	if err := parseFlags(sub, rest, &inv); err != nil || inv.help {
+		return inv, err
 	}
 	if sub.NArg() > 0 {
-		return &cli.UsageError{Msg: fmt.Sprintf("unexpected %q after %s", sub.Arg(0), cmd)}
+		return inv, &cli.UsageError{Msg: fmt.Sprintf("unexpected %q after %s", sub.Arg(0), inv.cmd)}
 	}
-	if *limit < 0 {
-		return &cli.UsageError{Msg: "-l needs a number of GPUs of at least 1"}
+	if inv.limit < 0 {
+		return inv, &cli.UsageError{Msg: "-l needs a number of GPUs of at least 1"}
 	}
-	switch cmd {
-	case "run", "check":
-		if *statePath != "" {
-			return &cli.UsageError{Msg: "-s is for status and available; the daemon writes the config's state_file"}
-		}
-		cfg, err := loadConfig(*cfgPath)
-		if err != nil {
-			return err
-		}
-		plan, err := Resolve(cfg)
-		if err != nil {
-			return err
-		}
-		if cmd == "check" {
-			plan.Describe(stdout)
-			return nil
-		}
-		if opt.Log == nil {
-			opt.Log = stderr
-		}
-		return Run(ctx, plan, opt)
-	case "status", "available":
-		path := *statePath
-		if path == "" {
-			if *cfgPath != "" {
-				cfg, err := loadConfig(*cfgPath)
-				if err != nil {
-					return err
-				}
-				path = cfg.StateFile
-			} else if cfg, err := config.Load(config.DefaultPath); err == nil {
-				path = cfg.StateFile
-			} else {
-				path = idlestate.DefaultPath
-			}
-		}
-		f, err := readState(path)
-		if err != nil {
-			return err
-		}
-		if cmd == "status" {
-			printStatus(stdout, f, time.Now())
-			return nil
-		}
-		return printAvailable(stdout, f, *limit)
-	default:
-		return cli.WithHint(&cli.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, "commands: run, check, status, available (idlemon -h)")
+	return inv, nil
+}
+
+// parseFlags parses args with fs: -help (which fs does not define) asks
+// for the usage, any other error is a usage error.
+func parseFlags(fs *flag.FlagSet, args []string, inv *invocation) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		inv.help = true
+		return nil
 	}
+	if err != nil {
+		return &cli.UsageError{Msg: err.Error()}
+	}
+	return nil
+}
+
+// runOrCheck resolves the config against this machine, then prints the
+// plan (check) or runs the daemon until ctx ends (run).
+func runOrCheck(ctx context.Context, inv invocation, stdout, stderr io.Writer) error {
+	if inv.statePath != "" {
+		return &cli.UsageError{Msg: "-s is for status and available; the daemon writes the config's state_file"}
+	}
+	cfg, err := loadConfig(inv.cfgPath)
+	if err != nil {
+		return err
+	}
+	plan, err := resolve(cfg)
+	if err != nil {
+		return err
+	}
+	if inv.cmd == "check" {
+		plan.describe(stdout)
+		return nil
+	}
+	return runDaemon(ctx, plan, options{Log: stderr})
+}
+
+// readCommand is status or available: both read the daemon's state file.
+func readCommand(inv invocation, stdout io.Writer) error {
+	path, err := stateFileOf(inv)
+	if err != nil {
+		return err
+	}
+	f, err := readState(path)
+	if err != nil {
+		return err
+	}
+	if inv.cmd == "status" {
+		printStatus(stdout, f, time.Now())
+		return nil
+	}
+	return printAvailable(stdout, f, inv.limit)
+}
+
+// stateFileOf is the state file to read: -s; else the state_file of the
+// config named by -c, which must load; else that of the default config
+// if it loads; else idlestate's default.
+func stateFileOf(inv invocation) (string, error) {
+	if inv.statePath != "" {
+		return inv.statePath, nil
+	}
+	if inv.cfgPath != "" {
+		cfg, err := loadConfig(inv.cfgPath)
+		if err != nil {
+			return "", err
+		}
+		return cfg.StateFile, nil
+	}
+	if cfg, err := config.Load(config.DefaultPath); err == nil {
+		return cfg.StateFile, nil
+	}
+	return idlestate.DefaultPath, nil
 }
 
 func loadConfig(path string) (*config.Config, error) {
@@ -200,8 +238,15 @@ func alive(f *idlestate.File) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
+// maxCommand is how much of a holder's command line status prints, in
+// bytes: a GPU's row stays one terminal line.
+const maxCommand = 60
+
+// printStatus prints f for people. Everything in it came from a file
+// another process wrote: it reaches the terminal through hosttext, so no
+// control sequence, bidi override or broken character gets through.
 func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
-	host := printable(f.Host)
+	host := hosttext.Printable(f.Host)
 	if host == "" {
 		host = "this host"
 	}
@@ -217,7 +262,7 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 	}
 	fmt.Fprintf(w, "idlemon on %s: pid %d %s; updated %s\n", host, f.PID, running, ago(f.Updated))
 	if f.Paused != "" {
-		fmt.Fprintf(w, "jobs paused: %s\n", printable(f.Paused))
+		fmt.Fprintf(w, "jobs paused: %s\n", hosttext.Printable(f.Paused))
 	}
 	jobOf := map[int]idlestate.JobInfo{}
 	for _, j := range f.Jobs {
@@ -231,20 +276,20 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 	for _, g := range f.GPUs {
 		var who []string
 		for _, h := range g.Holders {
-			who = append(who, fmt.Sprintf("%s pid %d %s", printable(h.User), h.PID, truncate(printable(h.Command), 60)))
+			who = append(who, fmt.Sprintf("%s pid %d %s", hosttext.Printable(h.User), h.PID, hosttext.Clip(hosttext.Printable(h.Command), maxCommand)))
 		}
 		if g.State == idlestate.Job {
 			if j, ok := jobOf[g.Index]; ok {
-				who = append(who, fmt.Sprintf("our job %s (pid %d, %d processes)", printable(j.Name), j.PGID, len(j.PIDs)))
+				who = append(who, fmt.Sprintf("our job %s (pid %d, %d processes)", hosttext.Printable(j.Name), j.PGID, len(j.PIDs)))
 			}
 		}
 		fmt.Fprintf(w, "%-4d %-5s %-9s %s\n", g.Index, g.State, ago(g.Since), strings.Join(who, "; "))
 	}
 	for _, j := range f.Jobs {
 		if j.Running {
-			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
+			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
 		} else {
-			fmt.Fprintf(w, "job %s on gpu %s: not running\n", printable(j.Name), joinInts(j.GPUs))
+			fmt.Fprintf(w, "job %s on gpu %s: not running\n", hosttext.Printable(j.Name), joinInts(j.GPUs))
 		}
 	}
 }
@@ -268,22 +313,4 @@ func printAvailable(w io.Writer, f *idlestate.File, limit int) error {
 	}
 	fmt.Fprintln(w, joinInts(free))
 	return nil
-}
-
-// printable keeps what the state file says off the terminal's control
-// sequences: C0 and C1 control characters and DEL become '?'.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '?'
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }

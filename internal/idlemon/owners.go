@@ -41,7 +41,7 @@ const unsureFor = 10 * time.Millisecond
 // (a daemonized worker: double fork, setsid), or a child of one, is the
 // job's when it, or the ancestor it descends from, runs as the jobs' user
 // and carries the job's mark; environments are read only then.
-func (d *Daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
+func (d *daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 	owner := map[int]int{}
 	for _, r := range d.runs {
 		r.holders = r.holders[:0]
@@ -65,24 +65,42 @@ func (d *Daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 	return owner
 }
 
-func (d *Daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
+func (d *daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 	for i, r := range d.runs {
 		if r.job != nil && snap.Within(pid, []int{r.job.PID}, map[int]bool{r.job.PID: true}) {
 			return i
 		}
 	}
-	if p := snap.Proc(pid); p != nil {
-		if nonce, ok := d.known[[2]uint64{uint64(pid), p.Start}]; ok {
-			for i, r := range d.runs {
-				if r.job != nil && r.job.Mark.Nonce == nonce {
-					return i
-				}
-			}
+	if i, ok := d.knownOwner(snap, pid); ok {
+		return i
+	}
+	return d.ownerByMark(snap, pid, now)
+}
+
+// knownOwner is the job that pid was seen with the mark of, if it still
+// runs.
+func (d *daemon) knownOwner(snap *holders.Snapshot, pid int) (int, bool) {
+	p := snap.Proc(pid)
+	if p == nil {
+		return 0, false
+	}
+	nonce, ok := d.known[[2]uint64{uint64(pid), p.Start}]
+	if !ok {
+		return 0, false
+	}
+	for i, r := range d.runs {
+		if r.job != nil && r.job.Mark.Nonce == nonce {
+			return i, true
 		}
 	}
-	// Up through the jobs' user's processes (status's real uid: the owner
-	// of /proc/PID is root while a process is not dumpable, as it is for
-	// a moment in every execve), the holder first.
+	return 0, false
+}
+
+// ownerByMark walks up from pid through the jobs' user's processes
+// (status's real uid: the owner of /proc/PID is root while a process is
+// not dumpable, as it is for a moment in every execve), the holder first,
+// to the first with a mark of ours.
+func (d *daemon) ownerByMark(snap *holders.Snapshot, pid int, now time.Time) int {
 	cur := pid
 	for steps := 0; cur > 1 && steps < 64; steps++ {
 		m, err := d.sup.Identify(cur)
@@ -93,43 +111,55 @@ func (d *Daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 			break
 		}
 		if m.Mark.Instance == d.sup.Instance {
-			for i, r := range d.runs {
-				if r.job != nil && r.job.Owns(m) {
-					// Remembered: a worker may overwrite its environment
-					// later (setproctitle, Perl's $0), and the mark with it.
-					if p := snap.Proc(pid); p != nil {
-						d.known[[2]uint64{uint64(pid), p.Start}] = m.Mark.Nonce
-					}
-					return i
-				}
-			}
-			d.stopStray(m.Mark)
-			return stray
+			return d.markedOwner(snap, pid, m)
 		}
 		if m.Mark.Instance != "" {
 			break // another idlemon's job
 		}
-		if cur == pid && m.NoEnv {
-			k := [2]uint64{uint64(pid), m.Start}
-			since, seen := d.unsure[k]
-			if !seen {
-				since = now
-				d.unsure[k] = now
-				d.recheckAt(now.Add(unsureFor))
-			}
-			if now.Sub(since) < unsureFor {
-				return unsure
-			}
+		if cur == pid && m.NoEnv && d.stillUnsure(pid, m.Start, now) {
+			return unsure
 		}
 		cur = m.PPID
 	}
 	return notOurs
 }
 
+// markedOwner is the job whose run m's mark names, pid being m or one of
+// its descendants; stray when that run no longer runs (its processes are
+// stopped).
+func (d *daemon) markedOwner(snap *holders.Snapshot, pid int, m supervisor.Member) int {
+	for i, r := range d.runs {
+		if r.job != nil && r.job.Owns(m) {
+			// Remembered: a worker may overwrite its environment later
+			// (setproctitle, Perl's $0), and the mark with it.
+			if p := snap.Proc(pid); p != nil {
+				d.known[[2]uint64{uint64(pid), p.Start}] = m.Mark.Nonce
+			}
+			return i
+		}
+	}
+	d.stopStray(m.Mark)
+	return stray
+}
+
+// stillUnsure says whether a holder of the jobs' user without an
+// environment (pid, started at start) is within unsureFor of when it was
+// first seen so; the first time, it asks for a look when that ends.
+func (d *daemon) stillUnsure(pid int, start uint64, now time.Time) bool {
+	k := [2]uint64{uint64(pid), start}
+	since, seen := d.unsure[k]
+	if !seen {
+		since = now
+		d.unsure[k] = now
+		d.recheckAt(now.Add(unsureFor))
+	}
+	return now.Sub(since) < unsureFor
+}
+
 // stopStray stops the processes of a run of ours that is no longer
 // running: they survived its stop (SIGKILL does not end a process stuck
 // in the kernel at once). They are not foreign users.
-func (d *Daemon) stopStray(m supervisor.Mark) {
+func (d *daemon) stopStray(m supervisor.Mark) {
 	if d.strays[m.Nonce] {
 		return
 	}
@@ -144,7 +174,7 @@ func (d *Daemon) stopStray(m supervisor.Mark) {
 
 // ignored says whether p, running command, is a program that never makes
 // gpu busy.
-func (d *Daemon) ignored(p *holders.Proc, command string, gpu int) bool {
+func (d *daemon) ignored(p *holders.Proc, command string, gpu int) bool {
 	ip := ignore.Process{Comm: p.Comm, Args: command, UID: p.UID, MemMiB: ignore.Unknown}
 	if exe, err := os.Readlink(d.scanner.Root + "/" + strconv.Itoa(p.PID) + "/exe"); err == nil {
 		ip.Exe = strings.TrimSuffix(exe, " (deleted)")
@@ -159,7 +189,7 @@ func (d *Daemon) ignored(p *holders.Proc, command string, gpu int) bool {
 // when one of the job's GPU holders is not listed (a new child opened the
 // GPU). In between the list stays as it was, less any pid that now holds a
 // GPU for someone else (reused); the job's GPU holders are always on it.
-func (d *Daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now time.Time) {
+func (d *daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now time.Time) {
 	r := d.runs[i]
 	if r.job == nil {
 		r.procs, r.procsAt = r.procs[:0], time.Time{}

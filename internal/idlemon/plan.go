@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -16,9 +17,9 @@ import (
 	"github.com/gpumon/gpumon/internal/supervisor"
 )
 
-// Options are the daemon's knobs that are not in the config file (tests
+// options are the daemon's knobs that are not in the config file (tests
 // point them elsewhere).
-type Options struct {
+type options struct {
 	Log         io.Writer     // the one-line log; idlemon's stderr
 	JobStdout   *os.File      // where jobs without a log write; idlemon's stdout
 	TTYDev      string        // "/dev"
@@ -38,7 +39,7 @@ type Options struct {
 	ProcsEvery time.Duration
 }
 
-func (o *Options) defaults() {
+func (o *options) defaults() {
 	if o.Log == nil {
 		o.Log = os.Stderr
 	}
@@ -62,118 +63,157 @@ func (o *Options) defaults() {
 	}
 }
 
-// Plan is a config resolved against this machine: device files found, users
+// hostPlan is a config resolved against this machine: device files found, users
 // looked up. Everything that can be wrong is found here, before anything
 // starts. It holds no runtime state.
-type Plan struct {
+type hostPlan struct {
 	Cfg     *config.Config
 	Devices []holders.Device
-	Jobs    []JobPlan
+	Jobs    []jobPlan
 	Ignore  map[int][]string // GPU -> programs that do not make it busy
 	RunAs   string           // user the jobs run as ("" = idlemon's own)
 	JobUID  int              // the jobs' real uid
 	cred    *syscall.Credential
 }
 
-// JobPlan is one [process-*] section, resolved.
-type JobPlan struct {
+// jobPlan is one [process-*] section, resolved.
+type jobPlan struct {
 	Sec  config.JobSection
 	GPUs []int // resolved (ALL = every GPU found)
 	Spec supervisor.Spec
 }
 
-// Resolve checks cfg against this machine.
-func Resolve(cfg *config.Config) (*Plan, error) {
-	p := &Plan{Cfg: cfg, Ignore: map[int][]string{}, JobUID: os.Getuid()}
-	devs, err := holders.Find(cfg.Devices)
-	if err != nil {
-		return nil, cfg.ErrorAt("defaults", "devices", "%v", err)
-	}
-	if len(devs) == 0 {
-		e := cfg.ErrorAt("defaults", "devices", "no device files match %s", cfg.Devices)
-		e.HintText = "is the NVIDIA driver loaded (ls /dev/nvidia*)? set devices in [defaults] if they are elsewhere"
-		return nil, e
-	}
-	p.Devices = devs
-	have := map[int]bool{}
-	var all []int
-	for _, d := range devs {
-		have[d.Index] = true
-		all = append(all, d.Index)
-		p.Ignore[d.Index] = cfg.IgnoreFor(d.Index)
+// resolve checks cfg against this machine.
+func resolve(cfg *config.Config) (*hostPlan, error) {
+	p := &hostPlan{Cfg: cfg, Ignore: map[int][]string{}, JobUID: os.Getuid()}
+	if err := p.findDevices(); err != nil {
+		return nil, err
 	}
 	for _, g := range cfg.GPUs {
-		for _, i := range g.GPUs {
-			if !have[i] {
-				e := cfg.ErrorAt(g.Name, "gpus", "gpu %d has no device file among %s", i, cfg.Devices)
-				e.HintText = "found gpus " + joinInts(all)
-				return nil, e
-			}
+		if err := p.checkGPUs(g.Name, g.GPUs); err != nil {
+			return nil, err
 		}
 	}
 	var env []string
 	if len(cfg.Jobs) > 0 {
-		euid := os.Geteuid()
-		switch {
-		case cfg.User == "" && euid == 0:
-			e := cfg.ErrorAt("defaults", "user", "no user to run the jobs as, and idlemon runs as root")
-			if e.Line == 0 {
-				e.Key = ""
-				e.Msg = "no user to run the jobs as ([defaults] user), and idlemon runs as root"
-			}
-			e.HintText = "add user = NAME to [defaults] (e.g. a system user made with useradd --system idlejob); user = root runs them as root"
-			return nil, e
-		case cfg.User == "":
-			p.RunAs = ""
-		default:
-			cred, uenv, err := supervisor.Credential(cfg.User)
-			var unknown user.UnknownUserError
-			if errors.As(err, &unknown) {
-				e := cfg.ErrorAt("defaults", "user", "no such user %s", cfg.User)
-				e.HintText = "create it (useradd --system " + cfg.User + "), or name another"
-				return nil, e
-			}
-			if err != nil {
-				return nil, cfg.ErrorAt("defaults", "user", "%v", err)
-			}
-			if euid != 0 && int(cred.Uid) != euid {
-				e := cfg.ErrorAt("defaults", "user", "idlemon runs as uid %d and cannot start jobs as %s", euid, cfg.User)
-				e.HintText = "run idlemon as root (the systemd unit does), or remove user"
-				return nil, e
-			}
-			p.RunAs, p.JobUID, env = cfg.User, int(cred.Uid), uenv
-			if euid == 0 {
-				p.cred = cred // else already that user; setgroups would need root
-			}
+		var err error
+		if env, err = p.jobUser(); err != nil {
+			return nil, err
 		}
 	}
 	for _, sec := range cfg.Jobs {
-		j := JobPlan{Sec: sec, GPUs: sec.GPUs}
-		if sec.All {
-			j.GPUs = all
-		}
-		for _, i := range j.GPUs {
-			if !have[i] {
-				e := cfg.ErrorAt(sec.Name, "gpus", "gpu %d has no device file among %s", i, cfg.Devices)
-				e.HintText = "found gpus " + joinInts(all)
-				return nil, e
-			}
-		}
-		if fi, err := os.Stat(sec.Dir); err != nil || !fi.IsDir() {
-			return nil, cfg.ErrorAt(sec.Name, "dir", "%s is not a folder", sec.Dir)
-		}
-		if sec.Log != "" {
-			if fi, err := os.Stat(filepath.Dir(sec.Log)); err != nil || !fi.IsDir() {
-				return nil, cfg.ErrorAt(sec.Name, "log", "the folder of %s does not exist", sec.Log)
-			}
-		}
-		j.Spec = supervisor.Spec{
-			Name: sec.Name, Cmd: sec.Cmd, Dir: sec.Dir, Log: sec.Log, Cred: p.cred, Grace: cfg.Grace,
-			Env: jobEnv(env, j.GPUs),
+		j, err := p.resolveJob(sec, env)
+		if err != nil {
+			return nil, err
 		}
 		p.Jobs = append(p.Jobs, j)
 	}
 	return p, nil
+}
+
+// findDevices finds the config's device files, and so the GPUs.
+func (p *hostPlan) findDevices() error {
+	cfg := p.Cfg
+	devs, err := holders.Find(cfg.Devices)
+	if err != nil {
+		return cfg.ErrorAt("defaults", "devices", "%v", err)
+	}
+	if len(devs) == 0 {
+		e := cfg.ErrorAt("defaults", "devices", "no device files match %s", cfg.Devices)
+		e.HintText = "is the NVIDIA driver loaded (ls /dev/nvidia*)? set devices in [defaults] if they are elsewhere"
+		return e
+	}
+	p.Devices = devs
+	for _, d := range devs {
+		p.Ignore[d.Index] = cfg.IgnoreFor(d.Index)
+	}
+	return nil
+}
+
+// allGPUs lists the indices of the GPUs found.
+func (p *hostPlan) allGPUs() []int {
+	all := make([]int, len(p.Devices))
+	for i, d := range p.Devices {
+		all[i] = d.Index
+	}
+	return all
+}
+
+// checkGPUs says which of the gpus that section names has no device file.
+func (p *hostPlan) checkGPUs(section string, gpus []int) error {
+	for _, i := range gpus {
+		if !slices.ContainsFunc(p.Devices, func(d holders.Device) bool { return d.Index == i }) {
+			e := p.Cfg.ErrorAt(section, "gpus", "gpu %d has no device file among %s", i, p.Cfg.Devices)
+			e.HintText = "found gpus " + joinInts(p.allGPUs())
+			return e
+		}
+	}
+	return nil
+}
+
+// jobUser checks who the jobs run as, and can, and returns the
+// environment that user's jobs get (HOME, USER...); nil when they run as
+// idlemon's own user.
+func (p *hostPlan) jobUser() (env []string, err error) {
+	cfg := p.Cfg
+	euid := os.Geteuid()
+	if cfg.User == "" {
+		if euid != 0 {
+			return nil, nil
+		}
+		e := cfg.ErrorAt("defaults", "user", "no user to run the jobs as, and idlemon runs as root")
+		if e.Line == 0 {
+			e.Key = ""
+			e.Msg = "no user to run the jobs as ([defaults] user), and idlemon runs as root"
+		}
+		e.HintText = "add user = NAME to [defaults] (e.g. a system user made with useradd --system idlejob); user = root runs them as root"
+		return nil, e
+	}
+	cred, env, err := supervisor.Credential(cfg.User)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		e := cfg.ErrorAt("defaults", "user", "no such user %s", cfg.User)
+		e.HintText = "create it (useradd --system " + cfg.User + "), or name another"
+		return nil, e
+	}
+	if err != nil {
+		return nil, cfg.ErrorAt("defaults", "user", "%v", err)
+	}
+	if euid != 0 && int(cred.Uid) != euid {
+		e := cfg.ErrorAt("defaults", "user", "idlemon runs as uid %d and cannot start jobs as %s", euid, cfg.User)
+		e.HintText = "run idlemon as root (the systemd unit does), or remove user"
+		return nil, e
+	}
+	p.RunAs, p.JobUID = cfg.User, int(cred.Uid)
+	if euid == 0 {
+		p.cred = cred // else already that user; setgroups would need root
+	}
+	return env, nil
+}
+
+// resolveJob checks a [process-*] section against this machine: its GPUs,
+// its folder, its log's folder. userEnv is the jobs' user's environment.
+func (p *hostPlan) resolveJob(sec config.JobSection, userEnv []string) (jobPlan, error) {
+	j := jobPlan{Sec: sec, GPUs: sec.GPUs}
+	if sec.All {
+		j.GPUs = p.allGPUs()
+	}
+	if err := p.checkGPUs(sec.Name, j.GPUs); err != nil {
+		return j, err
+	}
+	if fi, err := os.Stat(sec.Dir); err != nil || !fi.IsDir() {
+		return j, p.Cfg.ErrorAt(sec.Name, "dir", "%s is not a folder", sec.Dir)
+	}
+	if sec.Log != "" {
+		if fi, err := os.Stat(filepath.Dir(sec.Log)); err != nil || !fi.IsDir() {
+			return j, p.Cfg.ErrorAt(sec.Name, "log", "the folder of %s does not exist", sec.Log)
+		}
+	}
+	j.Spec = supervisor.Spec{
+		Name: sec.Name, Cmd: sec.Cmd, Dir: sec.Dir, Log: sec.Log, Cred: p.cred, Grace: p.Cfg.Grace,
+		Env: jobEnv(userEnv, j.GPUs),
+	}
+	return j, nil
 }
 
 func jobEnv(userEnv []string, gpus []int) []string {
@@ -190,8 +230,8 @@ func jobEnv(userEnv []string, gpus []int) []string {
 	return supervisor.Env(base, set...)
 }
 
-// Describe prints what the plan will do.
-func (p *Plan) Describe(w io.Writer) {
+// describe prints what the plan will do.
+func (p *hostPlan) describe(w io.Writer) {
 	c := p.Cfg
 	fmt.Fprintf(w, "%s: ok\n", c.Path)
 	var ds []string

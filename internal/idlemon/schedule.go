@@ -13,39 +13,39 @@ import (
 // before, what a scan saw, and the time, and return the state after and the
 // decision. The scan, the processes and the clock stay in daemon.go.
 
-// Rules are the schedule's settings.
-type Rules struct {
+// rules are the schedule's settings.
+type rules struct {
 	MinIdle     time.Duration // a GPU idle this long may run a job
 	BackoffBase time.Duration // first restart delay of a job that ends by itself
 	BackoffMax  time.Duration
 	BackoffOK   time.Duration // a run this long resets the back-off
 }
 
-// Phase is where a job is in its life.
-type Phase int
+// phase is where a job is in its life.
+type phase int
 
 const (
-	Waiting  Phase = iota // not running: starts when its GPUs have been idle for MinIdle
-	Running               // started, not being stopped
-	Stopping              // SIGTERM sent; what is left goes at the end of the grace period
+	waiting  phase = iota // not running: starts when its GPUs have been idle for MinIdle
+	running               // started, not being stopped
+	stopping              // SIGTERM sent; what is left goes at the end of the grace period
 )
 
-func (p Phase) String() string {
+func (p phase) String() string {
 	return [...]string{"waiting", "running", "stopping"}[p]
 }
 
-// JobSched is what the schedule knows of one job.
-type JobSched struct {
+// jobSched is what the schedule knows of one job.
+type jobSched struct {
 	Name      string
 	GPUs      []int
 	All       bool // gpus = ALL: runs only when every GPU is idle, and first
-	Phase     Phase
+	Phase     phase
 	Backoff   time.Duration // the last restart delay; 0 = none
 	NotBefore time.Time     // back-off: no start before
 }
 
-// GPUSched is what the schedule knows of one GPU.
-type GPUSched struct {
+// gpuSched is what the schedule knows of one GPU.
+type gpuSched struct {
 	Index     int
 	State     string    // idlestate.Idle, Job or Busy
 	Since     time.Time // State since
@@ -53,16 +53,16 @@ type GPUSched struct {
 	Holders   []idlestate.Holder
 }
 
-// State is the schedule's whole state.
-type State struct {
-	Rules  Rules
-	GPUs   []GPUSched
-	Jobs   []JobSched
+// schedState is the schedule's whole state.
+type schedState struct {
+	Rules  rules
+	GPUs   []gpuSched
+	Jobs   []jobSched
 	Paused string // why no job may run (an active terminal user), or ""
 }
 
-// Observation is what one scan saw.
-type Observation struct {
+// observation is what one scan saw.
+type observation struct {
 	// Foreign lists, per GPU index, the processes that make it busy: not
 	// ours, not an ignored program.
 	Foreign map[int][]idlestate.Holder
@@ -73,17 +73,17 @@ type Observation struct {
 	Shutdown string
 }
 
-// StopJob is a decision to stop job Job (an index into State.Jobs).
-type StopJob struct {
+// stopJob is a decision to stop job Job (an index into schedState.Jobs).
+type stopJob struct {
 	Job       int
 	Reason    string
 	Preempted bool // by a foreign holder, not by a terminal user
 }
 
-// Decision is what to do after a scan.
-type Decision struct {
-	Stop  []StopJob
-	Start []int // indices into State.Jobs, to start in this order
+// decision is what to do after a scan.
+type decision struct {
+	Stop  []stopJob
+	Start []int // indices into schedState.Jobs, to start in this order
 	// Wake is the next moment a start falls due if nothing else changes
 	// (a GPU's idle time reaching MinIdle, a back-off ending); zero when
 	// nothing is due. It is always after now: a job blocked by something
@@ -92,8 +92,8 @@ type Decision struct {
 	Wake time.Time
 }
 
-// Clone returns a copy of s that shares nothing with it.
-func (s State) Clone() State {
+// clone returns a copy of s that shares nothing with it.
+func (s schedState) clone() schedState {
 	c := s
 	c.GPUs = slices.Clone(s.GPUs)
 	for i := range c.GPUs {
@@ -103,11 +103,11 @@ func (s State) Clone() State {
 	return c
 }
 
-// Step is the schedule's decision on a scan: obs as seen at now.
-// The returned state has the stopped jobs Stopping and the started ones
-// Running; the caller reports a failed start with StartFailed.
-func Step(s State, obs Observation, now time.Time) (State, Decision) {
-	s = s.Clone()
+// decide is the schedule's decision on a scan: obs as seen at now.
+// The returned state has the stopped jobs stopping and the started ones
+// running; the caller reports a failed start with startFailed.
+func decide(s schedState, obs observation, now time.Time) (schedState, decision) {
+	s = s.clone()
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		g.Holders = slices.Clone(obs.Foreign[g.Index])
@@ -119,10 +119,10 @@ func Step(s State, obs Observation, now time.Time) (State, Decision) {
 		}
 	}
 	s.Paused = obs.Paused
-	var d Decision
+	var d decision
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
-		if j.Phase != Running {
+		if j.Phase != running {
 			continue
 		}
 		reason, preempted := "", false
@@ -141,14 +141,14 @@ func Step(s State, obs Observation, now time.Time) (State, Decision) {
 			reason = obs.Shutdown
 		}
 		if reason != "" {
-			j.Phase = Stopping
-			d.Stop = append(d.Stop, StopJob{Job: i, Reason: reason, Preempted: preempted})
+			j.Phase = stopping
+			d.Stop = append(d.Stop, stopJob{Job: i, Reason: reason, Preempted: preempted})
 		}
 	}
 	if obs.Paused == "" && obs.Shutdown == "" {
 		d.Start = s.startable(now)
 		for _, i := range d.Start {
-			s.Jobs[i].Phase = Running
+			s.Jobs[i].Phase = running
 		}
 		d.Wake = s.wake(now)
 	}
@@ -159,19 +159,19 @@ func Step(s State, obs Observation, now time.Time) (State, Decision) {
 // startable lists the jobs that may start at now, in order. The ALL job
 // goes first when every GPU is idle and nothing of ours runs; per-GPU jobs
 // wait for it then.
-func (s *State) startable(now time.Time) []int {
+func (s *schedState) startable(now time.Time) []int {
 	all, busy := -1, 0
 	for i, j := range s.Jobs {
 		if j.All {
 			all = i
 		}
-		if j.Phase != Waiting {
+		if j.Phase != waiting {
 			busy++
 		}
 	}
 	if all >= 0 {
 		j := s.Jobs[all]
-		if j.Phase != Waiting {
+		if j.Phase != waiting {
 			return nil
 		}
 		if s.idle(j.GPUs, now) {
@@ -183,7 +183,7 @@ func (s *State) startable(now time.Time) []int {
 	}
 	var out []int
 	for i, j := range s.Jobs {
-		if !j.All && j.Phase == Waiting && !now.Before(j.NotBefore) && s.idle(j.GPUs, now) {
+		if !j.All && j.Phase == waiting && !now.Before(j.NotBefore) && s.idle(j.GPUs, now) {
 			out = append(out, i)
 		}
 	}
@@ -193,7 +193,7 @@ func (s *State) startable(now time.Time) []int {
 // wake is the first moment after now at which startable would start
 // something, the GPUs staying as they are. Only two kinds of moment can
 // change its answer: a GPU's FreeSince+MinIdle and a job's NotBefore.
-func (s *State) wake(now time.Time) time.Time {
+func (s *schedState) wake(now time.Time) time.Time {
 	var at []time.Time
 	for _, g := range s.GPUs {
 		if !g.FreeSince.IsZero() {
@@ -201,7 +201,7 @@ func (s *State) wake(now time.Time) time.Time {
 		}
 	}
 	for _, j := range s.Jobs {
-		if j.Phase == Waiting {
+		if j.Phase == waiting {
 			at = append(at, j.NotBefore)
 		}
 	}
@@ -215,7 +215,7 @@ func (s *State) wake(now time.Time) time.Time {
 }
 
 // idle says whether every GPU of gs has been free for MinIdle at now.
-func (s *State) idle(gs []int, now time.Time) bool {
+func (s *schedState) idle(gs []int, now time.Time) bool {
 	for _, gi := range gs {
 		g := s.gpu(gi)
 		if g == nil || g.FreeSince.IsZero() || now.Sub(g.FreeSince) < s.Rules.MinIdle {
@@ -225,8 +225,8 @@ func (s *State) idle(gs []int, now time.Time) bool {
 	return true
 }
 
-// IdleFor is how long every GPU of gs has been free at now.
-func (s *State) IdleFor(gs []int, now time.Time) time.Duration {
+// idleFor is how long every GPU of gs has been free at now.
+func (s *schedState) idleFor(gs []int, now time.Time) time.Duration {
 	least := time.Duration(-1)
 	for _, gi := range gs {
 		g := s.gpu(gi)
@@ -240,7 +240,7 @@ func (s *State) IdleFor(gs []int, now time.Time) time.Duration {
 	return max(least, 0)
 }
 
-func (s *State) gpu(idx int) *GPUSched {
+func (s *schedState) gpu(idx int) *gpuSched {
 	for i := range s.GPUs {
 		if s.GPUs[i].Index == idx {
 			return &s.GPUs[i]
@@ -251,7 +251,7 @@ func (s *State) gpu(idx int) *GPUSched {
 
 // gpuStates sets each GPU's state for the state file: busy with a foreign
 // holder, job while one of our jobs runs or stops on it, idle otherwise.
-func (s *State) gpuStates(now time.Time) {
+func (s *schedState) gpuStates(now time.Time) {
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		state := idlestate.Idle
@@ -259,7 +259,7 @@ func (s *State) gpuStates(now time.Time) {
 			state = idlestate.Busy
 		} else {
 			for _, j := range s.Jobs {
-				if j.Phase != Waiting && slices.Contains(j.GPUs, g.Index) {
+				if j.Phase != waiting && slices.Contains(j.GPUs, g.Index) {
 					state = idlestate.Job
 				}
 			}
@@ -270,29 +270,29 @@ func (s *State) gpuStates(now time.Time) {
 	}
 }
 
-// StartFailed is the state after job i could not start at now: waiting,
+// startFailed is the state after job i could not start at now: waiting,
 // with a longer back-off.
-func StartFailed(s State, i int, now time.Time) State {
-	s = s.Clone()
-	s.Jobs[i].Phase = Waiting
+func startFailed(s schedState, i int, now time.Time) schedState {
+	s = s.clone()
+	s.Jobs[i].Phase = waiting
 	s.backoff(i, now)
 	s.gpuStates(now)
 	return s
 }
 
-// Exited is the state after job i's first process ended by itself at now,
+// exited is the state after job i's first process ended by itself at now,
 // after running for ran: the rest of its processes, if any (left), are to
 // be stopped; it restarts after a back-off that doubles at each early end
 // and starts again from the base after a run of BackoffOK.
-func Exited(s State, i int, ran time.Duration, left bool, now time.Time) State {
-	s = s.Clone()
+func exited(s schedState, i int, ran time.Duration, left bool, now time.Time) schedState {
+	s = s.clone()
 	j := &s.Jobs[i]
-	if j.Phase != Running {
-		return s // a stop is under way: Stopped ends it
+	if j.Phase != running {
+		return s // a stop is under way: stopped ends it
 	}
-	j.Phase = Waiting
+	j.Phase = waiting
 	if left {
-		j.Phase = Stopping
+		j.Phase = stopping
 	}
 	if ran >= s.Rules.BackoffOK {
 		j.Backoff = 0
@@ -302,17 +302,17 @@ func Exited(s State, i int, ran time.Duration, left bool, now time.Time) State {
 	return s
 }
 
-// Stopped is the state once job i is gone after a stop: it may start again
+// stopped is the state once job i is gone after a stop: it may start again
 // as soon as its GPUs have been idle for MinIdle (a preempted job gets no
-// back-off; one that ended by itself keeps the one Exited gave it).
-func Stopped(s State, i int, now time.Time) State {
-	s = s.Clone()
-	s.Jobs[i].Phase = Waiting
+// back-off; one that ended by itself keeps the one exited gave it).
+func stopped(s schedState, i int, now time.Time) schedState {
+	s = s.clone()
+	s.Jobs[i].Phase = waiting
 	s.gpuStates(now)
 	return s
 }
 
-func (s *State) backoff(i int, now time.Time) {
+func (s *schedState) backoff(i int, now time.Time) {
 	j := &s.Jobs[i]
 	if j.Backoff == 0 {
 		j.Backoff = s.Rules.BackoffBase

@@ -18,7 +18,7 @@ import (
 // writeState writes the state file: at once when force (a job started or
 // stopped), else at most once a second (next() wakes the loop when a held
 // back write is due).
-func (d *Daemon) writeState(now time.Time, force bool) {
+func (d *daemon) writeState(now time.Time, force bool) {
 	if !d.dirty && !force {
 		return
 	}
@@ -53,7 +53,7 @@ func (d *Daemon) writeState(now time.Time, force bool) {
 // starts: every process of the jobs' user with this idlemon's mark, and,
 // when the old state file can be trusted, every one in the sessions it
 // records.
-func (d *Daemon) stopLeftovers() {
+func (d *daemon) stopLeftovers() {
 	path := d.plan.Cfg.StateFile
 	var sessions []supervisor.Session
 	prev := 0
@@ -73,7 +73,7 @@ func (d *Daemon) stopLeftovers() {
 			}
 		}
 	}
-	byName := map[string]JobPlan{}
+	byName := map[string]jobPlan{}
 	for _, j := range d.plan.Jobs {
 		byName[j.Sec.Name] = j
 	}
@@ -101,7 +101,7 @@ func (d *Daemon) stopLeftovers() {
 // readOldState reads the state file an earlier idlemon wrote, if it can be
 // trusted: a file anyone but idlemon's user (and root) could have written
 // may name any process.
-func (d *Daemon) readOldState(path string) (*idlestate.File, error) {
+func (d *daemon) readOldState(path string) (*idlestate.File, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, err

@@ -132,15 +132,6 @@ func readBounded(path string, max int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, max))
 }
 
-// MarkOf reads pid's mark: only a live process of the jobs' user has one.
-func (s *Supervisor) MarkOf(pid int) (Mark, bool) {
-	m, err := s.read(pid, true)
-	if err != nil || m.UID != s.UID || m.Mark.Instance == "" {
-		return Mark{}, false
-	}
-	return m.Mark, true
-}
-
 // find lists the live processes of t, of the jobs' user only.
 func (s *Supervisor) find(t target) []Member {
 	t = s.now(t)

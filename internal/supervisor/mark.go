@@ -28,8 +28,8 @@ func (m Mark) String() string { return m.Instance + "/" + m.Nonce + "/" + m.Job 
 // Env is the mark as a NAME=value environment entry.
 func (m Mark) Env() string { return MarkVar + "=" + m.String() }
 
-// ParseMark reads a mark's value; the job name may hold slashes.
-func ParseMark(v string) (Mark, bool) {
+// parseMark reads a mark's value; the job name may hold slashes.
+func parseMark(v string) (Mark, bool) {
 	inst, rest, ok1 := strings.Cut(v, "/")
 	nonce, job, ok2 := strings.Cut(rest, "/")
 	if !ok1 || !ok2 || inst == "" || nonce == "" || job == "" {
@@ -65,7 +65,7 @@ func markIn(environ []byte) (Mark, bool) {
 			environ = nil
 		}
 		if bytes.HasPrefix(entry, prefix) {
-			return ParseMark(string(entry[len(prefix):]))
+			return parseMark(string(entry[len(prefix):]))
 		}
 	}
 	return Mark{}, false

@@ -27,9 +27,9 @@ func TestParseMark(t *testing.T) {
 		{"", Mark{}, false},
 	}
 	for _, tt := range tests {
-		got, ok := ParseMark(tt.in)
+		got, ok := parseMark(tt.in)
 		if ok != tt.ok || got != tt.want {
-			t.Errorf("ParseMark(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
+			t.Errorf("parseMark(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 		if ok && got.String() != tt.in {
 			t.Errorf("%q round-trips to %q", tt.in, got.String())

@@ -66,7 +66,7 @@ func (w *Watcher) Active(now time.Time) []Active {
 			}
 		}
 	}
-	for _, l := range UtmpLines(utmp) {
+	for _, l := range utmpLines(utmp) {
 		lines[l] = true
 	}
 	var out []Active
@@ -134,9 +134,9 @@ const (
 	utLineSize    = 32
 )
 
-// UtmpLines returns the terminal lines (pts/0, tty1) of the USER_PROCESS
+// utmpLines returns the terminal lines (pts/0, tty1) of the USER_PROCESS
 // records in a utmp file; nothing when it is missing or unreadable.
-func UtmpLines(path string) []string {
+func utmpLines(path string) []string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil

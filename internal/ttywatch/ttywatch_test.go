@@ -25,10 +25,10 @@ func TestUtmpLines(t *testing.T) {
 	data = append(data, 1, 2, 3) // a torn record
 	p := filepath.Join(t.TempDir(), "utmp")
 	os.WriteFile(p, data, 0o644)
-	if got := UtmpLines(p); !reflect.DeepEqual(got, []string{"pts/3", "tty1"}) {
+	if got := utmpLines(p); !reflect.DeepEqual(got, []string{"pts/3", "tty1"}) {
 		t.Errorf("got %q", got)
 	}
-	if got := UtmpLines(p + ".missing"); got != nil {
+	if got := utmpLines(p + ".missing"); got != nil {
 		t.Errorf("missing utmp: %q", got)
 	}
 }

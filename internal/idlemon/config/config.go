@@ -28,11 +28,11 @@ const DefaultPath = "/etc/idlemon.ini"
 
 // Defaults, documented in idlemon.example.ini.
 const (
-	DefaultInterval = 10 * time.Second
-	DefaultMinIdle  = 30 * time.Second
-	DefaultGrace    = 10 * time.Second
-	DefaultTTYIdle  = 300 * time.Second
-	DefaultDevices  = "/dev/nvidia[0-9]*"
+	defaultInterval = 10 * time.Second
+	defaultMinIdle  = 30 * time.Second
+	defaultGrace    = 10 * time.Second
+	defaultTTYIdle  = 300 * time.Second
+	defaultDevices  = "/dev/nvidia[0-9]*"
 )
 
 // Config is the whole file, validated.
@@ -100,22 +100,12 @@ var (
 const gpusHint = "gpus = ALL, or indices like 0,1,3"
 
 // Load reads and validates the file at path.
-func Load(path string) (*Config, error) {
-	f, err := inifile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
-}
+func Load(path string) (*Config, error) { return inifile.Decode(path, configFrom) }
 
 // Parse reads and validates a config from r; name is used in messages and
 // to resolve relative paths (relative to the file's folder).
 func Parse(r io.Reader, name string) (*Config, error) {
-	f, err := inifile.Read(r, name)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
+	return inifile.DecodeReader(r, name, configFrom)
 }
 
 func configFrom(f *inifile.File) (*Config, error) {
@@ -124,12 +114,12 @@ func configFrom(f *inifile.File) (*Config, error) {
 	}
 	c := &Config{
 		Path:      f.Name,
-		Interval:  DefaultInterval,
-		MinIdle:   DefaultMinIdle,
-		Grace:     DefaultGrace,
-		Devices:   DefaultDevices,
+		Interval:  defaultInterval,
+		MinIdle:   defaultMinIdle,
+		Grace:     defaultGrace,
+		Devices:   defaultDevices,
 		StateFile: idlestate.DefaultPath,
-		TTY:       TTY{Idle: DefaultTTYIdle},
+		TTY:       TTY{Idle: defaultTTYIdle},
 		file:      f,
 	}
 	for _, sec := range f.Sections() {
@@ -163,7 +153,7 @@ func (c *Config) readDefaults(sec inifile.Section) error {
 	}
 	if v, ok := sec.Path("devices"); ok {
 		if v == "" {
-			return sec.ErrorAt("devices", "empty: a glob of device files is needed, e.g. %s", DefaultDevices)
+			return sec.ErrorAt("devices", "empty: a glob of device files is needed, e.g. %s", defaultDevices)
 		}
 		if _, err := filepath.Match(v, ""); err != nil {
 			return sec.ErrorAt("devices", "%q is not a valid glob: %v", v, err)
@@ -240,14 +230,14 @@ func readGPUs(sec inifile.Section) (all bool, idx []int, err error) {
 	if !ok {
 		return false, nil, sec.MissingKey("gpus", gpusHint)
 	}
-	if all, idx, err = ParseGPUs(v); err != nil {
+	if all, idx, err = parseGPUs(v); err != nil {
 		return false, nil, sec.ErrorAt("gpus", "%v", err)
 	}
 	return all, idx, nil
 }
 
-// ParseGPUs reads "ALL" or a comma-separated list of indices.
-func ParseGPUs(v string) (all bool, idx []int, err error) {
+// parseGPUs reads "ALL" or a comma-separated list of indices.
+func parseGPUs(v string) (all bool, idx []int, err error) {
 	v = strings.TrimSpace(v)
 	if strings.EqualFold(v, "all") {
 		return true, nil, nil

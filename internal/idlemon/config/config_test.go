@@ -15,8 +15,8 @@ func TestOldToolConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Interval != 10*time.Second || c.MinIdle != DefaultMinIdle || c.Grace != DefaultGrace ||
-		c.Devices != DefaultDevices || c.StateFile != idlestate.DefaultPath || c.User != "" {
+	if c.Interval != 10*time.Second || c.MinIdle != defaultMinIdle || c.Grace != defaultGrace ||
+		c.Devices != defaultDevices || c.StateFile != idlestate.DefaultPath || c.User != "" {
 		t.Errorf("defaults: %+v", c)
 	}
 	if len(c.GPUs) != 1 || !c.GPUs[0].All || strings.Join(c.GPUs[0].Ignore, ",") != "nvidia-smi" {
@@ -111,7 +111,7 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.User != "idlejob" || c.Interval != DefaultInterval || c.MinIdle != DefaultMinIdle || len(c.Jobs) != 1 || !c.TTY.Enabled {
+	if c.User != "idlejob" || c.Interval != defaultInterval || c.MinIdle != defaultMinIdle || len(c.Jobs) != 1 || !c.TTY.Enabled {
 		t.Errorf("%+v", c)
 	}
 }
