@@ -1,8 +1,8 @@
 package publish
 
 import (
-	"errors"
 	"io"
+	"strings"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/sitefiles"
@@ -24,28 +24,34 @@ func write(f File) error {
 	if f.Path == "" {
 		return nil
 	}
+	var pagesErr error
 	if f.PagesDir != "" {
 		if err := sitefiles.SyncFolder(f.PagesDir, f.Pages); err != nil {
-			// a page linking to pages that are not there is worse than
-			// the last good one
-			return withKey(err, f.Key, f.Path+" was not replaced either")
+			if len(f.Pages) > 0 {
+				// a page linking to pages that are not there is worse
+				// than the last good one
+				return withKey(err, f.Key, f.Path+" was not replaced either")
+			}
+			pagesErr = withKey(err, f.Key, "")
 		}
 	}
 	if err := sitefiles.Write(f.Path, f.Write); err != nil {
-		return withKey(err, f.Key, "the previous file stays")
+		return cli.Join(pagesErr, withKey(err, f.Key, ""))
 	}
-	return nil
+	return pagesErr
 }
 
 // withKey adds to err's hint what became of the file and which setting
 // moves it.
 func withKey(err error, key, kept string) error {
-	hint := ""
-	if h, ok := errors.AsType[cli.Hinted](err); ok && h.Hint() != "" {
-		hint = h.Hint() + "; "
+	var parts []string
+	for _, p := range []string{cli.Hint(err), kept} {
+		if p != "" {
+			parts = append(parts, p)
+		}
 	}
 	if key != "" {
-		return cli.WithHint(err, "%s%s (%s sets the path)", hint, kept, key)
+		parts = append(parts, key+" sets the path")
 	}
-	return cli.WithHint(err, "%s%s", hint, kept)
+	return cli.WithHint(err, "%s", strings.Join(parts, "; "))
 }

@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"github.com/gpumon/gpumon/internal/loaddata"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestOutputsFailAlone(t *testing.T) {
 	}
 	breakers := []breaker{
 		{"missing folder", false, func(t *testing.T, dir string) { os.RemoveAll(dir) }, "does not exist"},
-		{"read-only folder", true, readOnly, "read-only file system"},
+		{"read-only folder", true, readOnly, "read-only"},
 		{"full file system", true, fill, "is full"},
 	}
 	start := time.Now().Truncate(time.Hour).Add(-time.Hour)
@@ -203,5 +204,57 @@ func fill(t *testing.T, dir string) {
 		if _, err := f.Write(chunk[:1]); err != nil {
 			return
 		}
+	}
+}
+
+// A groups folder that is a link (to the web folder itself, or to another
+// folder) is refused: nothing is written or removed through it, and
+// render says so; a small fleet's page, which links to no group page, is
+// still written.
+func TestGroupsLinkRefused(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		hosts  int
+		target string // the link's target, relative to the web folder
+	}{
+		{"to the web folder, one page", 50, "."},
+		{"to the web folder, group pages", 1500, "."},
+		{"elsewhere, group pages", 1500, "../elsewhere"},
+		{"elsewhere, one page", 50, "../elsewhere"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			www, elsewhere := filepath.Join(dir, "www"), filepath.Join(dir, "elsewhere")
+			for _, d := range []string{www, elsewhere} {
+				os.Mkdir(d, 0o755)
+				os.WriteFile(filepath.Join(d, "index.html"), []byte("old"), 0o644)
+				os.WriteFile(filepath.Join(d, "about.html"), []byte("about"), 0o644)
+			}
+			if err := os.Symlink(tt.target, filepath.Join(www, GroupsDir)); err != nil {
+				t.Fatal(err)
+			}
+			csv := filepath.Join(dir, "load_data.csv")
+			if err := loaddata.WriteFile(csv, fleetRows(tt.hosts, 8)); err != nil {
+				t.Fatal(err)
+			}
+			ini := filepath.Join(dir, "config.ini")
+			os.WriteFile(ini, []byte("[groups]\nlab a = gpu[0000-0099]\n[history]\ndb =\n"), 0o644)
+			_, stderr, err := renderMainAt(t, time.Now, "-c", ini, "-i", csv, "-o", filepath.Join(www, "index.html"))
+			if err == nil || !strings.Contains(err.Error(), "link") {
+				t.Errorf("error %v, want one about the link\n%s", err, stderr)
+			}
+			if b, _ := os.ReadFile(filepath.Join(elsewhere, "index.html")); string(b) != "old" {
+				t.Errorf("the link's target's index.html was replaced")
+			}
+			for _, d := range []string{www, elsewhere} {
+				if b, _ := os.ReadFile(filepath.Join(d, "about.html")); string(b) != "about" {
+					t.Errorf("%s/about.html was removed or changed", filepath.Base(d))
+				}
+			}
+			page, _ := os.ReadFile(filepath.Join(www, "index.html"))
+			if onePage := tt.hosts <= 100; onePage == (string(page) == "old") {
+				t.Errorf("index.html replaced: %v, want %v (a page linking to group pages that could not be written stays the last good one)", string(page) != "old", onePage)
+			}
+		})
 	}
 }
