@@ -336,3 +336,26 @@ func TestOneModeAtATime(t *testing.T) {
 		}
 	}
 }
+
+// On a history's first day, -usage says why it shows no hours yet rather
+// than an empty table: only whole hours count.
+func TestUsageFirstHour(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	csv := filepath.Join(dir, "load_data.csv")
+	at := time.Now().UTC().Truncate(time.Hour).Add(23 * time.Minute)
+	fleetAt(t, csv, at, false, false, false)
+	if _, stderr, err := renderMainAt(t, func() time.Time { return at.Add(time.Minute) }, "-c", ini, "-i", csv); err != nil {
+		t.Fatalf("render: %v\n%s", err, stderr)
+	}
+	out, _, err := renderMainAt(t, func() time.Time { return at.Add(5 * time.Minute) }, "-c", ini, "-usage", "7d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("the history began at %s UTC, and -usage counts whole hours only: its first hour shows from %s UTC",
+		at.Format("15:04"), at.Truncate(time.Hour).Add(time.Hour).Format("15:04"))
+	if !strings.Contains(out, want) {
+		t.Errorf("-usage 7d on the first hour:\n%s\nwant %q", out, want)
+	}
+}

@@ -20,36 +20,36 @@ import (
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
-	"github.com/gpumon/gpumon/internal/reservations"
 	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // The fixed clock of the golden files: 5 minutes after the fixture's data.
 var testNow = time.Date(2026, 11, 23, 14, 10, 0, 0, time.UTC)
 
-// testReport renders testdata/load_data.csv as Main would, at testNow.
+// testReport is the report Main makes of rows (and of the reservations
+// file resvFile, if any), at testNow, with times in UTC.
 func testReport(t testing.TB, rows []loaddata.Row, resvFile string) *Report {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.HostNames["mig01"] = "MIG box"
 	cfg.GPUNames["nvidia geforce rtx 2080 super"] = "2080S"
-	var resv []reservations.Reservation
-	var warnings []string
-	if resvFile != "" {
-		var errs []error
-		resv, errs = reservations.ReadFile(resvFile, time.UTC)
-		for _, e := range errs {
-			warnings = append(warnings, reservationWarning(e, resvFile))
+	cfg.Reservations = resvFile
+	rep, _, err := buildReport(cfg, rowsOf(rows), testNow, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.linkFiles(pathsOf(cfg))
+	return rep
+}
+
+// rowsOf hands rows to a report as a CSV's would be.
+func rowsOf(rows []loaddata.Row) Rows {
+	return func(add func(*loaddata.Row)) (int, error) {
+		for i := range rows {
+			add(&rows[i])
 		}
+		return len(rows), nil
 	}
-	b := cluster.NewBuilder(cluster.Options{FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
-		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: testNow})
-	for i := range rows {
-		b.Add(&rows[i])
-	}
-	c := b.Cluster()
-	return &Report{Cluster: c, Config: cfg, Now: testNow, Loc: time.UTC, Warnings: warnings,
-		JSONLink: "status.json", PromLink: "metrics.prom"}
 }
 
 func readRows(t testing.TB, path string) []loaddata.Row {

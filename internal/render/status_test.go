@@ -23,6 +23,9 @@ const statusBudget10k = 34_000_000
 // status.json of 10,000 hosts × 8 GPUs stays within its budget, and
 // complete: every host, GPU and process of the fleet is in it.
 func TestStatusSizeBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 hosts: not with -short")
+	}
 	const hosts, gpus = 10000, 8
 	rows := fleetRows(hosts, gpus)
 	procs := 0

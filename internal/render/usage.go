@@ -137,7 +137,27 @@ func usageReport(ctx context.Context, cfg *Config, span, format string, now time
 	case "json":
 		return usageJSON(stdout, rows, from, to)
 	}
+	if len(rows) == 0 {
+		return noUsage(ctx, stdout, store, from, to, now)
+	}
 	return usageText(stdout, rows, from, to)
+}
+
+// noUsage says why a span has no GPU-hours: on a history's first day, the
+// hour under way is not counted yet.
+func noUsage(ctx context.Context, w io.Writer, store *history.Store, from, to, now time.Time) error {
+	fmt.Fprintf(w, "no GPU-hours recorded from %s to %s UTC\n", from.UTC().Format("2006-01-02 15:04"), to.UTC().Format("2006-01-02 15:04"))
+	sum, err := store.Summary(ctx, now)
+	switch {
+	case err != nil:
+		return err
+	case sum.Snapshots == 0:
+		_, err = fmt.Fprintln(w, "the history holds no snapshot yet: render records one on every run")
+	case !sum.First.Before(to):
+		_, err = fmt.Fprintf(w, "the history began at %s UTC, and -usage counts whole hours only: its first hour shows from %s UTC\n",
+			sum.First.UTC().Format("15:04"), sum.First.UTC().Truncate(time.Hour).Add(time.Hour).Format("15:04"))
+	}
+	return err
 }
 
 // UsageRow is one line of `render -usage -format json`.
@@ -192,10 +212,6 @@ func usageCSV(w io.Writer, rows []history.Usage) error {
 
 func usageText(w io.Writer, rows []history.Usage, from, to time.Time) error {
 	span := fmt.Sprintf("from %s to %s UTC", from.UTC().Format("2006-01-02 15:04"), to.UTC().Format("2006-01-02 15:04"))
-	if len(rows) == 0 {
-		_, err := fmt.Fprintf(w, "no GPU-hours recorded %s\n", span)
-		return err
-	}
 	names := make([]string, len(rows))
 	width := len("user")
 	for i, u := range rows {
