@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -477,6 +478,16 @@ func TestLiveMain(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no page within %s:\n%s", wait, stderr.String())
+		}
+	}
+	// a hang-up, from a closed terminal or a reload asked out of habit,
+	// does not end it: it says what to do instead
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(wait); !strings.Contains(stderr.String(), "SIGHUP ignored"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word of SIGHUP within %s:\n%s", wait, stderr.String())
 		}
 	}
 	var cron bytes.Buffer

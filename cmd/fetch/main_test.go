@@ -33,6 +33,7 @@ func TestScripts(t *testing.T) {
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"waitfor":     waitFor,
 			"sigterm-pid": sigtermPID,
+			"sighup-pid":  sighupPID,
 		},
 	})
 }
@@ -84,9 +85,29 @@ func sigtermPID(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
 		ts.Fatalf("usage: sigterm-pid FILE")
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
+	holder := strings.Fields(ts.ReadFile(args[0])) // "PID" or "PID live"
+	if len(holder) == 0 {
+		ts.Fatalf("%s is empty", args[0])
+	}
+	pid, err := strconv.Atoi(holder[0])
 	if err != nil {
 		ts.Fatalf("%s: %v", args[0], err)
 	}
 	ts.Check(syscall.Kill(pid, syscall.SIGTERM))
+}
+
+// sighupPID is "sighup-pid FILE": SIGHUP to the fetch whose lock FILE is.
+func sighupPID(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sighup-pid FILE")
+	}
+	holder := strings.Fields(ts.ReadFile(args[0]))
+	if len(holder) == 0 {
+		ts.Fatalf("%s is empty", args[0])
+	}
+	pid, err := strconv.Atoi(holder[0])
+	if err != nil {
+		ts.Fatalf("%s: %v", args[0], err)
+	}
+	ts.Check(syscall.Kill(pid, syscall.SIGHUP))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -281,10 +282,36 @@ func runLive(ctx context.Context, cfg *Config, opts *options, publishing Publish
 			return publish(ctx, r)
 		}
 	}
+	stopHangups := ignoreHangups(stderr)
+	defer stopHangups()
 	if !opts.quiet {
 		fmt.Fprintf(stderr, "fetch: live: %d hosts every %s, writing %s\n", len(l.Hosts), opts.every, cfg.Output)
 	}
 	return l.Run(ctx)
+}
+
+// ignoreHangups keeps live mode running on SIGHUP (a closed terminal, or a
+// reload asked out of habit), saying what it does instead: the hosts and
+// settings are read once, so a changed config wants a restart, while
+// known_hosts is read again whenever it changes.
+func ignoreHangups(stderr io.Writer) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				fmt.Fprintln(stderr, "fetch: SIGHUP ignored: live mode reads its config only when it starts; restart it to apply a change (systemctl restart gpumon-live); known_hosts is read again whenever it changes")
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
 }
 
 // SetupLive prepares live mode over cfg, polling every interval: the
