@@ -212,7 +212,9 @@ collect:
 	r := &Round{N: n, Start: start, Results: results, Polled: polled}
 	if err := WriteResults(l.Output, results); err != nil {
 		r.WriteErr = fmt.Errorf("writing %s: %w", l.Output, err)
-		s.logf("fetch: error: %v", r.WriteErr)
+		if l.Log != nil {
+			cli.Print("fetch", r.WriteErr, l.Log)
+		}
 	} else if sum := Summary(results); l.Summaries && sum != s.summary {
 		s.summary = sum
 		s.logf("fetch: %s", sum)
