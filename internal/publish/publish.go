@@ -16,6 +16,7 @@ package publish
 import (
 	"context"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
@@ -60,10 +61,14 @@ func Publish(ctx context.Context, cfg Config, run Run) error {
 	if rec.store != nil {
 		defer rec.store.Close()
 	}
-	errs := []error{rec.err}
-	for _, f := range run.Files(History{Summary: rec.summary, Warnings: rec.warnings}) {
-		errs = append(errs, write(f))
+	files := run.Files(History{Summary: rec.summary, Warnings: rec.warnings})
+	// all at once: each is made and written apart, and a slow disk under
+	// one does not hold up the others
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Go(func() { errs[i] = write(f) })
 	}
-	errs = append(errs, tell(ctx, cfg, rec, run))
-	return cli.Join(errs...)
+	wg.Wait()
+	return cli.Join(append(append([]error{rec.err}, errs...), tell(ctx, cfg, rec, run))...)
 }
