@@ -216,6 +216,21 @@ func TestStep(t *testing.T) {
 			want: []string{"20 host_down firing a", "25 host_down resolved a"},
 		},
 		{
+			name: "everything down for a day: reminded once per remind_after, not per host",
+			runs: every5(0, 25*60, func(m int) run {
+				return run{min: m, hosts: 2, up: 0, down: []DownHost{down("a", 0), down("b", 0)}}
+			}),
+			want: []string{"15 all_down firing", "1455 all_down firing again"},
+		},
+		{
+			name: "GPUs in the order of their numbers (2 before 10), resolved before fired",
+			runs: []run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "10", -120, "alice"), idle("gpu01", "2", -120, "bob")}},
+				{min: 5, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "10", -120, "alice"), idle("gpu01", "2", -125, "carol")}},
+			},
+			want: []string{"0 idle_held firing gpu01/2", "0 idle_held firing gpu01/10", "5 idle_held resolved gpu01/2", "5 idle_held firing gpu01/2"},
+		},
+		{
 			name: "no hosts at all is not everything down",
 			runs: []run{{min: 0}},
 			want: nil,
