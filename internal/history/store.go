@@ -171,7 +171,8 @@ func (s *Store) init() error {
 func (s *Store) Close() error { return errors.Join(s.rdb.Close(), s.db.Close()) }
 
 // DB is the writing connection (IMMEDIATE transactions), for what else
-// render keeps in the same file: the notifications' episodes and outbox.
+// render keeps in the same file: the notifications' episodes and outbox,
+// changed in transactions of their own (not Record's).
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Path is the database's file.
@@ -181,10 +182,12 @@ func (s *Store) Path() string { return s.path }
 // are no longer kept: it cannot be placed among them.
 var ErrTooOld = errors.New("older than the whole snapshots kept (keep_days): it cannot be placed among them")
 
-// Record adds a snapshot. A snapshot of a time already recorded is not
-// recorded again (recorded is false). One that is older than the newest is
-// placed among the others and what follows it is counted again from the
-// last hour's end before it, so nothing is counted twice.
+// Record adds a snapshot, in one transaction of its own: killed at any
+// point, it has recorded the snapshot and all that follows from it, or
+// nothing. A snapshot of a time already recorded is not recorded again
+// (recorded is false). One that is older than the newest is placed among
+// the others and what follows it is counted again from the last hour's end
+// before it, so nothing is counted twice.
 func (s *Store) Record(ctx context.Context, snap *Snapshot) (recorded bool, err error) {
 	if snap.Time.IsZero() {
 		return false, errors.New("the data has no time: not recorded")

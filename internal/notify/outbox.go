@@ -9,8 +9,17 @@ import (
 )
 
 // Outbox keeps the open episodes and the messages not yet accepted, in
-// tables of the history database (so one file holds all that render
-// remembers, and one transaction can change both).
+// tables of the history database, so that one file holds all that render
+// remembers.
+//
+// Recording a snapshot (history's Store.Record) and Advance are two
+// transactions, one after the other: a render killed between them has
+// recorded its snapshot and told nothing of it. That loses nothing,
+// because Advance works from the observations (the newest snapshot as
+// history folded it) and the episodes it stored, not from the snapshots
+// recorded since it last ran: the next run tells what is true by then, and
+// a run on the same observations again tells nothing twice (reminders
+// aside, which follow the clock).
 type Outbox struct {
 	db *sql.DB
 }
