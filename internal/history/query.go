@@ -235,42 +235,70 @@ func utilSeries(tx *sql.Tx, sum *Summary, now time.Time) error {
 }
 
 func (s *Store) userHours(tx *sql.Tx, st *State, now time.Time) ([]UserHours, error) {
-	byUser := map[string]*UserHours{}
-	get := func(u string) *UserHours {
-		if byUser[u] == nil {
-			byUser[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
-			for _, w := range Windows {
-				byUser[u].GPUHours[w.Name], byUser[u].IdleHours[w.Name] = 0, 0
-			}
-		}
-		return byUser[u]
-	}
+	users := userTable{}
 	// whole hours, up to the start of this one: the hourly figures and the
 	// idle-held spells then cover one and the same span
-	to := now.Truncate(time.Hour)
 	for _, w := range Windows {
-		from := to.Add(-w.Span).Truncate(time.Hour)
+		from, to := UsageSpan(w.Span, now)
 		gpu, err := sumUsage(tx, kindUser, from, to)
 		if err != nil {
 			return nil, err
 		}
 		for u, sec := range gpu {
-			get(u).GPUHours[w.Name] = sec / 3600
+			users.get(u).GPUHours[w.Name] = sec / 3600
 		}
 		idle, err := s.idleSeconds(tx, st, from, to)
 		if err != nil {
 			return nil, err
 		}
 		for u, sec := range idle {
-			get(u).IdleHours[w.Name] = sec / 3600
+			users.get(u).IdleHours[w.Name] = sec / 3600
 		}
 	}
-	out := make([]UserHours, 0, len(byUser))
-	for _, u := range byUser {
+	return users.sorted(), nil
+}
+
+// userTable is Summary's Users as they are gathered, by name.
+type userTable map[string]*UserHours
+
+// get is u's figures, each window's at 0 until they are set.
+func (t userTable) get(u string) *UserHours {
+	if t[u] == nil {
+		t[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
+		for _, w := range Windows {
+			t[u].GPUHours[w.Name], t[u].IdleHours[w.Name] = 0, 0
+		}
+	}
+	return t[u]
+}
+
+func (t userTable) sorted() []UserHours {
+	out := make([]UserHours, 0, len(t))
+	for _, u := range t {
 		out = append(out, *u)
 	}
 	slices.SortFunc(out, func(a, b UserHours) int { return strings.Compare(a.User, b.User) })
-	return out, nil
+	return out
+}
+
+// UsersFromDays is the Users that Summary would read at now from a history
+// whose only GPU-hours are s.UserDays, each day's held in the first hour of
+// its day (s.Days), and which has no idle-held spells. It is for tests that
+// build a Summary by hand: their Users then agree with their UserDays as a
+// real Summary's do (TestUsersFromDays holds it to Summary's query).
+func (s *Summary) UsersFromDays(now time.Time) []UserHours {
+	users := userTable{}
+	for _, w := range Windows {
+		from, to := UsageSpan(w.Span, now)
+		for name, hours := range s.UserDays {
+			for i, h := range hours {
+				if i < len(s.Days) && h != 0 && !s.Days[i].Before(from) && s.Days[i].Before(to) {
+					users.get(name).GPUHours[w.Name] += h
+				}
+			}
+		}
+	}
+	return users.sorted()
 }
 
 // sumUsage sums one kind of the hourly figures per name over the hours
