@@ -4,7 +4,7 @@
 // once, is repeated after remind_after while it lasts, and resolves once;
 // one render run after another never repeats a message.
 //
-// Step is the decision, a pure function of (open episodes, observations,
+// step is the decision, a pure function of (open episodes, observations,
 // params); Route turns its events into messages for each target; the
 // outbox (outbox.go) keeps them in the history database until a target
 // accepts them, so a receiver that is down loses nothing; Deliver (send.go)
@@ -22,14 +22,14 @@ type Kind string
 
 // The kinds of episodes, and Test for `render -notify-test`.
 const (
-	IdleHeld Kind = "idle_held" // a GPU held by a user and idle for idle_after
-	HostDown Kind = "host_down" // a host that has not answered for host_down_after
-	AllDown  Kind = "all_down"  // no host answered
+	idleHeld Kind = "idle_held" // a GPU held by a user and idle for idle_after
+	hostDown Kind = "host_down" // a host that has not answered for host_down_after
+	allDown  Kind = "all_down"  // no host answered
 	Test     Kind = "test"
 )
 
 // order is the kinds' order in a batch of events: the widest first.
-var order = map[Kind]int{AllDown: 0, HostDown: 1, IdleHeld: 2, Test: 3}
+var order = map[Kind]int{allDown: 0, hostDown: 1, idleHeld: 2, Test: 3}
 
 // State is an event's state, in Alertmanager's words.
 type State string
@@ -37,7 +37,7 @@ type State string
 // An event either starts (or repeats) an episode, or ends it.
 const (
 	Firing   State = "firing"
-	Resolved State = "resolved"
+	resolved State = "resolved"
 )
 
 // Params are [notify]'s timings.
@@ -94,7 +94,7 @@ type Episode struct {
 	Users    []string  `json:"u,omitempty"`
 	Since    time.Time `json:"s"`
 	MemMiB   float64   `json:"mem,omitempty"`
-	Hosts    int       `json:"n,omitempty"` // AllDown: the hosts polled
+	Hosts    int       `json:"n,omitempty"` // allDown: the hosts polled
 	Notified time.Time `json:"t"`           // when it was last told (fired or reminded)
 }
 
@@ -120,7 +120,7 @@ func (e Event) Duration() time.Duration {
 	return e.At.Sub(e.Since)
 }
 
-// Step decides what to tell, given the episodes open after the last run
+// step decides what to tell, given the episodes open after the last run
 // and what is seen now. It returns the episodes open now and the events,
 // in a stable order. Running it again on the same observations tells
 // nothing new (reminders aside, which follow the clock).
@@ -137,21 +137,21 @@ func (e Event) Duration() time.Duration {
 //     the host (or the monitor) comes back to the GPU held idle by the same
 //     users, the episode goes on, though history's spell starts again. A
 //     spell of other holders on the same GPU resolves the old one first.
-func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
+func step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
 	s := &stepper{open: open, next: make(map[string]Episode, len(open)), obs: obs, p: p}
 	for k, e := range open {
 		s.next[k] = e
 	}
-	allDown := obs.Hosts > 0 && obs.Up == 0
-	s.allDown(allDown)
+	noneUp := obs.Hosts > 0 && obs.Up == 0
+	s.fleetDown(noneUp)
 	down := make(map[string]bool, len(obs.Down))
 	for _, d := range obs.Down {
 		down[d.Host] = true
 	}
-	if !allDown {
+	if !noneUp {
 		s.hostsDown(down)
 	}
-	s.idleHeld(func(host string) bool { return allDown || down[host] })
+	s.idleGPUs(func(host string) bool { return noneUp || down[host] })
 	slices.SortStableFunc(s.events, func(a, b Event) int {
 		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Host, b.Host),
 			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
@@ -159,7 +159,7 @@ func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 	return s.next, s.events
 }
 
-// stepper is one Step: the episodes open before it (open) and after it
+// stepper is one step: the episodes open before it (open) and after it
 // (next), and the events it tells.
 type stepper struct {
 	open, next map[string]Episode
@@ -190,15 +190,15 @@ func (s *stepper) remind(e Episode, commands []string) {
 // resolve closes e and tells it.
 func (s *stepper) resolve(e Episode) {
 	delete(s.next, e.Key())
-	s.events = append(s.events, Event{Episode: e, State: Resolved, At: s.obs.DataTime})
+	s.events = append(s.events, Event{Episode: e, State: resolved, At: s.obs.DataTime})
 }
 
-// allDown steps the fleet's all_down episode; allDown is whether no host
-// answered.
-func (s *stepper) allDown(allDown bool) {
-	all := Episode{Kind: AllDown, Hosts: s.obs.Hosts}
+// fleetDown steps the fleet's all_down episode; noneUp is whether no
+// host answered.
+func (s *stepper) fleetDown(noneUp bool) {
+	all := Episode{Kind: allDown, Hosts: s.obs.Hosts}
 	if e, ok := s.open[all.Key()]; ok {
-		if allDown {
+		if noneUp {
 			e.Hosts = s.obs.Hosts
 			s.remind(e, nil)
 		} else {
@@ -206,7 +206,7 @@ func (s *stepper) allDown(allDown bool) {
 		}
 		return
 	}
-	if !allDown {
+	if !noneUp {
 		return
 	}
 	for _, d := range s.obs.Down {
@@ -227,7 +227,7 @@ func (s *stepper) allDown(allDown bool) {
 // down names the hosts that did not.
 func (s *stepper) hostsDown(down map[string]bool) {
 	for _, d := range s.obs.Down {
-		e := Episode{Kind: HostDown, Host: d.Host, Since: d.Since}
+		e := Episode{Kind: hostDown, Host: d.Host, Since: d.Since}
 		old, isOpen := s.open[e.Key()]
 		if isOpen && !old.Since.Equal(d.Since) {
 			s.resolve(old) // it answered in between, unseen: a new episode
@@ -241,15 +241,15 @@ func (s *stepper) hostsDown(down map[string]bool) {
 		}
 	}
 	for _, e := range s.open {
-		if e.Kind == HostDown && !down[e.Host] {
+		if e.Kind == hostDown && !down[e.Host] {
 			s.resolve(e)
 		}
 	}
 }
 
-// idleHeld steps each GPU's idle_held episode; unseen tells whether a
+// idleGPUs steps each GPU's idle_held episode; unseen tells whether a
 // host's GPUs went unseen (the host, or every host, down).
-func (s *stepper) idleHeld(unseen func(host string) bool) {
+func (s *stepper) idleGPUs(unseen func(host string) bool) {
 	s.idleGone(s.idleSeen(), unseen)
 }
 
@@ -258,7 +258,7 @@ func (s *stepper) idleHeld(unseen func(host string) bool) {
 func (s *stepper) idleSeen() map[string]bool {
 	idle := make(map[string]bool, len(s.obs.IdleHeld))
 	for _, g := range s.obs.IdleHeld {
-		e := Episode{Kind: IdleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
+		e := Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
 			Users: g.Users, Since: g.Since, MemMiB: g.MemMiB}
 		idle[e.Key()] = true
 		old, isOpen := s.open[e.Key()]
@@ -288,10 +288,10 @@ func (s *stepper) idleSeen() map[string]bool {
 func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) {
 	heldIdle := make(map[string][]string, len(s.obs.HeldIdle))
 	for _, g := range s.obs.HeldIdle {
-		heldIdle[Episode{Kind: IdleHeld, Host: g.Host, GPU: g.GPU}.Key()] = g.Users
+		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU}.Key()] = g.Users
 	}
 	for k, e := range s.open {
-		if e.Kind != IdleHeld || idle[k] {
+		if e.Kind != idleHeld || idle[k] {
 			continue
 		}
 		if unseen(e.Host) {
@@ -307,7 +307,7 @@ func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) 
 // stateOrder puts an episode's end before the start of the next on the
 // same GPU.
 func stateOrder(s State) int {
-	if s == Resolved {
+	if s == resolved {
 		return 0
 	}
 	return 1

@@ -242,7 +242,7 @@ func TestStep(t *testing.T) {
 			var got []string
 			for _, r := range tt.runs {
 				var events []Event
-				open, events = Step(open, r.obs(), p)
+				open, events = step(open, r.obs(), p)
 				for _, e := range events {
 					got = append(got, told(e))
 				}
@@ -260,7 +260,7 @@ func TestStepNoReminders(t *testing.T) {
 	n := 0
 	for m := 0; m < 10*24*60; m += 60 {
 		var events []Event
-		open, events = Step(open, run{min: m, hosts: 1, up: 1, idle: []IdleGPU{idle("g", "0", -200, "a")}}.obs(),
+		open, events = step(open, run{min: m, hosts: 1, up: 1, idle: []IdleGPU{idle("g", "0", -200, "a")}}.obs(),
 			Params{HostDownAfter: time.Minute})
 		n += len(events)
 	}
@@ -273,7 +273,7 @@ func TestStepNoReminders(t *testing.T) {
 // when.
 func TestEventText(t *testing.T) {
 	loc := time.UTC
-	e := Event{Episode: Episode{Kind: IdleHeld, Host: "gpu01", GPU: "3", Model: "NVIDIA H100 80GB HBM3",
+	e := Event{Episode: Episode{Kind: idleHeld, Host: "gpu01", GPU: "3", Model: "NVIDIA H100 80GB HBM3",
 		Users: []string{"alice"}, Since: at(-312), MemMiB: 71680}, State: Firing, At: at(0),
 		Commands: []string{"python train.py --lr `rm -rf`"}}
 	want := "GPU 3 on gpu01 (NVIDIA H100 80GB HBM3) has been held idle by alice for 5.2 h (since 2026-11-25 02:48 UTC), 70.0 GiB in use."
@@ -283,7 +283,7 @@ func TestEventText(t *testing.T) {
 	if got := e.Text(loc, true); !strings.HasSuffix(got, " Processes: `python train.py --lr 'rm -rf'`.") {
 		t.Errorf("with commands: %s", got)
 	}
-	e.State = Resolved
+	e.State = resolved
 	if got, want := e.Text(loc, false), "GPU 3 on gpu01 is no longer idle-held by alice (it was for 5.2 h, since 2026-11-25 02:48 UTC)."; got != want {
 		t.Errorf("resolved:\n got %s\nwant %s", got, want)
 	}

@@ -49,7 +49,7 @@ func OpenOutbox(ctx context.Context, db *sql.DB) (*Outbox, error) {
 	return &Outbox{db: db}, nil
 }
 
-// Advance runs Step on the stored episodes and queues what route makes of
+// Advance runs step on the stored episodes and queues what route makes of
 // its events, in one transaction: a render killed at any point leaves the
 // episodes and their messages both changed or both as they were, so a
 // message is never lost and an episode never told twice for one change.
@@ -81,7 +81,7 @@ func (o *Outbox) Advance(ctx context.Context, obs Observations, p Params, route 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	next, events := Step(open, obs, p)
+	next, events := step(open, obs, p)
 	for k := range open {
 		if _, ok := next[k]; !ok {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM notify_episodes WHERE key = ?`, k); err != nil {
@@ -116,15 +116,15 @@ func sameEpisode(a, b Episode) bool {
 	return string(x) == string(y)
 }
 
-// MaxClaim is the most messages one run takes to send; the rest wait.
-const MaxClaim = 500
+// maxClaim is the most messages one run takes to send; the rest wait.
+const maxClaim = 500
 
-// Claim takes the messages due, oldest first, and leases them until
+// claim takes the messages due, oldest first, and leases them until
 // now+lease: another render running at the same time does not send them
 // too, and a render killed while sending leaves them to the run after the
 // lease. A target with a message under lease is not claimed at all, so
 // its messages keep their order.
-func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) ([]Item, error) {
+func (o *Outbox) claim(ctx context.Context, now time.Time, lease time.Duration) ([]Item, error) {
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) 
 	// killed while sending it) waits: what is newer must not overtake it
 	rows, err := tx.QueryContext(ctx, `SELECT id, target, summary, body, created, attempts, last_error FROM notify_outbox
 		WHERE lease <= ? AND target NOT IN (SELECT target FROM notify_outbox WHERE lease > ?)
-		ORDER BY id LIMIT ?`, now.Unix(), now.Unix(), MaxClaim)
+		ORDER BY id LIMIT ?`, now.Unix(), now.Unix(), maxClaim)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +161,8 @@ func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) 
 	return items, tx.Commit()
 }
 
-// Sent removes a message its target accepted.
-func (o *Outbox) Sent(ctx context.Context, id int64) error {
+// sent removes a message its target accepted.
+func (o *Outbox) sent(ctx context.Context, id int64) error {
 	_, err := o.db.ExecContext(ctx, `DELETE FROM notify_outbox WHERE id = ?`, id)
 	return err
 }
@@ -183,8 +183,8 @@ func (o *Outbox) Release(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// Pending counts the messages waiting, by target.
-func (o *Outbox) Pending(ctx context.Context) (map[string]int, error) {
+// pending counts the messages waiting, by target.
+func (o *Outbox) pending(ctx context.Context) (map[string]int, error) {
 	rows, err := o.db.QueryContext(ctx, `SELECT target, count(*) FROM notify_outbox GROUP BY target`)
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func (o *Outbox) Pending(ctx context.Context) (map[string]int, error) {
 // no longer configured, and messages older than maxAge (a target down for
 // that long). It returns how many it dropped, by target, for the report.
 func (o *Outbox) Drop(ctx context.Context, configured func(target string) bool, now time.Time, maxAge time.Duration) (gone, old map[string]int, err error) {
-	pending, err := o.Pending(ctx)
+	pending, err := o.pending(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

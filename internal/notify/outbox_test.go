@@ -13,7 +13,7 @@ var hook = Targets{Webhooks: []string{"https://hooks.example.org/x"}}
 // pending is how many messages wait in box, for all targets.
 func pending(t testing.TB, box *Outbox) int {
 	t.Helper()
-	p, err := box.Pending(context.Background())
+	p, err := box.pending(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
