@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// Windows are the spans the page and status.json give GPU-hours for.
-var Windows = []Window{{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
+// windows are the spans the page and status.json give GPU-hours for.
+var windows = []window{{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
 
-// Window is a span back from now, with its name in status.json.
-type Window struct {
+// window is a span back from now, with its name in status.json.
+type window struct {
 	Name string
 	Span time.Duration
 }
@@ -60,7 +60,7 @@ type FleetPoint struct {
 }
 
 // UserHours is one user's GPU-hours and idle-held GPU-hours per window
-// (keyed by Window.Name).
+// (keyed by window.Name).
 type UserHours struct {
 	User      string
 	GPUHours  map[string]float64
@@ -100,7 +100,7 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 	if st == nil {
 		return nil, errors.New("no saved state for the newest snapshot: record a snapshot to rebuild it")
 	}
-	sum.IdleHeld = IdleHeld(st, s.params)
+	sum.IdleHeld = idleHeldSpells(st, s.params)
 	for name, h := range st.Hosts {
 		if h.DownSince != 0 {
 			sum.Down[name] = h
@@ -234,11 +234,11 @@ func utilSeries(tx *sql.Tx, sum *Summary, now time.Time) error {
 	return nil
 }
 
-func (s *Store) userHours(tx *sql.Tx, st *State, now time.Time) ([]UserHours, error) {
+func (s *Store) userHours(tx *sql.Tx, st *foldState, now time.Time) ([]UserHours, error) {
 	users := userTable{}
 	// whole hours, up to the start of this one: the hourly figures and the
 	// idle-held spells then cover one and the same span
-	for _, w := range Windows {
+	for _, w := range windows {
 		from, to := UsageSpan(w.Span, now)
 		gpu, err := sumUsage(tx, kindUser, from, to)
 		if err != nil {
@@ -265,7 +265,7 @@ type userTable map[string]*UserHours
 func (t userTable) get(u string) *UserHours {
 	if t[u] == nil {
 		t[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
-		for _, w := range Windows {
+		for _, w := range windows {
 			t[u].GPUHours[w.Name], t[u].IdleHours[w.Name] = 0, 0
 		}
 	}
@@ -288,7 +288,7 @@ func (t userTable) sorted() []UserHours {
 // real Summary's do (TestUsersFromDays holds it to Summary's query).
 func (s *Summary) UsersFromDays(now time.Time) []UserHours {
 	users := userTable{}
-	for _, w := range Windows {
+	for _, w := range windows {
 		from, to := UsageSpan(w.Span, now)
 		for name, hours := range s.UserDays {
 			for i, h := range hours {
@@ -337,7 +337,7 @@ func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]f
 // idleSeconds is each user's idle-held GPU-seconds within [from, to]: the
 // part of each spell inside it, shared among the spell's users. Spells
 // going on count once they have lasted idle_after.
-func (s *Store) idleSeconds(tx *sql.Tx, st *State, from, to time.Time) (map[string]float64, error) {
+func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[string]float64, error) {
 	out := map[string]float64{}
 	add := func(users []string, start, end int64) {
 		lo, hi := max(start, from.Unix()), min(end, to.Unix())
@@ -367,13 +367,13 @@ func (s *Store) idleSeconds(tx *sql.Tx, st *State, from, to time.Time) (map[stri
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	for _, sp := range IdleHeld(st, s.params) {
+	for _, sp := range idleHeldSpells(st, s.params) {
 		add(sp.Users, sp.Start, sp.Last)
 	}
 	return out, nil
 }
 
-func (s *Store) totals(tx *sql.Tx, st *State) (Totals, error) {
+func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {
 	t := Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}}
 	for _, state := range States {
 		t.State[state] = 0
@@ -405,7 +405,7 @@ func (s *Store) totals(tx *sql.Tx, st *State) (Totals, error) {
 	if err := rows.Err(); err != nil {
 		return t, err
 	}
-	for _, sp := range IdleHeld(st, s.params) {
+	for _, sp := range idleHeldSpells(st, s.params) {
 		for _, u := range sp.Users {
 			t.IdleHeld[u] += float64(sp.Seconds()) / float64(len(sp.Users))
 		}
@@ -454,7 +454,7 @@ func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) 
 		return nil, err
 	}
 	if st == nil {
-		st = NewState()
+		st = newFoldState()
 	}
 	gpu, err := sumUsage(tx, kindUser, from, to)
 	if err != nil {
