@@ -27,9 +27,9 @@ type Device struct {
 	Index int
 	Path  string
 	Dev   uint64 // st_dev of the file
-	Ino   uint64
-	Rdev  uint64 // for a character device: its device number
-	Char  bool
+	ino   uint64
+	rdev  uint64 // for a character device: its device number
+	char  bool
 }
 
 var trailingNumber = regexp.MustCompile(`([0-9]+)$`)
@@ -77,9 +77,9 @@ func statDevice(name string) (Device, error) {
 	return Device{
 		Path: name,
 		Dev:  uint64(st.Dev),
-		Ino:  uint64(st.Ino),
-		Rdev: uint64(st.Rdev),
-		Char: st.Mode&unix.S_IFMT == unix.S_IFCHR,
+		ino:  uint64(st.Ino),
+		rdev: uint64(st.Rdev),
+		char: st.Mode&unix.S_IFMT == unix.S_IFCHR,
 	}, nil
 }
 
@@ -127,9 +127,9 @@ type Scanner struct {
 func NewScanner(devs []Device) *Scanner {
 	s := &Scanner{Root: "/proc", devs: devs, byIno: map[[2]uint64]int{}, byRdev: map[uint64]int{}}
 	for _, d := range devs {
-		s.byIno[[2]uint64{d.Dev, d.Ino}] = d.Index
-		if d.Char {
-			s.byRdev[d.Rdev] = d.Index
+		s.byIno[[2]uint64{d.Dev, d.ino}] = d.Index
+		if d.char {
+			s.byRdev[d.rdev] = d.Index
 		}
 	}
 	return s

@@ -42,9 +42,9 @@ type Item struct {
 	Target    string
 	Summary   string // one line naming the message, for reports
 	Body      []byte // the JSON to POST, or the whole mail for sendmail
-	Created   time.Time
-	Attempts  int
-	LastError string
+	created   time.Time
+	attempts  int
+	lastError string
 }
 
 // Kind is the target's kind, "webhook" or "mail".
@@ -103,11 +103,11 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 	for _, u := range t.Webhooks {
 		if len(events) > maxWebhookEvents {
 			items = append(items, Item{Target: WebhookTarget(u), Summary: digestSubject(events),
-				Body: webhookDigestBody(events, t, loc), Created: now})
+				Body: webhookDigestBody(events, t, loc), created: now})
 			continue
 		}
 		for _, e := range events {
-			items = append(items, Item{Target: WebhookTarget(u), Summary: e.Summary(), Body: WebhookBody(e, t, loc), Created: now})
+			items = append(items, Item{Target: WebhookTarget(u), Summary: e.Summary(), Body: WebhookBody(e, t, loc), created: now})
 		}
 	}
 	if len(t.MailTo) > 0 {
@@ -115,7 +115,7 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 		var body strings.Builder
 		eventLines(&body, events, loc, t.Commands)
 		items = append(items, Item{Target: MailTarget(t.MailTo), Summary: subject,
-			Body: Mail(t.MailTo, t.MailFrom, subject, body.String(), t.PageURL, sender, now), Created: now})
+			Body: Mail(t.MailTo, t.MailFrom, subject, body.String(), t.PageURL, sender, now), created: now})
 	}
 	if t.UserDomain != "" {
 		mine := map[string][]Event{}
@@ -141,7 +141,7 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 			to := []string{u + "@" + t.UserDomain}
 			subject, body := userMail(mine[u], loc, t.Commands)
 			items = append(items, Item{Target: MailTarget(to), Summary: subject,
-				Body: Mail(to, t.MailFrom, subject, body, t.PageURL, sender, now), Created: now})
+				Body: Mail(to, t.MailFrom, subject, body, t.PageURL, sender, now), created: now})
 		}
 	}
 	return items, problems
@@ -194,7 +194,7 @@ func dotAtom(s string) bool {
 // Summary is one line naming the event, for reports on stderr.
 func (e Event) Summary() string {
 	s := string(e.Kind) + " " + string(e.State)
-	if e.Reminder {
+	if e.reminder {
 		s += " (reminder)"
 	}
 	switch {
@@ -232,7 +232,7 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 	host, gpu := name(e.Host), name(e.GPU)
 	since := clock(e.Since, loc)
 	still := ""
-	if e.Reminder {
+	if e.reminder {
 		still = "Still: "
 	}
 	var s string
@@ -398,7 +398,7 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 	if t.PageURL != "" {
 		text += " " + slackEscape(t.PageURL)
 	}
-	b := webhookBody{Text: text, Event: e.Kind, State: e.State, Reminder: e.Reminder,
+	b := webhookBody{Text: text, Event: e.Kind, State: e.State, Reminder: e.reminder,
 		Host: name(e.Host), GPU: name(e.GPU), Model: name(e.Model), Hosts: e.Hosts, Page: t.PageURL,
 		Hours: math.Round(e.Duration().Hours()*100) / 100}
 	for i, u := range e.Users {
@@ -442,7 +442,7 @@ func digestSubject(events []Event) string {
 		e := events[0]
 		prefix := ""
 		switch {
-		case e.Reminder:
+		case e.reminder:
 			prefix = "still: "
 		case e.State == resolved:
 			prefix = "resolved: "

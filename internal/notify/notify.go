@@ -105,7 +105,7 @@ func (e Episode) Key() string { return string(e.Kind) + "\x00" + e.Host + "\x00"
 type Event struct {
 	Episode
 	State    State
-	Reminder bool
+	reminder bool
 	// At is when it was seen: the snapshot that showed it (for a resolved
 	// idle-held GPU, the first reading without the spell).
 	At       time.Time
@@ -184,7 +184,7 @@ func (s *stepper) remind(e Episode, commands []string) {
 	}
 	e.Notified = s.obs.Now
 	s.next[e.Key()] = e
-	s.events = append(s.events, Event{Episode: e, State: Firing, Reminder: true, At: s.obs.DataTime, Commands: commands})
+	s.events = append(s.events, Event{Episode: e, State: Firing, reminder: true, At: s.obs.DataTime, Commands: commands})
 }
 
 // resolve closes e and tells it.

@@ -32,7 +32,7 @@ func (r run) obs() Observations {
 // told is an event as one line: kind, state, reminder, host, gpu.
 func told(e Event) string {
 	s := fmt.Sprintf("%d %s %s", int(e.At.Sub(t0).Minutes()), e.Kind, e.State)
-	if e.Reminder {
+	if e.reminder {
 		s += " again"
 	}
 	if e.Host != "" {

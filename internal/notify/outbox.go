@@ -103,7 +103,7 @@ func (o *Outbox) Advance(ctx context.Context, obs Observations, p Params, route 
 	}
 	for _, it := range route(events) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO notify_outbox (target, summary, body, created) VALUES (?, ?, ?, ?)`,
-			it.Target, it.Summary, it.Body, it.Created.Unix()); err != nil {
+			it.Target, it.Summary, it.Body, it.created.Unix()); err != nil {
 			return nil, err
 		}
 	}
@@ -142,11 +142,11 @@ func (o *Outbox) claim(ctx context.Context, now time.Time, lease time.Duration) 
 	for rows.Next() {
 		var it Item
 		var created int64
-		if err := rows.Scan(&it.ID, &it.Target, &it.Summary, &it.Body, &created, &it.Attempts, &it.LastError); err != nil {
+		if err := rows.Scan(&it.ID, &it.Target, &it.Summary, &it.Body, &created, &it.attempts, &it.lastError); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		it.Created = time.Unix(created, 0)
+		it.created = time.Unix(created, 0)
 		items = append(items, it)
 	}
 	rows.Close()
