@@ -206,8 +206,8 @@ func (e Event) Summary() string {
 	return hosttext.Printable(s)
 }
 
-// Title is the event in a few words, for a mail's subject.
-func (e Event) Title() string {
+// title is the event in a few words, for a mail's subject.
+func (e Event) title() string {
 	host, gpu := name(e.Host), name(e.GPU)
 	switch {
 	case e.Kind == idleHeld && e.State == Firing:
@@ -447,7 +447,7 @@ func digestSubject(events []Event) string {
 		case e.State == resolved:
 			prefix = "resolved: "
 		}
-		return "[gpumon] " + prefix + e.Title()
+		return "[gpumon] " + prefix + e.title()
 	}
 	counts := map[string]int{}
 	var keys []string

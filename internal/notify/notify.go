@@ -98,8 +98,8 @@ type Episode struct {
 	Notified time.Time `json:"t"`           // when it was last told (fired or reminded)
 }
 
-// Key names an episode: one per GPU, per host, or for the fleet.
-func (e Episode) Key() string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
+// key names an episode: one per GPU, per host, or for the fleet.
+func (e Episode) key() string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
 
 // Event is one thing to tell.
 type Event struct {
@@ -171,7 +171,7 @@ type stepper struct {
 // fire opens (or opens again) e and tells it.
 func (s *stepper) fire(e Episode, commands []string) {
 	e.Notified = s.obs.Now
-	s.next[e.Key()] = e
+	s.next[e.key()] = e
 	s.events = append(s.events, Event{Episode: e, State: Firing, At: s.obs.DataTime, Commands: commands})
 }
 
@@ -179,17 +179,17 @@ func (s *stepper) fire(e Episode, commands []string) {
 // since it was last told.
 func (s *stepper) remind(e Episode, commands []string) {
 	if s.p.RemindAfter <= 0 || s.obs.Now.Sub(e.Notified) < s.p.RemindAfter {
-		s.next[e.Key()] = e
+		s.next[e.key()] = e
 		return
 	}
 	e.Notified = s.obs.Now
-	s.next[e.Key()] = e
+	s.next[e.key()] = e
 	s.events = append(s.events, Event{Episode: e, State: Firing, reminder: true, At: s.obs.DataTime, Commands: commands})
 }
 
 // resolve closes e and tells it.
 func (s *stepper) resolve(e Episode) {
-	delete(s.next, e.Key())
+	delete(s.next, e.key())
 	s.events = append(s.events, Event{Episode: e, State: resolved, At: s.obs.DataTime})
 }
 
@@ -197,7 +197,7 @@ func (s *stepper) resolve(e Episode) {
 // host answered.
 func (s *stepper) fleetDown(noneUp bool) {
 	all := Episode{Kind: allDown, Hosts: s.obs.Hosts}
-	if e, ok := s.open[all.Key()]; ok {
+	if e, ok := s.open[all.key()]; ok {
 		if noneUp {
 			e.Hosts = s.obs.Hosts
 			s.remind(e, nil)
@@ -228,7 +228,7 @@ func (s *stepper) fleetDown(noneUp bool) {
 func (s *stepper) hostsDown(down map[string]bool) {
 	for _, d := range s.obs.Down {
 		e := Episode{Kind: hostDown, Host: d.Host, Since: d.Since}
-		old, isOpen := s.open[e.Key()]
+		old, isOpen := s.open[e.key()]
 		if isOpen && !old.Since.Equal(d.Since) {
 			s.resolve(old) // it answered in between, unseen: a new episode
 			isOpen = false
@@ -260,8 +260,8 @@ func (s *stepper) idleSeen() map[string]bool {
 	for _, g := range s.obs.IdleHeld {
 		e := Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
 			Users: g.Users, Since: g.Since, MemMiB: g.MemMiB}
-		idle[e.Key()] = true
-		old, isOpen := s.open[e.Key()]
+		idle[e.key()] = true
+		old, isOpen := s.open[e.key()]
 		if isOpen && !old.Since.Equal(g.Since) {
 			if slices.Equal(old.Users, g.Users) {
 				// the same holders: the spell began again after a gap in
@@ -288,7 +288,7 @@ func (s *stepper) idleSeen() map[string]bool {
 func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) {
 	heldIdle := make(map[string][]string, len(s.obs.HeldIdle))
 	for _, g := range s.obs.HeldIdle {
-		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU}.Key()] = g.Users
+		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU}.key()] = g.Users
 	}
 	for k, e := range s.open {
 		if e.Kind != idleHeld || idle[k] {

@@ -167,14 +167,14 @@ func (o *Outbox) sent(ctx context.Context, id int64) error {
 	return err
 }
 
-// Failed keeps a message its target refused, for the next run.
-func (o *Outbox) Failed(ctx context.Context, id int64, why string) error {
+// failed keeps a message its target refused, for the next run.
+func (o *Outbox) failed(ctx context.Context, id int64, why string) error {
 	_, err := o.db.ExecContext(ctx, `UPDATE notify_outbox SET attempts = attempts + 1, last_error = ?, lease = 0 WHERE id = ?`, why, id)
 	return err
 }
 
-// Release gives back messages claimed but not tried.
-func (o *Outbox) Release(ctx context.Context, ids []int64) error {
+// release gives back messages claimed but not tried.
+func (o *Outbox) release(ctx context.Context, ids []int64) error {
 	for _, id := range ids {
 		if _, err := o.db.ExecContext(ctx, `UPDATE notify_outbox SET lease = 0 WHERE id = ?`, id); err != nil {
 			return err

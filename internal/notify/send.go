@@ -235,9 +235,10 @@ type Result struct {
 }
 
 // Deliver sends the messages due, each target's in order and the targets
-// side by side (maxParallel at once), within Budget (or ctx's deadline if sooner). A message a
-// target refuses stays, with the ones after it, for the next run. The
-// results are by target, in the order of their oldest message.
+// side by side (maxParallel at once), within Budget (or ctx's deadline if
+// sooner). A message a target refuses stays, with the ones after it, for
+// the next run. The results are by target, in the order of their oldest
+// message.
 func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]Result, error) {
 	// sends stop a little before the budget: a sendmail killed at the
 	// deadline is given killGrace to go
@@ -247,72 +248,93 @@ func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]
 	if err != nil {
 		return nil, err
 	}
-	var targets []string
-	byTarget := map[string][]Item{}
-	for _, it := range items {
-		if byTarget[it.Target] == nil {
-			targets = append(targets, it.Target)
-		}
-		byTarget[it.Target] = append(byTarget[it.Target], it)
-	}
+	targets, queues := byTarget(items)
 	results := make([]Result, len(targets))
-	var wg sync.WaitGroup
-	var dbErr error
-	var mu sync.Mutex
-	keep := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		dbErr = errors.Join(dbErr, err)
-	}
+	d := &delivery{o: o}
 	slots := make(chan struct{}, maxParallel)
+	var wg sync.WaitGroup
 	for i, t := range targets {
 		results[i].Target = t
-		queue := byTarget[t]
+		queue := queues[t]
 		s := senders[queue[0].Kind()]
 		wg.Go(func() {
-			r := &results[i]
 			select {
 			case slots <- struct{}{}:
 				defer func() { <-slots }()
 			case <-ctx.Done():
 			}
-			for j, it := range queue {
-				if ctx.Err() != nil {
-					r.Err = ErrOutOfTime
-					keep(o.Release(context.WithoutCancel(ctx), ids(queue[j:])))
-					return
-				}
-				err := fmt.Errorf("no sender for %s", it.Kind())
-				if s != nil {
-					err = s.Send(ctx, it)
-				}
-				if err == nil {
-					r.Sent++
-					keep(o.sent(context.WithoutCancel(ctx), it.ID))
-					continue
-				}
-				var refused *refusedError
-				if errors.As(err, &refused) {
-					r.Dropped = append(r.Dropped, it.Summary+": "+err.Error())
-					keep(o.sent(context.WithoutCancel(ctx), it.ID))
-					continue
-				}
-				r.Err, r.Failed = err, it.Summary
-				keep(o.Failed(context.WithoutCancel(ctx), it.ID, err.Error()))
-				keep(o.Release(context.WithoutCancel(ctx), ids(queue[j+1:])))
-				return
-			}
+			d.send(ctx, s, queue, &results[i])
 		})
 	}
 	wg.Wait()
 	pending, err := o.pending(context.WithoutCancel(ctx))
 	if err != nil {
-		return results, errors.Join(dbErr, err)
+		return results, errors.Join(d.err, err)
 	}
 	for i := range results {
 		results[i].Waiting = pending[results[i].Target]
 	}
-	return results, dbErr
+	return results, d.err
+}
+
+// byTarget is items' targets, in the order of their oldest message, and
+// each one's messages in order.
+func byTarget(items []Item) ([]string, map[string][]Item) {
+	var targets []string
+	queues := map[string][]Item{}
+	for _, it := range items {
+		if queues[it.Target] == nil {
+			targets = append(targets, it.Target)
+		}
+		queues[it.Target] = append(queues[it.Target], it)
+	}
+	return targets, queues
+}
+
+// delivery is one Deliver's outbox, and the errors of writing to it from
+// the targets' goroutines.
+type delivery struct {
+	o   *Outbox
+	mu  sync.Mutex
+	err error
+}
+
+func (d *delivery) keep(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.err = errors.Join(d.err, err)
+}
+
+// send sends one target's queue with s (nil: none for its kind), in order,
+// until a message fails or the time is out; what is not sent is given
+// back for the next run. The outcome goes in r.
+func (d *delivery) send(ctx context.Context, s Sender, queue []Item, r *Result) {
+	bg := context.WithoutCancel(ctx) // the outbox is written even out of time
+	for j, it := range queue {
+		if ctx.Err() != nil {
+			r.Err = ErrOutOfTime
+			d.keep(d.o.release(bg, ids(queue[j:])))
+			return
+		}
+		err := fmt.Errorf("no sender for %s", it.Kind())
+		if s != nil {
+			err = s.Send(ctx, it)
+		}
+		var refused *refusedError
+		switch {
+		case err == nil:
+			r.Sent++
+			d.keep(d.o.sent(bg, it.ID))
+		case errors.As(err, &refused):
+			r.Dropped = append(r.Dropped, it.Summary+": "+err.Error())
+			d.keep(d.o.sent(bg, it.ID))
+		default:
+			r.Err, r.Failed = err, it.Summary
+			d.keep(d.o.failed(bg, it.ID, err.Error()))
+			d.keep(d.o.release(bg, ids(queue[j+1:])))
+			return
+		}
+	}
 }
 
 func ids(items []Item) []int64 {

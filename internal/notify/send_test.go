@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -367,5 +368,45 @@ func TestDeliverDropsRefusedMessage(t *testing.T) {
 	}
 	if got := rc.texts(); len(got) != 1 || !strings.Contains(got[0], "GPU 1 on gpu01") {
 		t.Errorf("received %q, want GPU 1's message", got)
+	}
+}
+
+// hangingSender answers only when the run is out of time.
+type hangingSender struct{}
+
+func (hangingSender) Send(ctx context.Context, it Item) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A target that gets no turn before the run is out of time (every slot
+// held by targets that hang) is told out of time, and its messages wait
+// for the next run, as the hanging ones' do, none of them leased.
+func TestDeliverOutOfTime(t *testing.T) {
+	box := newOutbox(t)
+	var gpus []IdleGPU
+	for i := range maxParallel + 1 {
+		gpus = append(gpus, idle(fmt.Sprintf("gpu%03d", i), "0", -120, fmt.Sprintf("user%03d", i)))
+	}
+	advance(t, box, Targets{UserDomain: "example.org"}, 0, gpus...)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res := deliver(t, ctx, box, Senders{"mail": hangingSender{}})
+	late := 0
+	for _, r := range res {
+		if errors.Is(r.Err, ErrOutOfTime) {
+			late++
+		}
+		if r.Err == nil || r.Sent != 0 || r.Waiting != 1 {
+			t.Errorf("%s: %+v, want an error and the message waiting", r.Target, r)
+		}
+	}
+	if late != 1 {
+		t.Errorf("%d targets out of time, want the one without a turn", late)
+	}
+	s := &countingSender{}
+	deliver(t, context.Background(), box, Senders{"mail": s})
+	if s.sent != maxParallel+1 {
+		t.Errorf("the next run sent %d, want %d", s.sent, maxParallel+1)
 	}
 }
