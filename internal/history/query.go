@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -456,62 +457,67 @@ func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) 
 	if st == nil {
 		st = newFoldState()
 	}
-	gpu, err := sumUsage(tx, kindUser, from, to)
+	f, err := s.spanFigures(tx, st, from, to)
 	if err != nil {
 		return nil, err
 	}
-	states, err := sumUsage(tx, kindState, from, to)
-	if err != nil {
-		return nil, err
+	return f.usage(), nil
+}
+
+// spanSeconds are the figures Usage reads for a span, in GPU-seconds by
+// name (peaks: in GPUs).
+type spanSeconds struct {
+	gpu, states, job, idle, peaks map[string]float64
+}
+
+func (s *Store) spanFigures(tx *sql.Tx, st *foldState, from, to time.Time) (f spanSeconds, err error) {
+	if f.gpu, err = sumUsage(tx, kindUser, from, to); err != nil {
+		return f, err
 	}
-	job, err := sumUsage(tx, kindIdleJob, from, to)
-	if err != nil {
-		return nil, err
+	if f.states, err = sumUsage(tx, kindState, from, to); err != nil {
+		return f, err
 	}
-	idle, err := s.idleSeconds(tx, st, from, to)
-	if err != nil {
-		return nil, err
+	if f.job, err = sumUsage(tx, kindIdleJob, from, to); err != nil {
+		return f, err
 	}
-	peaks, err := maxUsage(tx, kindUserPeak, from, to)
-	if err != nil {
-		return nil, err
+	if f.idle, err = s.idleSeconds(tx, st, from, to); err != nil {
+		return f, err
 	}
+	f.peaks, err = maxUsage(tx, kindUserPeak, from, to)
+	return f, err
+}
+
+// usage is Usage's list from the span's figures.
+func (f spanSeconds) usage() []Usage {
 	var fleet float64
-	for state, v := range states {
+	for state, v := range f.states {
 		if state != Down {
 			fleet += v
 		}
 	}
+	share := func(v float64) float64 {
+		if fleet > 0 {
+			return v / fleet
+		}
+		return 0
+	}
 	names := map[string]bool{}
-	for u := range gpu {
+	for u := range f.gpu {
 		names[u] = true
 	}
-	for u := range idle {
+	for u := range f.idle {
 		names[u] = true
 	}
 	out := make([]Usage, 0, len(names)+1)
 	for u := range names {
-		us := Usage{User: u, GPUHours: gpu[u] / 3600, IdleHeldHours: idle[u] / 3600, PeakGPUs: int(peaks[u])}
-		if fleet > 0 {
-			us.Share = gpu[u] / fleet
-		}
-		out = append(out, us)
+		out = append(out, Usage{User: u, GPUHours: f.gpu[u] / 3600, IdleHeldHours: f.idle[u] / 3600,
+			PeakGPUs: int(f.peaks[u]), Share: share(f.gpu[u])})
 	}
 	slices.SortFunc(out, func(a, b Usage) int {
-		if a.GPUHours != b.GPUHours {
-			if a.GPUHours > b.GPUHours {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.User, b.User)
+		return cmp.Or(cmp.Compare(b.GPUHours, a.GPUHours), strings.Compare(a.User, b.User))
 	})
-	if v := job[""]; v > 0 {
-		us := Usage{User: IdleJobUser, GPUHours: v / 3600}
-		if fleet > 0 {
-			us.Share = v / fleet
-		}
-		out = append(out, us)
+	if v := f.job[""]; v > 0 {
+		out = append(out, Usage{User: IdleJobUser, GPUHours: v / 3600, Share: share(v)})
 	}
-	return out, nil
+	return out
 }
