@@ -4,7 +4,7 @@
 // once, is repeated after remind_after while it lasts, and resolves once;
 // one render run after another never repeats a message.
 //
-// step is the decision, a pure function of (open episodes, observations,
+// The decision is step, a pure function of (open episodes, observations,
 // params); Route turns its events into messages for each target; the
 // outbox (outbox.go) keeps them in the history database until a target
 // accepts them, so a receiver that is down loses nothing; Deliver (send.go)
