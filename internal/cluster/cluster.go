@@ -92,10 +92,10 @@ func (h *Host) Up() bool { return h.Status == hoststatus.OK }
 type GPU struct {
 	Index    int  // nvidia-smi's index; see HasIndex
 	HasIndex bool // false for a GPU the driver lost, known by its bus id only
-	// SharedIndex: another GPU of the host has the same index (a broken
+	// sharedIndex: another GPU of the host has the same index (a broken
 	// driver); ID is then the UUID, so that each GPU keeps its own name
 	// in metrics.prom and in the history.
-	SharedIndex bool
+	sharedIndex bool
 	UUID        string
 	Name        string // full nvidia-smi name
 	Short       string
@@ -118,7 +118,7 @@ type GPU struct {
 // ID is the GPU's index, else its bus id (a lost GPU has no index), else "?".
 func (g *GPU) ID() string {
 	switch {
-	case g.SharedIndex && g.UUID != "":
+	case g.sharedIndex && g.UUID != "":
 		return g.UUID
 	case g.HasIndex:
 		return strconv.Itoa(g.Index)
@@ -648,7 +648,7 @@ func markSharedIndexes(gpus []*GPU) {
 		}
 	}
 	for _, g := range gpus {
-		g.SharedIndex = g.HasIndex && seen[g.Index] > 1
+		g.sharedIndex = g.HasIndex && seen[g.Index] > 1
 	}
 }
 

@@ -38,90 +38,133 @@ serves the page until Ctrl-C. Everything it writes goes under -dir.
   -once             fetch and render once, then exit without serving
 `
 
-// Main is the demo command.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// options are demo's flags.
+type options struct {
+	addr, dir string
+	every     time.Duration
+	once      bool
+}
+
+func parseFlags(args []string, stdout io.Writer) (options, error) {
+	var o options
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	addr := fs.String("addr", "127.0.0.1:8080", "")
-	dir := fs.String("dir", "demo", "")
-	every := fs.Duration("every", time.Minute, "")
-	once := fs.Bool("once", false, "")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "")
+	fs.StringVar(&o.dir, "dir", "demo", "")
+	fs.DurationVar(&o.every, "every", time.Minute, "")
+	fs.BoolVar(&o.once, "once", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
-			return err
+			return o, err
 		}
-		return &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
+		return o, &cli.UsageError{Msg: err.Error() + "\n" + strings.TrimRight(usage, "\n")}
 	}
 	if fs.NArg() > 0 {
-		return &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
+		return o, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
 	}
-	if *every < time.Second {
-		return &cli.UsageError{Msg: "-every must be at least 1s"}
+	if o.every < time.Second {
+		return o, &cli.UsageError{Msg: "-every must be at least 1s"}
+	}
+	return o, nil
+}
+
+// Main is the demo command.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
 	}
 	// fetch would offer the user's agent keys to the simulated hosts: keep
 	// the demo to its own key.
 	os.Unsetenv("SSH_AUTH_SOCK")
-
 	var ln net.Listener
-	if !*once {
-		var err error
-		if ln, err = net.Listen("tcp", *addr); err != nil {
-			if errors.Is(err, syscall.EADDRINUSE) {
-				return cli.WithHint(fmt.Errorf("%s is in use", *addr), "pick another address: make demo ADDR=127.0.0.1:8081")
-			}
+	if !o.once {
+		// before the fleet starts: an address in use is said at once
+		if ln, err = listen(o.addr); err != nil {
 			return err
 		}
 		defer ln.Close()
 	}
-
-	site, err := setUp(*dir)
+	site, err := setUp(o.dir)
 	if err != nil {
 		return err
 	}
+	stop, err := site.start(stdout)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := site.firstRun(ctx, stdout, stderr); err != nil {
+		return err
+	}
+	if o.once {
+		return nil
+	}
+	return site.serve(ctx, ln, o.every, stdout, stderr)
+}
+
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, cli.WithHint(fmt.Errorf("%s is in use", addr), "pick another address: make demo ADDR=127.0.0.1:8081")
+	}
+	return ln, err
+}
+
+// start launches the simulated fleet and the webhook receiver, and writes
+// the site's config.ini; stop ends both.
+func (s *site) start(stdout io.Writer) (stop func(), err error) {
 	fleet, err := simfleet.Launch(simfleet.Demo())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer fleet.Close()
-	if _, err := fleet.WriteClientFiles(site.fleetDir); err != nil {
-		return err
+	if _, err := fleet.WriteClientFiles(s.fleetDir); err != nil {
+		fleet.Close()
+		return nil, err
 	}
 	// a webhook receiver that prints what render tells: the notifications
 	// of docs/notify.md, as a chat channel would get them
 	hook, err := startHook(stdout)
 	if err != nil {
-		return err
+		fleet.Close()
+		return nil, err
 	}
-	defer hook.Close()
-	if err := site.writeConfig(time.Now(), "http://"+hook.Addr().String()+"/hook"); err != nil {
-		return err
+	stop = func() { hook.Close(); fleet.Close() }
+	if err := s.writeConfig(time.Now(), "http://"+hook.Addr().String()+"/hook"); err != nil {
+		stop()
+		return nil, err
 	}
-	fmt.Fprintf(stdout, "demo: %d simulated GPU hosts on 127.0.1.x (their files: %s)\n", len(fleet.Hosts()), site.fleetDir)
+	fmt.Fprintf(stdout, "demo: %d simulated GPU hosts on 127.0.1.x (their files: %s)\n", len(fleet.Hosts()), s.fleetDir)
+	return stop, nil
+}
 
-	_, err = os.Stat(filepath.Join(site.fleetDir, "history.db"))
+// firstRun is the first cron tick, shown as the commands it runs; a new
+// demo folder then gets a week of history, and the page is made again
+// with it.
+func (s *site) firstRun(ctx context.Context, stdout, stderr io.Writer) error {
+	_, err := os.Stat(filepath.Join(s.fleetDir, "history.db"))
 	fresh := errors.Is(err, os.ErrNotExist)
-	if err := site.cycle(ctx, stdout, stderr, true); err != nil {
+	if err := s.cycle(ctx, stdout, stderr, true); err != nil {
 		return err
 	}
-	if fresh {
-		if err := site.seedHistory(ctx, time.Now(), stdout, stderr); err != nil {
-			return fmt.Errorf("seeding the history: %w", err)
-		}
-		if err := site.cycle(ctx, io.Discard, stderr, false); err != nil { // the page, with the week
-			return err
-		}
-	}
-	if *once {
+	if !fresh {
 		return nil
 	}
+	if err := s.seedHistory(ctx, time.Now(), stdout, stderr); err != nil {
+		return fmt.Errorf("seeding the history: %w", err)
+	}
+	return s.cycle(ctx, io.Discard, stderr, false) // the page, with the week
+}
 
-	srv := &http.Server{Handler: http.FileServer(http.Dir(site.www)), ReadHeaderTimeout: 10 * time.Second}
+// serve serves the page on ln and runs a cron tick every interval, until
+// ctx ends.
+func (s *site) serve(ctx context.Context, ln net.Listener, every time.Duration, stdout, stderr io.Writer) error {
+	srv := &http.Server{Handler: http.FileServer(http.Dir(s.www)), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "\ndemo: the page is at http://%s/ (also status.json and metrics.prom); refreshed every %s; Ctrl-C to stop\n", ln.Addr(), *every)
-
-	tick := time.NewTicker(*every)
+	fmt.Fprintf(stdout, "\ndemo: the page is at http://%s/ (also status.json and metrics.prom); refreshed every %s; Ctrl-C to stop\n", ln.Addr(), every)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -134,7 +177,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case err := <-served:
 			return err
 		case <-tick.C:
-			if err := site.cycle(ctx, stdout, stderr, false); err != nil && ctx.Err() == nil {
+			if err := s.cycle(ctx, stdout, stderr, false); err != nil && ctx.Err() == nil {
 				fmt.Fprintf(stderr, "demo: %v\n", err)
 			}
 		}

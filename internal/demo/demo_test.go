@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/testenv"
 )
 
@@ -104,5 +109,56 @@ func TestOnceSeedsAWeek(t *testing.T) {
 	data, _ := os.ReadFile(filepath.Join(dir, "www", "status.json"))
 	if err := json.Unmarshal(data, &st); err != nil || st.History == nil || st.History.Snapshots < 7*24*4 {
 		t.Errorf("status.json's history: %v %+v, want a week of snapshots", err, st.History)
+	}
+}
+
+// What demo refuses, it refuses before starting the fleet, with the usage
+// or a hint.
+func TestMainRefuses(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name  string
+		args  []string
+		usage bool   // a usage error
+		want  string // in the error, and its hint
+	}{
+		{"an argument", []string{"-once", "now"}, true, `unexpected argument "now"`},
+		{"an unknown flag", []string{"-fast"}, true, "flag provided but not defined: -fast"},
+		{"-every under a second", []string{"-once", "-every", "500ms"}, true, "-every must be at least 1s"},
+		{"an address in use", []string{"-addr", busy.Addr().String()}, false, "is in use: pick another address: make demo ADDR="},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			// ended already: a demo that does not refuse fails at once
+			// instead of serving
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			var stdout, stderr bytes.Buffer
+			err := Main(ctx, append(tt.args, "-dir", dir), &stdout, &stderr)
+			var usage *cli.UsageError
+			if err == nil || errors.As(err, &usage) != tt.usage {
+				t.Fatalf("error %v, want a usage error: %v", err, tt.usage)
+			}
+			msg := err.Error()
+			var hinted interface{ Hint() string }
+			if errors.As(err, &hinted) {
+				msg += ": " + hinted.Hint()
+			}
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("error %q, want %q", msg, tt.want)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+				t.Errorf("demo wrote %d files before refusing", len(entries))
+			}
+		})
+	}
+	var stdout bytes.Buffer
+	if err := Main(context.Background(), []string{"-h"}, &stdout, io.Discard); !errors.Is(err, flag.ErrHelp) || stdout.String() != usage {
+		t.Errorf("-h: %v, printed %q", err, stdout.String())
 	}
 }

@@ -219,7 +219,7 @@ func (r *blobReader) optFloat() (float64, bool) {
 
 // The fold's state is kept as deflated JSON: it is small (the hosts' GPU
 // lists and the spells in progress) and read once a run.
-func encodeState(st *State) ([]byte, error) {
+func encodeState(st *foldState) ([]byte, error) {
 	var out bytes.Buffer
 	zw, err := flate.NewWriter(&out, flate.BestSpeed)
 	if err != nil {
@@ -234,8 +234,8 @@ func encodeState(st *State) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-func decodeState(blob []byte) (*State, error) {
-	st := NewState()
+func decodeState(blob []byte) (*foldState, error) {
+	st := newFoldState()
 	dec := json.NewDecoder(io.LimitReader(flate.NewReader(bytes.NewReader(blob)), maxDecoded))
 	if err := dec.Decode(st); err != nil {
 		return nil, fmt.Errorf("damaged checkpoint: %v", err)

@@ -23,25 +23,25 @@ type Params struct {
 // DefaultParams are the documented defaults.
 var DefaultParams = Params{MaxGap: 15 * time.Minute, IdleUtilPct: 5, IdleAfter: 2 * time.Hour}
 
-// State is what the fold knows after a snapshot, and all the next one
+// foldState is what the fold knows after a snapshot, and all the next one
 // needs: the readings whose span is counted when the next snapshot tells
 // how long they stood, the spells in progress, and each host's last known
 // GPUs. It is saved with each snapshot (a checkpoint), so that the fold
 // can go on from any hour's end.
-type State struct {
+type foldState struct {
 	Time   int64                 `json:"t"` // Unix seconds of the last snapshot folded; 0 before the first
-	Prev   Aggregate             `json:"p"`
+	Prev   readings              `json:"p"`
 	Spells map[string]*Spell     `json:"s"` // by gpuKey: held and idle now, long enough or not yet
 	Hosts  map[string]*HostState `json:"h"`
 }
 
-// NewState is the state before any snapshot.
-func NewState() *State {
-	return &State{Spells: map[string]*Spell{}, Hosts: map[string]*HostState{}}
+// newFoldState is the state before any snapshot.
+func newFoldState() *foldState {
+	return &foldState{Spells: map[string]*Spell{}, Hosts: map[string]*HostState{}}
 }
 
-// Aggregate is one snapshot's readings as the accounting counts them.
-type Aggregate struct {
+// readings is one snapshot's readings as the accounting counts them.
+type readings struct {
 	UserShare map[string]float64 `json:"u,omitempty"` // GPUs held: a GPU held by n users is 1/n to each
 	UserGPUs  map[string]int     `json:"g,omitempty"` // GPUs the user holds, shared ones whole (for peaks)
 	States    map[string]int     `json:"s,omitempty"` // GPUs per state
@@ -82,8 +82,8 @@ type KnownGPU struct {
 	Name string `json:"n"`
 }
 
-// Effects are what folding one snapshot adds to the store.
-type Effects struct {
+// effects are what folding one snapshot adds to the store.
+type effects struct {
 	Hour int64 // the hour (Unix seconds) the counted span goes to: the snapshot's
 	// Span is the previous snapshot's span, in seconds, and what it adds.
 	Span           float64
@@ -95,11 +95,11 @@ type Effects struct {
 	// Ended are the idle-held spells that ended here (only those that
 	// lasted IdleAfter), by host, GPU and start.
 	Ended  []Spell
-	Counts Counts // this snapshot, for the fleet's plots
+	Counts counts // this snapshot, for the fleet's plots
 }
 
-// Counts are one snapshot's totals.
-type Counts struct {
+// counts are one snapshot's totals.
+type counts struct {
 	Hosts, HostsDown int
 	States           map[string]int // GPUs per state, Down included
 	IdleHeld         int            // GPUs idle-held at this snapshot
@@ -110,7 +110,7 @@ func gpuKey(host, id string) string { return host + "\x00" + id }
 // hourOf is the start of t's hour.
 func hourOf(t int64) int64 { return t - ((t%3600)+3600)%3600 }
 
-// Step folds snapshot s into st, which it changes, and says what that adds.
+// step folds snapshot s into st, which it changes, and says what that adds.
 // s must be newer than st.Time: the store replays out-of-order snapshots
 // from an earlier checkpoint instead.
 //
@@ -118,10 +118,10 @@ func hourOf(t int64) int64 { return t - ((t%3600)+3600)%3600 }
 // most MaxGap, into s's hour: a span never goes to an hour before the
 // snapshot that closed it, so replaying from the end of an hour touches
 // no earlier hour.
-func Step(st *State, s *Snapshot, p Params) Effects {
+func step(st *foldState, s *Snapshot, p Params) effects {
 	t := s.Time.Unix()
 	gap := int64(p.MaxGap / time.Second)
-	eff := Effects{Hour: hourOf(t), UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}}
+	eff := effects{Hour: hourOf(t), UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}}
 	if st.Time != 0 {
 		span := float64(min(t-st.Time, gap))
 		eff.Span = span
@@ -138,7 +138,7 @@ func Step(st *State, s *Snapshot, p Params) Effects {
 	st.Prev = aggregate(st, s)
 	st.Time = t
 	eff.UserGPUs = st.Prev.UserGPUs
-	eff.Counts = Counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: len(IdleHeld(st, p))}
+	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: len(idleHeldSpells(st, p))}
 	for _, h := range s.Hosts {
 		if !h.Up {
 			eff.Counts.HostsDown++
@@ -149,7 +149,7 @@ func Step(st *State, s *Snapshot, p Params) Effects {
 
 // stepSpells extends, starts and ends the spells; it returns those that
 // ended having lasted IdleAfter.
-func stepSpells(st *State, s *Snapshot, p Params, t, gap int64) []Spell {
+func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 	var ended []Spell
 	end := func(sp *Spell) {
 		sp.End = sp.Last + min(t-sp.Last, gap)
@@ -200,7 +200,7 @@ func stepSpells(st *State, s *Snapshot, p Params, t, gap int64) []Spell {
 // stepHosts notes which hosts answered, since when the others are down,
 // and each one's GPUs as last seen. A host no longer in the data is
 // forgotten: it is no longer polled.
-func stepHosts(st *State, s *Snapshot, t int64) {
+func stepHosts(st *foldState, s *Snapshot, t int64) {
 	hosts := make(map[string]*HostState, len(s.Hosts))
 	for _, h := range s.Hosts {
 		hs := st.Hosts[h.Name]
@@ -223,8 +223,8 @@ func stepHosts(st *State, s *Snapshot, t int64) {
 
 // aggregate counts s's GPUs per state and per user; a down host's GPUs as
 // last seen count as Down.
-func aggregate(st *State, s *Snapshot) Aggregate {
-	a := Aggregate{UserShare: map[string]float64{}, UserGPUs: map[string]int{}, States: map[string]int{}}
+func aggregate(st *foldState, s *Snapshot) readings {
+	a := readings{UserShare: map[string]float64{}, UserGPUs: map[string]int{}, States: map[string]int{}}
 	for _, h := range s.Hosts {
 		if !h.Up {
 			if n := len(st.Hosts[h.Name].GPUs); n > 0 {
@@ -248,8 +248,8 @@ func aggregate(st *State, s *Snapshot) Aggregate {
 	return a
 }
 
-// IdleHeld lists the GPUs idle-held at st's newest snapshot, longest first.
-func IdleHeld(st *State, p Params) []Spell {
+// idleHeldSpells lists the GPUs idle-held at st's newest snapshot, longest first.
+func idleHeldSpells(st *foldState, p Params) []Spell {
 	var out []Spell
 	for _, sp := range st.Spells {
 		if sp.Last == st.Time && sp.Seconds() >= int64(p.IdleAfter/time.Second) {

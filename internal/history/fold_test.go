@@ -61,11 +61,11 @@ func TestStepSpans(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := NewState()
+			st := newFoldState()
 			users, state := map[string]float64{}, map[string]float64{}
 			var job float64
 			for _, s := range tt.snaps {
-				eff := Step(st, s, p)
+				eff := step(st, s, p)
 				for u, v := range eff.UserSeconds {
 					users[u] += v
 				}
@@ -146,15 +146,15 @@ func TestSpells(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := NewState()
+			st := newFoldState()
 			var ended []Spell
 			for _, s := range tt.snaps {
-				ended = append(ended, Step(st, s, p).Ended...)
+				ended = append(ended, step(st, s, p).Ended...)
 			}
 			if diff := cmp.Diff(tt.ended, ended, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("ended spells (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.current, IdleHeld(st, p), cmpopts.EquateEmpty()); diff != "" {
+			if diff := cmp.Diff(tt.current, idleHeldSpells(st, p), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("idle-held now (-want +got):\n%s", diff)
 			}
 		})
@@ -162,10 +162,10 @@ func TestSpells(t *testing.T) {
 }
 
 func TestHostsDownSince(t *testing.T) {
-	st := NewState()
-	Step(st, snapAt(0, up("a", held("0", 0), held("1", 0)), up("b", held("0", 0))), DefaultParams)
-	Step(st, snapAt(5, down("a"), up("b", held("0", 0))), DefaultParams)
-	eff := Step(st, snapAt(10, down("a"), up("b", held("0", 0))), DefaultParams)
+	st := newFoldState()
+	step(st, snapAt(0, up("a", held("0", 0), held("1", 0)), up("b", held("0", 0))), DefaultParams)
+	step(st, snapAt(5, down("a"), up("b", held("0", 0))), DefaultParams)
+	eff := step(st, snapAt(10, down("a"), up("b", held("0", 0))), DefaultParams)
 	a := st.Hosts["a"]
 	if a.DownSince != at(5).Unix() || len(a.GPUs) != 2 || a.GPUs[1].ID != "1" {
 		t.Errorf("host a = %+v, want down since minute 5 with its 2 GPUs as last seen", a)
@@ -173,11 +173,11 @@ func TestHostsDownSince(t *testing.T) {
 	if eff.Counts.States[Down] != 2 || eff.Counts.HostsDown != 1 || eff.Counts.States[Free] != 1 {
 		t.Errorf("counts = %+v, want 2 down GPUs, 1 host down, 1 free", eff.Counts)
 	}
-	Step(st, snapAt(15, up("a", held("0", 0)), up("b", held("0", 0))), DefaultParams)
+	step(st, snapAt(15, up("a", held("0", 0)), up("b", held("0", 0))), DefaultParams)
 	if a := st.Hosts["a"]; a.DownSince != 0 || len(a.GPUs) != 1 {
 		t.Errorf("host a back = %+v, want up with the 1 GPU it has now", a)
 	}
-	Step(st, snapAt(20, up("b", held("0", 0))), DefaultParams)
+	step(st, snapAt(20, up("b", held("0", 0))), DefaultParams)
 	if _, ok := st.Hosts["a"]; ok {
 		t.Error("a host no longer in the data is still remembered")
 	}
@@ -206,13 +206,13 @@ func TestSnapshotRoundTrip(t *testing.T) {
 
 // GPUs idle-held equally long are listed 2 before 10, as a person counts.
 func TestIdleHeldOrder(t *testing.T) {
-	st := NewState()
+	st := newFoldState()
 	for _, s := range every5(0, 120, func(m float64) *Snapshot {
 		return snapAt(m, up("a", held("10", 0, "alice"), held("2", 0, "alice")))
 	}) {
-		Step(st, s, DefaultParams)
+		step(st, s, DefaultParams)
 	}
-	got := IdleHeld(st, DefaultParams)
+	got := idleHeldSpells(st, DefaultParams)
 	if len(got) != 2 || got[0].GPU != "2" || got[1].GPU != "10" {
 		t.Errorf("order: %+v, want GPU 2 then 10", got)
 	}

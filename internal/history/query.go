@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,11 +12,11 @@ import (
 	"time"
 )
 
-// Windows are the spans the page and status.json give GPU-hours for.
-var Windows = []Window{{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
+// windows are the spans the page and status.json give GPU-hours for.
+var windows = []window{{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
 
-// Window is a span back from now, with its name in status.json.
-type Window struct {
+// window is a span back from now, with its name in status.json.
+type window struct {
 	Name string
 	Span time.Duration
 }
@@ -60,7 +61,7 @@ type FleetPoint struct {
 }
 
 // UserHours is one user's GPU-hours and idle-held GPU-hours per window
-// (keyed by Window.Name).
+// (keyed by window.Name).
 type UserHours struct {
 	User      string
 	GPUHours  map[string]float64
@@ -100,7 +101,7 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 	if st == nil {
 		return nil, errors.New("no saved state for the newest snapshot: record a snapshot to rebuild it")
 	}
-	sum.IdleHeld = IdleHeld(st, s.params)
+	sum.IdleHeld = idleHeldSpells(st, s.params)
 	for name, h := range st.Hosts {
 		if h.DownSince != 0 {
 			sum.Down[name] = h
@@ -234,43 +235,71 @@ func utilSeries(tx *sql.Tx, sum *Summary, now time.Time) error {
 	return nil
 }
 
-func (s *Store) userHours(tx *sql.Tx, st *State, now time.Time) ([]UserHours, error) {
-	byUser := map[string]*UserHours{}
-	get := func(u string) *UserHours {
-		if byUser[u] == nil {
-			byUser[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
-			for _, w := range Windows {
-				byUser[u].GPUHours[w.Name], byUser[u].IdleHours[w.Name] = 0, 0
-			}
-		}
-		return byUser[u]
-	}
+func (s *Store) userHours(tx *sql.Tx, st *foldState, now time.Time) ([]UserHours, error) {
+	users := userTable{}
 	// whole hours, up to the start of this one: the hourly figures and the
 	// idle-held spells then cover one and the same span
-	to := now.Truncate(time.Hour)
-	for _, w := range Windows {
-		from := to.Add(-w.Span).Truncate(time.Hour)
+	for _, w := range windows {
+		from, to := UsageSpan(w.Span, now)
 		gpu, err := sumUsage(tx, kindUser, from, to)
 		if err != nil {
 			return nil, err
 		}
 		for u, sec := range gpu {
-			get(u).GPUHours[w.Name] = sec / 3600
+			users.get(u).GPUHours[w.Name] = sec / 3600
 		}
 		idle, err := s.idleSeconds(tx, st, from, to)
 		if err != nil {
 			return nil, err
 		}
 		for u, sec := range idle {
-			get(u).IdleHours[w.Name] = sec / 3600
+			users.get(u).IdleHours[w.Name] = sec / 3600
 		}
 	}
-	out := make([]UserHours, 0, len(byUser))
-	for _, u := range byUser {
+	return users.sorted(), nil
+}
+
+// userTable is Summary's Users as they are gathered, by name.
+type userTable map[string]*UserHours
+
+// get is u's figures, each window's at 0 until they are set.
+func (t userTable) get(u string) *UserHours {
+	if t[u] == nil {
+		t[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
+		for _, w := range windows {
+			t[u].GPUHours[w.Name], t[u].IdleHours[w.Name] = 0, 0
+		}
+	}
+	return t[u]
+}
+
+func (t userTable) sorted() []UserHours {
+	out := make([]UserHours, 0, len(t))
+	for _, u := range t {
 		out = append(out, *u)
 	}
 	slices.SortFunc(out, func(a, b UserHours) int { return strings.Compare(a.User, b.User) })
-	return out, nil
+	return out
+}
+
+// UsersFromDays is the Users that Summary would read at now from a history
+// whose only GPU-hours are s.UserDays, each day's held in the first hour of
+// its day (s.Days), and which has no idle-held spells. It is for tests that
+// build a Summary by hand: their Users then agree with their UserDays as a
+// real Summary's do (TestUsersFromDays holds it to Summary's query).
+func (s *Summary) UsersFromDays(now time.Time) []UserHours {
+	users := userTable{}
+	for _, w := range windows {
+		from, to := UsageSpan(w.Span, now)
+		for name, hours := range s.UserDays {
+			for i, h := range hours {
+				if i < len(s.Days) && h != 0 && !s.Days[i].Before(from) && s.Days[i].Before(to) {
+					users.get(name).GPUHours[w.Name] += h
+				}
+			}
+		}
+	}
+	return users.sorted()
 }
 
 // sumUsage sums one kind of the hourly figures per name over the hours
@@ -309,7 +338,7 @@ func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]f
 // idleSeconds is each user's idle-held GPU-seconds within [from, to]: the
 // part of each spell inside it, shared among the spell's users. Spells
 // going on count once they have lasted idle_after.
-func (s *Store) idleSeconds(tx *sql.Tx, st *State, from, to time.Time) (map[string]float64, error) {
+func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[string]float64, error) {
 	out := map[string]float64{}
 	add := func(users []string, start, end int64) {
 		lo, hi := max(start, from.Unix()), min(end, to.Unix())
@@ -339,13 +368,13 @@ func (s *Store) idleSeconds(tx *sql.Tx, st *State, from, to time.Time) (map[stri
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	for _, sp := range IdleHeld(st, s.params) {
+	for _, sp := range idleHeldSpells(st, s.params) {
 		add(sp.Users, sp.Start, sp.Last)
 	}
 	return out, nil
 }
 
-func (s *Store) totals(tx *sql.Tx, st *State) (Totals, error) {
+func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {
 	t := Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}}
 	for _, state := range States {
 		t.State[state] = 0
@@ -377,7 +406,7 @@ func (s *Store) totals(tx *sql.Tx, st *State) (Totals, error) {
 	if err := rows.Err(); err != nil {
 		return t, err
 	}
-	for _, sp := range IdleHeld(st, s.params) {
+	for _, sp := range idleHeldSpells(st, s.params) {
 		for _, u := range sp.Users {
 			t.IdleHeld[u] += float64(sp.Seconds()) / float64(len(sp.Users))
 		}
@@ -426,64 +455,69 @@ func (s *Store) Usage(ctx context.Context, from, to time.Time) ([]Usage, error) 
 		return nil, err
 	}
 	if st == nil {
-		st = NewState()
+		st = newFoldState()
 	}
-	gpu, err := sumUsage(tx, kindUser, from, to)
+	f, err := s.spanFigures(tx, st, from, to)
 	if err != nil {
 		return nil, err
 	}
-	states, err := sumUsage(tx, kindState, from, to)
-	if err != nil {
-		return nil, err
+	return f.usage(), nil
+}
+
+// spanSeconds are the figures Usage reads for a span, in GPU-seconds by
+// name (peaks: in GPUs).
+type spanSeconds struct {
+	gpu, states, job, idle, peaks map[string]float64
+}
+
+func (s *Store) spanFigures(tx *sql.Tx, st *foldState, from, to time.Time) (f spanSeconds, err error) {
+	if f.gpu, err = sumUsage(tx, kindUser, from, to); err != nil {
+		return f, err
 	}
-	job, err := sumUsage(tx, kindIdleJob, from, to)
-	if err != nil {
-		return nil, err
+	if f.states, err = sumUsage(tx, kindState, from, to); err != nil {
+		return f, err
 	}
-	idle, err := s.idleSeconds(tx, st, from, to)
-	if err != nil {
-		return nil, err
+	if f.job, err = sumUsage(tx, kindIdleJob, from, to); err != nil {
+		return f, err
 	}
-	peaks, err := maxUsage(tx, kindUserPeak, from, to)
-	if err != nil {
-		return nil, err
+	if f.idle, err = s.idleSeconds(tx, st, from, to); err != nil {
+		return f, err
 	}
+	f.peaks, err = maxUsage(tx, kindUserPeak, from, to)
+	return f, err
+}
+
+// usage is Usage's list from the span's figures.
+func (f spanSeconds) usage() []Usage {
 	var fleet float64
-	for state, v := range states {
+	for state, v := range f.states {
 		if state != Down {
 			fleet += v
 		}
 	}
+	share := func(v float64) float64 {
+		if fleet > 0 {
+			return v / fleet
+		}
+		return 0
+	}
 	names := map[string]bool{}
-	for u := range gpu {
+	for u := range f.gpu {
 		names[u] = true
 	}
-	for u := range idle {
+	for u := range f.idle {
 		names[u] = true
 	}
 	out := make([]Usage, 0, len(names)+1)
 	for u := range names {
-		us := Usage{User: u, GPUHours: gpu[u] / 3600, IdleHeldHours: idle[u] / 3600, PeakGPUs: int(peaks[u])}
-		if fleet > 0 {
-			us.Share = gpu[u] / fleet
-		}
-		out = append(out, us)
+		out = append(out, Usage{User: u, GPUHours: f.gpu[u] / 3600, IdleHeldHours: f.idle[u] / 3600,
+			PeakGPUs: int(f.peaks[u]), Share: share(f.gpu[u])})
 	}
 	slices.SortFunc(out, func(a, b Usage) int {
-		if a.GPUHours != b.GPUHours {
-			if a.GPUHours > b.GPUHours {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.User, b.User)
+		return cmp.Or(cmp.Compare(b.GPUHours, a.GPUHours), strings.Compare(a.User, b.User))
 	})
-	if v := job[""]; v > 0 {
-		us := Usage{User: IdleJobUser, GPUHours: v / 3600}
-		if fleet > 0 {
-			us.Share = v / fleet
-		}
-		out = append(out, us)
+	if v := f.job[""]; v > 0 {
+		out = append(out, Usage{User: IdleJobUser, GPUHours: v / 3600, Share: share(v)})
 	}
-	return out, nil
+	return out
 }

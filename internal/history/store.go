@@ -16,12 +16,12 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" driver: pure Go, no cgo
 )
 
-// SchemaVersion is the database layout this code reads and writes.
-const SchemaVersion = 1
+// schemaVersion is the database layout this code reads and writes.
+const schemaVersion = 1
 
-// Year is how long the hourly figures, the fleet's counts per snapshot and
+// year is how long the hourly figures, the fleet's counts per snapshot and
 // the idle-held spells are kept.
-const Year = 366 * 24 * time.Hour
+const year = 366 * 24 * time.Hour
 
 // Kinds of the usage and totals tables' rows.
 const (
@@ -70,7 +70,7 @@ type Store struct {
 
 // Open opens (creating it if need be, mode 0600) the database at path.
 // keepRaw is how long whole snapshots are kept (keep_days); the hourly
-// figures are kept a Year.
+// figures are kept a year.
 func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
 		return nil, errors.New("not a regular file")
@@ -140,8 +140,8 @@ func (s *Store) init() error {
 	// would make every render wait for a long import
 	var v string
 	if err := s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err == nil {
-		if v != strconv.Itoa(SchemaVersion) {
-			return fmt.Errorf("database schema %s; this render reads schema %d", v, SchemaVersion)
+		if v != strconv.Itoa(schemaVersion) {
+			return fmt.Errorf("database schema %s; this render reads schema %d", v, schemaVersion)
 		}
 		return nil
 	}
@@ -156,13 +156,13 @@ func (s *Store) init() error {
 	err = tx.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		if _, err := tx.Exec(`INSERT INTO meta VALUES ('schema', ?)`, strconv.Itoa(SchemaVersion)); err != nil {
+		if _, err := tx.Exec(`INSERT INTO meta VALUES ('schema', ?)`, strconv.Itoa(schemaVersion)); err != nil {
 			return err
 		}
 	case err != nil:
 		return err
-	case v != strconv.Itoa(SchemaVersion):
-		return fmt.Errorf("database schema %s; this render reads schema %d", v, SchemaVersion)
+	case v != strconv.Itoa(schemaVersion):
+		return fmt.Errorf("database schema %s; this render reads schema %d", v, schemaVersion)
 	}
 	return tx.Commit()
 }
@@ -171,7 +171,8 @@ func (s *Store) init() error {
 func (s *Store) Close() error { return errors.Join(s.rdb.Close(), s.db.Close()) }
 
 // DB is the writing connection (IMMEDIATE transactions), for what else
-// render keeps in the same file: the notifications' episodes and outbox.
+// render keeps in the same file: the notifications' episodes and outbox,
+// changed in transactions of their own (not Record's).
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Path is the database's file.
@@ -181,10 +182,12 @@ func (s *Store) Path() string { return s.path }
 // are no longer kept: it cannot be placed among them.
 var ErrTooOld = errors.New("older than the whole snapshots kept (keep_days): it cannot be placed among them")
 
-// Record adds a snapshot. A snapshot of a time already recorded is not
-// recorded again (recorded is false). One that is older than the newest is
-// placed among the others and what follows it is counted again from the
-// last hour's end before it, so nothing is counted twice.
+// Record adds a snapshot, in one transaction of its own: killed at any
+// point, it has recorded the snapshot and all that follows from it, or
+// nothing. A snapshot of a time already recorded is not recorded again
+// (recorded is false). One that is older than the newest is placed among
+// the others and what follows it is counted again from the last hour's end
+// before it, so nothing is counted twice.
 func (s *Store) Record(ctx context.Context, snap *Snapshot) (recorded bool, err error) {
 	if snap.Time.IsZero() {
 		return false, errors.New("the data has no time: not recorded")
@@ -239,9 +242,9 @@ type writer struct {
 }
 
 // checkpoint is the state saved at time t, or nil if there is none.
-func (w *writer) checkpoint(t sql.NullInt64) (*State, error) {
+func (w *writer) checkpoint(t sql.NullInt64) (*foldState, error) {
 	if !t.Valid {
-		return NewState(), nil
+		return newFoldState(), nil
 	}
 	var blob []byte
 	err := w.tx.QueryRow(`SELECT state FROM checkpoints WHERE t = ?`, t.Int64).Scan(&blob)
@@ -256,8 +259,8 @@ func (w *writer) checkpoint(t sql.NullInt64) (*State, error) {
 
 // fold steps st by snap and writes what that adds; save keeps the new
 // state as a checkpoint (a replay saves only each hour's last).
-func (w *writer) fold(st *State, snap *Snapshot, save bool) error {
-	eff := Step(st, snap, w.p)
+func (w *writer) fold(st *foldState, snap *Snapshot, save bool) error {
+	eff := step(st, snap, w.p)
 	if err := w.apply(eff, st.Time); err != nil {
 		return err
 	}
@@ -276,7 +279,7 @@ func (w *writer) fold(st *State, snap *Snapshot, save bool) error {
 // saveCheckpoint keeps st as the state at its time, and drops the one of an
 // earlier snapshot of the same hour: what is kept is each hour's last state,
 // from which a replay can start without touching that hour's figures.
-func (w *writer) saveCheckpoint(st *State) error {
+func (w *writer) saveCheckpoint(st *foldState) error {
 	blob, err := encodeState(st)
 	if err != nil {
 		return err
@@ -288,7 +291,7 @@ func (w *writer) saveCheckpoint(st *State) error {
 	return err
 }
 
-func (w *writer) apply(eff Effects, t int64) error {
+func (w *writer) apply(eff effects, t int64) error {
 	add := func(kind int, name string, v float64) error {
 		if v == 0 {
 			return nil
@@ -362,7 +365,7 @@ func (w *writer) replay(ctx context.Context, t int64) error {
 	if !ok {
 		return ErrTooOld
 	}
-	st := NewState()
+	st := newFoldState()
 	if from.Valid {
 		if st, err = w.checkpoint(from); err != nil {
 			return err
@@ -593,7 +596,7 @@ func (w *writer) prune(newest int64, keepRaw time.Duration) error {
 	if _, err := w.tx.Exec(`DELETE FROM checkpoints WHERE t < ? AND t < ?`, rawCut, newest); err != nil {
 		return err
 	}
-	yearCut := newest - int64(Year/time.Second)
+	yearCut := newest - int64(year/time.Second)
 	for _, q := range []string{
 		`DELETE FROM usage WHERE hour < ?`,
 		`DELETE FROM snapshots WHERE t < ?`,

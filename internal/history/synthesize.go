@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -24,61 +25,17 @@ func Synthesize(ctx context.Context, path string, p Params, keepRaw time.Duratio
 		return err
 	}
 	defer tx.Rollback()
-	w := &writer{tx: tx, p: p}
-	const step = 300
-	last := end.Unix() - end.Unix()%step
+	last := end.Unix() - end.Unix()%synthInterval
 	first := last - int64(days)*24*3600
 	sample := fleetAt(hosts, time.Unix(first, 0))
-	blob, err := encodeSnapshot(sample)
-	if err != nil {
+	st := newFoldState()
+	step(st, sample, p) // the state every checkpoint stands for, at its time
+	if err := synthSnapshots(tx, sample, st, p, first, last, last-int64(keepRaw/time.Second)); err != nil {
 		return err
 	}
-	st := NewState()
-	Step(st, sample, p) // the state every checkpoint stands for, at its time
-	rawCut := last - int64(keepRaw/time.Second)
-	counts := Step(NewState(), sample, p).Counts
-	for t := first; t < last; t += step {
-		var data any
-		if t >= rawCut {
-			data = blob
-		}
-		if _, err := tx.Exec(`INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, t,
-			counts.Hosts, counts.HostsDown, counts.States[Free], counts.States[Busy], counts.States[Reserved],
-			counts.States[Failed], counts.States[Down], (t/step)%97, data); err != nil {
-			return err
-		}
-		if (t%3600 == 3600-step || t+step == last) && t >= rawCut {
-			st.Time = t
-			for _, sp := range st.Spells { // idle since a day before
-				sp.Start, sp.Last = t-26*3600, t
-			}
-			state, err := encodeState(st)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(`INSERT OR REPLACE INTO checkpoints VALUES (?, ?)`, t, state); err != nil {
-				return err
-			}
-		}
-	}
-	agg := st.Prev
+	w := &writer{tx: tx, p: p}
 	for h := hourOf(first) + 3600; h <= hourOf(last); h += 3600 {
-		eff := Effects{Hour: h, UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}, UserGPUs: agg.UserGPUs}
-		for u, share := range agg.UserShare {
-			eff.UserSeconds[u] = share * 3600
-		}
-		for state, n := range agg.States {
-			eff.StateSeconds[state] = float64(n) * 3600
-		}
-		eff.IdleJobSeconds = float64(agg.IdleJob) * 3600
-		if (h/3600)%6 == 0 { // every 6 hours, some idle-held spells end
-			for i := range hosts / 20 {
-				u := fmt.Sprintf("user%03d", i%200)
-				eff.Ended = append(eff.Ended, Spell{Host: fmt.Sprintf("gpu%04d", i), GPU: "1", Users: []string{u},
-					Start: h - 5*3600, Last: h - 300, End: h, MemMiB: 1000})
-			}
-		}
-		if err := w.apply(eff, h); err != nil {
+		if err := w.apply(synthHour(st.Prev, h, hosts), h); err != nil {
 			return err
 		}
 	}
@@ -89,6 +46,67 @@ func Synthesize(ctx context.Context, path string, p Params, keepRaw time.Duratio
 	// render goes on from
 	_, err = s.Record(ctx, fleetAt(hosts, time.Unix(last, 0)))
 	return err
+}
+
+// synthInterval is the seconds between Synthesize's snapshots.
+const synthInterval = 300
+
+// synthSnapshots writes a snapshot like sample every synthInterval from
+// first to last (whole ones from rawCut on), and st as each hour's
+// checkpoint.
+func synthSnapshots(tx *sql.Tx, sample *Snapshot, st *foldState, p Params, first, last, rawCut int64) error {
+	blob, err := encodeSnapshot(sample)
+	if err != nil {
+		return err
+	}
+	c := step(newFoldState(), sample, p).Counts
+	for t := first; t < last; t += synthInterval {
+		var data any
+		if t >= rawCut {
+			data = blob
+		}
+		if _, err := tx.Exec(`INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, t,
+			c.Hosts, c.HostsDown, c.States[Free], c.States[Busy], c.States[Reserved],
+			c.States[Failed], c.States[Down], (t/synthInterval)%97, data); err != nil {
+			return err
+		}
+		if (t%3600 != 3600-synthInterval && t+synthInterval != last) || t < rawCut {
+			continue
+		}
+		st.Time = t
+		for _, sp := range st.Spells { // idle since a day before
+			sp.Start, sp.Last = t-26*3600, t
+		}
+		state, err := encodeState(st)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`INSERT OR REPLACE INTO checkpoints VALUES (?, ?)`, t, state); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// synthHour is what an hour of Synthesize's history adds: the readings of
+// agg held all hour, and every 6 hours some idle-held spells ending.
+func synthHour(agg readings, h int64, hosts int) effects {
+	eff := effects{Hour: h, UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}, UserGPUs: agg.UserGPUs}
+	for u, share := range agg.UserShare {
+		eff.UserSeconds[u] = share * 3600
+	}
+	for state, n := range agg.States {
+		eff.StateSeconds[state] = float64(n) * 3600
+	}
+	eff.IdleJobSeconds = float64(agg.IdleJob) * 3600
+	if (h/3600)%6 == 0 {
+		for i := range hosts / 20 {
+			u := fmt.Sprintf("user%03d", i%200)
+			eff.Ended = append(eff.Ended, Spell{Host: fmt.Sprintf("gpu%04d", i), GPU: "1", Users: []string{u},
+				Start: h - 5*3600, Last: h - 300, End: h, MemMiB: 1000})
+		}
+	}
+	return eff
 }
 
 // fleetAt is a made-up snapshot of hosts × 8 GPUs at t: two thirds held

@@ -27,9 +27,9 @@ type Device struct {
 	Index int
 	Path  string
 	Dev   uint64 // st_dev of the file
-	Ino   uint64
-	Rdev  uint64 // for a character device: its device number
-	Char  bool
+	ino   uint64
+	rdev  uint64 // for a character device: its device number
+	char  bool
 }
 
 var trailingNumber = regexp.MustCompile(`([0-9]+)$`)
@@ -57,7 +57,7 @@ func Find(glob string) ([]Device, error) {
 			return nil, fmt.Errorf("%s and %s both name GPU %d", prev, name, idx)
 		}
 		seen[idx] = name
-		d, err := Stat(name)
+		d, err := statDevice(name)
 		if err != nil {
 			return nil, err
 		}
@@ -68,8 +68,8 @@ func Find(glob string) ([]Device, error) {
 	return out, nil
 }
 
-// Stat describes one device file.
-func Stat(name string) (Device, error) {
+// statDevice describes one device file.
+func statDevice(name string) (Device, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(name, &st); err != nil {
 		return Device{}, &os.PathError{Op: "stat", Path: name, Err: err}
@@ -77,9 +77,9 @@ func Stat(name string) (Device, error) {
 	return Device{
 		Path: name,
 		Dev:  uint64(st.Dev),
-		Ino:  uint64(st.Ino),
-		Rdev: uint64(st.Rdev),
-		Char: st.Mode&unix.S_IFMT == unix.S_IFCHR,
+		ino:  uint64(st.Ino),
+		rdev: uint64(st.Rdev),
+		char: st.Mode&unix.S_IFMT == unix.S_IFCHR,
 	}, nil
 }
 
@@ -91,20 +91,20 @@ type Proc struct {
 	State                byte   // R, S, Z...
 	Start                uint64 // start time, clock ticks after boot (stat field 22)
 
-	uidKnown bool // UID was read (LoadAll leaves it out)
+	uidKnown bool // UID was read (loadAll leaves it out)
 }
 
 // Snapshot is one scan. Scan looks at every process's open files but reads
 // the stat line only of the holders; the other processes are read when they
-// are asked for (Proc, Within), or all at once by LoadAll and Descendants.
+// are asked for (Proc, Within), or all at once by loadAll and Descendants.
 // The lazy reads use the Scanner's buffers: a Snapshot is used by the
 // goroutine that scans, before its next Scan.
 type Snapshot struct {
 	PIDs    []int         // every process seen, in /proc order
-	Procs   map[int]*Proc // the processes read so far (all of them after LoadAll)
+	Procs   map[int]*Proc // the processes read so far (all of them after loadAll)
 	Holders map[int][]int // GPU index -> pids holding its device file, sorted
 	s       *Scanner      //
-	all     bool          // LoadAll done
+	all     bool          // loadAll done
 	gone    map[int]bool  // could not be read
 }
 
@@ -127,9 +127,9 @@ type Scanner struct {
 func NewScanner(devs []Device) *Scanner {
 	s := &Scanner{Root: "/proc", devs: devs, byIno: map[[2]uint64]int{}, byRdev: map[uint64]int{}}
 	for _, d := range devs {
-		s.byIno[[2]uint64{d.Dev, d.Ino}] = d.Index
-		if d.Char {
-			s.byRdev[d.Rdev] = d.Index
+		s.byIno[[2]uint64{d.Dev, d.ino}] = d.Index
+		if d.char {
+			s.byRdev[d.rdev] = d.Index
 		}
 	}
 	return s
@@ -348,8 +348,8 @@ func (snap *Snapshot) Proc(pid int) *Proc {
 	return p
 }
 
-// LoadAll reads the stat line of every process seen (not their uids).
-func (snap *Snapshot) LoadAll() {
+// loadAll reads the stat line of every process seen (not their uids).
+func (snap *Snapshot) loadAll() {
 	if snap.all || snap.s == nil {
 		return
 	}
@@ -389,17 +389,9 @@ func (snap *Snapshot) Within(pid int, roots []int, groups map[int]bool) bool {
 	return false
 }
 
-// ParseStat parses the text of /proc/PID/stat: "pid (comm) S ppid pgrp
-// session ... starttime(22) ...". comm may hold spaces and parentheses.
-func ParseStat(b []byte) (*Proc, error) {
-	p := &Proc{}
-	if !parseStat(b, p) {
-		return nil, errors.New("bad stat")
-	}
-	return p, nil
-}
-
-// parseStat is ParseStat into p, allocating nothing but comm.
+// parseStat parses the text of /proc/PID/stat into p: "pid (comm) S ppid
+// pgrp session ... starttime(22) ...". comm may hold spaces and
+// parentheses. It allocates nothing but comm.
 func parseStat(b []byte, p *Proc) bool {
 	open := bytes.IndexByte(b, '(')
 	close := bytes.LastIndexByte(b, ')')
@@ -496,9 +488,9 @@ func ReadProc(root string, pid int) (*Proc, error) {
 
 // Descendants returns the pids of the processes descending from any of
 // roots (roots included when they are alive), or belonging to one of the
-// process groups or sessions in groups. It reads every process (LoadAll).
+// process groups or sessions in groups. It reads every process (loadAll).
 func (snap *Snapshot) Descendants(roots []int, groups map[int]bool) map[int]bool {
-	snap.LoadAll()
+	snap.loadAll()
 	children := map[int][]int{}
 	for _, p := range snap.Procs {
 		children[p.PPID] = append(children[p.PPID], p.PID)

@@ -45,7 +45,7 @@ func TestScanAncestry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := Stat(dev)
+	d, err := statDevice(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,10 +119,10 @@ func TestScanAncestry(t *testing.T) {
 }
 
 func TestParseStatShort(t *testing.T) {
-	if _, err := ParseStat([]byte("1 (init) S 0 1 1 0 -1")); err == nil {
+	if parseStat([]byte("1 (init) S 0 1 1 0 -1"), &Proc{}) {
 		t.Error("short stat parsed")
 	}
-	if _, err := ParseStat([]byte("x (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 1000 1")); err == nil {
+	if parseStat([]byte("x (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 1000 1"), &Proc{}) {
 		t.Error("bad pid parsed")
 	}
 }

@@ -53,9 +53,9 @@ type Process struct {
 // programs, run by root or a system account (they all are) and holding
 // less GPU memory than any of them does.
 const (
-	// FirstUserUID is the first uid of a person's account (SYS_UID_MAX is
+	// firstUserUID is the first uid of a person's account (SYS_UID_MAX is
 	// 999 on Debian, Ubuntu and RHEL).
-	FirstUserUID = 1000
+	firstUserUID = 1000
 	// MaxMemMiB is more GPU memory than any listed program holds: the
 	// daemons hold next to none, a display server a few hundred MiB.
 	MaxMemMiB = 1024
@@ -69,7 +69,7 @@ const Unknown = -1
 // MaxMemMiB of GPU memory when that is known. render knows the command
 // line and the memory, idlemon the names and the uid.
 func Ignored(p Process, programs []string) bool {
-	if p.UID != Unknown && p.UID >= FirstUserUID {
+	if p.UID != Unknown && p.UID >= firstUserUID {
 		return false
 	}
 	if p.MemMiB != Unknown && p.MemMiB >= MaxMemMiB {

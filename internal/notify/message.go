@@ -42,16 +42,16 @@ type Item struct {
 	Target    string
 	Summary   string // one line naming the message, for reports
 	Body      []byte // the JSON to POST, or the whole mail for sendmail
-	Created   time.Time
-	Attempts  int
-	LastError string
+	created   time.Time
+	attempts  int
+	lastError string
 }
 
 // Kind is the target's kind, "webhook" or "mail".
 func (it Item) Kind() string { k, _, _ := strings.Cut(it.Target, " "); return k }
 
-// Dest is the target's URL or addresses.
-func (it Item) Dest() string { _, d, _ := strings.Cut(it.Target, " "); return d }
+// dest is the target's URL or addresses.
+func (it Item) dest() string { _, d, _ := strings.Cut(it.Target, " "); return d }
 
 // WebhookTarget and MailTarget name targets as Item.Target does.
 func WebhookTarget(url string) string  { return "webhook " + url }
@@ -70,7 +70,7 @@ func (t Targets) Configured(target string) bool {
 			return true
 		}
 		user, domain, ok := strings.Cut(dest, "@")
-		return ok && t.UserDomain != "" && domain == t.UserDomain && NotMailable(user) == ""
+		return ok && t.UserDomain != "" && domain == t.UserDomain && notMailable(user) == ""
 	}
 	return false
 }
@@ -84,13 +84,13 @@ const (
 	maxName     = 64
 )
 
-// MaxWebhookEvents is the most events a run posts one by one: more (a
+// maxWebhookEvents is the most events a run posts one by one: more (a
 // first run over a fleet with many idle GPUs, a rack gone down) go in one
 // digest, so a chat channel gets one message, not hundreds.
-const MaxWebhookEvents = 20
+const maxWebhookEvents = 20
 
 // Route turns a run's events into messages: each event to each webhook
-// (or one digest of them all, past MaxWebhookEvents);
+// (or one digest of them all, past maxWebhookEvents);
 // all of them in one mail to the admins; to each holder of an idle-held
 // GPU, one mail about their GPUs (fired or reminded, not resolved). A
 // holder that cannot be mailed (no user name, one that is not a mail
@@ -101,13 +101,13 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 		return nil, nil
 	}
 	for _, u := range t.Webhooks {
-		if len(events) > MaxWebhookEvents {
+		if len(events) > maxWebhookEvents {
 			items = append(items, Item{Target: WebhookTarget(u), Summary: digestSubject(events),
-				Body: WebhookDigest(events, t, loc), Created: now})
+				Body: webhookDigestBody(events, t, loc), created: now})
 			continue
 		}
 		for _, e := range events {
-			items = append(items, Item{Target: WebhookTarget(u), Summary: e.Summary(), Body: WebhookBody(e, t, loc), Created: now})
+			items = append(items, Item{Target: WebhookTarget(u), Summary: e.Summary(), Body: WebhookBody(e, t, loc), created: now})
 		}
 	}
 	if len(t.MailTo) > 0 {
@@ -115,16 +115,16 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 		var body strings.Builder
 		eventLines(&body, events, loc, t.Commands)
 		items = append(items, Item{Target: MailTarget(t.MailTo), Summary: subject,
-			Body: Mail(t.MailTo, t.MailFrom, subject, body.String(), t.PageURL, sender, now), Created: now})
+			Body: Mail(t.MailTo, t.MailFrom, subject, body.String(), t.PageURL, sender, now), created: now})
 	}
 	if t.UserDomain != "" {
 		mine := map[string][]Event{}
 		for _, e := range events {
-			if e.Kind != IdleHeld || e.State != Firing {
+			if e.Kind != idleHeld || e.State != Firing {
 				continue
 			}
 			for _, u := range e.Users {
-				if why := NotMailable(u); why != "" {
+				if why := notMailable(u); why != "" {
 					problems = append(problems, fmt.Sprintf("%s is not mailed about GPU %s on %s: %s",
 						quoteUser(u), e.GPU, e.Host, why))
 					continue
@@ -141,7 +141,7 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 			to := []string{u + "@" + t.UserDomain}
 			subject, body := userMail(mine[u], loc, t.Commands)
 			items = append(items, Item{Target: MailTarget(to), Summary: subject,
-				Body: Mail(to, t.MailFrom, subject, body, t.PageURL, sender, now), Created: now})
+				Body: Mail(to, t.MailFrom, subject, body, t.PageURL, sender, now), created: now})
 		}
 	}
 	return items, problems
@@ -154,11 +154,11 @@ func quoteUser(u string) string {
 	return fmt.Sprintf("user %q", hosttext.Clip(hosttext.Printable(u), maxName))
 }
 
-// NotMailable says why user cannot be mailed as user@domain, or "". A mail
+// notMailable says why user cannot be mailed as user@domain, or "". A mail
 // local part is a dot-atom (RFC 5322); ps prints a uid, all digits, where
 // the name is too long, and root is nobody in particular (a container's
 // processes run as root).
-func NotMailable(user string) string {
+func notMailable(user string) string {
 	switch {
 	case user == "":
 		return "ps did not say who runs the process"
@@ -194,7 +194,7 @@ func dotAtom(s string) bool {
 // Summary is one line naming the event, for reports on stderr.
 func (e Event) Summary() string {
 	s := string(e.Kind) + " " + string(e.State)
-	if e.Reminder {
+	if e.reminder {
 		s += " (reminder)"
 	}
 	switch {
@@ -206,21 +206,21 @@ func (e Event) Summary() string {
 	return hosttext.Printable(s)
 }
 
-// Title is the event in a few words, for a mail's subject.
-func (e Event) Title() string {
+// title is the event in a few words, for a mail's subject.
+func (e Event) title() string {
 	host, gpu := name(e.Host), name(e.GPU)
 	switch {
-	case e.Kind == IdleHeld && e.State == Firing:
+	case e.Kind == idleHeld && e.State == Firing:
 		return fmt.Sprintf("GPU %s on %s idle-held for %s", gpu, host, hours(e.Duration()))
-	case e.Kind == IdleHeld:
+	case e.Kind == idleHeld:
 		return fmt.Sprintf("GPU %s on %s released", gpu, host)
-	case e.Kind == HostDown && e.State == Firing:
+	case e.Kind == hostDown && e.State == Firing:
 		return fmt.Sprintf("%s down for %s", host, hours(e.Duration()))
-	case e.Kind == HostDown:
+	case e.Kind == hostDown:
 		return fmt.Sprintf("%s answers again", host)
-	case e.Kind == AllDown && e.State == Firing:
+	case e.Kind == allDown && e.State == Firing:
 		return "no host answers"
-	case e.Kind == AllDown:
+	case e.Kind == allDown:
 		return "hosts answer again"
 	}
 	return "test message"
@@ -232,12 +232,12 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 	host, gpu := name(e.Host), name(e.GPU)
 	since := clock(e.Since, loc)
 	still := ""
-	if e.Reminder {
+	if e.reminder {
 		still = "Still: "
 	}
 	var s string
 	switch {
-	case e.Kind == IdleHeld && e.State == Firing:
+	case e.Kind == idleHeld && e.State == Firing:
 		model := ""
 		if e.Model != "" {
 			model = " (" + name(e.Model) + ")"
@@ -247,17 +247,17 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 		if commands && len(e.Commands) > 0 {
 			s += " Processes: " + commandList(e.Commands) + "."
 		}
-	case e.Kind == IdleHeld:
+	case e.Kind == idleHeld:
 		s = fmt.Sprintf("GPU %s on %s is no longer idle-held by %s (it was for %s, since %s).",
 			gpu, host, users(e.Users), hours(e.Duration()), since)
-	case e.Kind == HostDown && e.State == Firing:
+	case e.Kind == hostDown && e.State == Firing:
 		s = fmt.Sprintf("%sHost %s has not answered for %s (since %s).", still, host, hours(e.Duration()), since)
-	case e.Kind == HostDown:
+	case e.Kind == hostDown:
 		s = fmt.Sprintf("Host %s answers again, after %s down (since %s).", host, hours(e.Duration()), since)
-	case e.Kind == AllDown && e.State == Firing:
+	case e.Kind == allDown && e.State == Firing:
 		s = fmt.Sprintf("%sNo host answers: all %d hosts are down (since %s). Look at the monitor machine's network and fetch first.",
 			still, e.Hosts, since)
-	case e.Kind == AllDown:
+	case e.Kind == allDown:
 		s = fmt.Sprintf("Hosts answer again, after %s with none answering (since %s).", hours(e.Duration()), since)
 	default:
 		s = "A test message from gpumon: this target works."
@@ -346,7 +346,7 @@ type webhookBody struct {
 }
 
 // webhookDigest is a run's events in one POST: the text lists the first
-// MaxWebhookEvents, events holds the first maxDigestEvents as WebhookBody
+// maxWebhookEvents, events holds the first maxDigestEvents as WebhookBody
 // would, more counts the rest.
 type webhookDigest struct {
 	Text   string            `json:"text"`
@@ -361,13 +361,13 @@ type webhookDigest struct {
 // a receiver refuses a body over 1 MB by default).
 const maxDigestEvents = 100
 
-// WebhookDigest is the JSON for many events at once.
-func WebhookDigest(events []Event, t Targets, loc *time.Location) []byte {
+// webhookDigestBody is the JSON for many events at once.
+func webhookDigestBody(events []Event, t Targets, loc *time.Location) []byte {
 	var text strings.Builder
 	text.WriteString(slackEscape(strings.TrimPrefix(digestSubject(events), "[gpumon] ")) + ":")
 	d := webhookDigest{Event: "digest", Page: t.PageURL}
 	for i, e := range events {
-		if i < MaxWebhookEvents {
+		if i < maxWebhookEvents {
 			text.WriteString("\n• " + slackEscape(e.Text(loc, false)))
 		}
 		if i < maxDigestEvents {
@@ -376,7 +376,7 @@ func WebhookDigest(events []Event, t Targets, loc *time.Location) []byte {
 			d.More++
 		}
 	}
-	if n := len(events) - MaxWebhookEvents; n > 0 {
+	if n := len(events) - maxWebhookEvents; n > 0 {
 		fmt.Fprintf(&text, "\n… and %d more", n)
 	}
 	if t.PageURL != "" {
@@ -398,7 +398,7 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 	if t.PageURL != "" {
 		text += " " + slackEscape(t.PageURL)
 	}
-	b := webhookBody{Text: text, Event: e.Kind, State: e.State, Reminder: e.Reminder,
+	b := webhookBody{Text: text, Event: e.Kind, State: e.State, Reminder: e.reminder,
 		Host: name(e.Host), GPU: name(e.GPU), Model: name(e.Model), Hosts: e.Hosts, Page: t.PageURL,
 		Hours: math.Round(e.Duration().Hours()*100) / 100}
 	for i, u := range e.Users {
@@ -413,7 +413,7 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 	if !e.At.IsZero() {
 		b.At = e.At.UTC().Format(time.RFC3339)
 	}
-	if e.Kind == IdleHeld {
+	if e.Kind == idleHeld {
 		m := e.MemMiB
 		b.MemMiB = &m
 	}
@@ -442,12 +442,12 @@ func digestSubject(events []Event) string {
 		e := events[0]
 		prefix := ""
 		switch {
-		case e.Reminder:
+		case e.reminder:
 			prefix = "still: "
-		case e.State == Resolved:
+		case e.State == resolved:
 			prefix = "resolved: "
 		}
-		return "[gpumon] " + prefix + e.Title()
+		return "[gpumon] " + prefix + e.title()
 	}
 	counts := map[string]int{}
 	var keys []string

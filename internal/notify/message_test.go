@@ -19,11 +19,11 @@ import (
 // reported, never guessed at.
 func TestRoute(t *testing.T) {
 	events := []Event{
-		{Episode: Episode{Kind: HostDown, Host: "gpu09", Since: at(-20)}, State: Firing, At: at(0)},
-		{Episode: Episode{Kind: IdleHeld, Host: "gpu01", GPU: "0", Users: []string{"alice"}, Since: at(-130)}, State: Firing, At: at(0)},
-		{Episode: Episode{Kind: IdleHeld, Host: "gpu01", GPU: "1", Users: []string{"alice", "bob"}, Since: at(-130)}, State: Firing, At: at(0)},
-		{Episode: Episode{Kind: IdleHeld, Host: "gpu02", GPU: "0", Users: []string{"carol"}, Since: at(-300)}, State: Resolved, At: at(0)},
-		{Episode: Episode{Kind: IdleHeld, Host: "gpu03", GPU: "0", Users: []string{"root", "4000123", "x y", ""}, Since: at(-130)}, State: Firing, At: at(0)},
+		{Episode: Episode{Kind: hostDown, Host: "gpu09", Since: at(-20)}, State: Firing, At: at(0)},
+		{Episode: Episode{Kind: idleHeld, Host: "gpu01", GPU: "0", Users: []string{"alice"}, Since: at(-130)}, State: Firing, At: at(0)},
+		{Episode: Episode{Kind: idleHeld, Host: "gpu01", GPU: "1", Users: []string{"alice", "bob"}, Since: at(-130)}, State: Firing, At: at(0)},
+		{Episode: Episode{Kind: idleHeld, Host: "gpu02", GPU: "0", Users: []string{"carol"}, Since: at(-300)}, State: resolved, At: at(0)},
+		{Episode: Episode{Kind: idleHeld, Host: "gpu03", GPU: "0", Users: []string{"root", "4000123", "x y", ""}, Since: at(-130)}, State: Firing, At: at(0)},
 	}
 	tg := Targets{Webhooks: []string{"https://a.example/h", "https://b.example/h"}, MailTo: []string{"admins@example.org"}, UserDomain: "example.org"}
 	items, problems := Route(events, tg, at(0), time.UTC, "monitor")
@@ -63,7 +63,7 @@ func TestRoute(t *testing.T) {
 // Names from hosts cannot ping a Slack channel, add a mail header or a
 // recipient, or break the JSON.
 func TestHostileNames(t *testing.T) {
-	e := Event{Episode: Episode{Kind: IdleHeld, Host: "gpu01 <!channel>", GPU: "0\r\nBcc: evil@example.com",
+	e := Event{Episode: Episode{Kind: idleHeld, Host: "gpu01 <!channel>", GPU: "0\r\nBcc: evil@example.com",
 		Users: []string{"<script>alert(1)</script>", "a\"b"}, Since: at(-130)}, State: Firing, At: at(0),
 		Commands: []string{"python x.py\n<!everyone> & ```"}}
 	tg := Targets{Webhooks: []string{"https://a.example/h"}, MailTo: []string{"admins@example.org"}, Commands: true}
@@ -97,12 +97,12 @@ func TestHostileNames(t *testing.T) {
 
 func TestNotMailable(t *testing.T) {
 	for _, u := range []string{"alice", "j.smith", "o'brien", "a+b", "Bob_2"} {
-		if why := NotMailable(u); why != "" {
+		if why := notMailable(u); why != "" {
 			t.Errorf("%q: %s", u, why)
 		}
 	}
 	for _, u := range []string{"", "root", "1000", ".a", "a..b", "a b", "a@b", "a<b>", "é", strings.Repeat("a", 65)} {
-		if NotMailable(u) == "" {
+		if notMailable(u) == "" {
 			t.Errorf("%q is mailable", u)
 		}
 	}
@@ -148,12 +148,12 @@ func TestConfigured(t *testing.T) {
 	}
 }
 
-// Past MaxWebhookEvents in one run, a webhook gets one digest: the text
+// Past maxWebhookEvents in one run, a webhook gets one digest: the text
 // lists the first ones, events holds them all.
 func TestWebhookDigest(t *testing.T) {
 	var events []Event
 	for i := range 45 {
-		events = append(events, Event{Episode: Episode{Kind: HostDown, Host: fmt.Sprintf("gpu%02d", i), Since: at(-20)}, State: Firing, At: at(0)})
+		events = append(events, Event{Episode: Episode{Kind: hostDown, Host: fmt.Sprintf("gpu%02d", i), Since: at(-20)}, State: Firing, At: at(0)})
 	}
 	tg := Targets{Webhooks: []string{"https://a.example/h"}, PageURL: "https://gpus.example.org/"}
 	items, _ := Route(events, tg, at(0), time.UTC, "monitor")
@@ -172,7 +172,7 @@ func TestWebhookDigest(t *testing.T) {
 		t.Errorf("digest: event %q, %d events", d.Event, len(d.Events))
 	}
 	lines := strings.Split(d.Text, "\n")
-	if lines[0] != "45 hosts down:" || len(lines) != 1+MaxWebhookEvents+2 || lines[21] != "… and 25 more" || lines[22] != "https://gpus.example.org/" {
+	if lines[0] != "45 hosts down:" || len(lines) != 1+maxWebhookEvents+2 || lines[21] != "… and 25 more" || lines[22] != "https://gpus.example.org/" {
 		t.Errorf("digest text:\n%s", d.Text)
 	}
 }
@@ -181,7 +181,7 @@ func TestWebhookDigest(t *testing.T) {
 func TestMailIsBounded(t *testing.T) {
 	var events []Event
 	for i := range 3000 {
-		events = append(events, Event{Episode: Episode{Kind: IdleHeld, Host: fmt.Sprintf("gpu%04d", i), GPU: "0",
+		events = append(events, Event{Episode: Episode{Kind: idleHeld, Host: fmt.Sprintf("gpu%04d", i), GPU: "0",
 			Users: []string{"alice"}, Since: at(-200)}, State: Firing, At: at(0)})
 	}
 	items, _ := Route(events, Targets{MailTo: []string{"a@example.org"}, UserDomain: "example.org"}, at(0), time.UTC, "monitor")
@@ -203,7 +203,7 @@ func TestMailLinesAreShort(t *testing.T) {
 	for i := range 20 {
 		users = append(users, fmt.Sprintf("user%02d%s", i, strings.Repeat("y", 60)))
 	}
-	e := Event{Episode: Episode{Kind: IdleHeld, Host: long, GPU: "0", Model: long, Users: users, Since: at(-200)},
+	e := Event{Episode: Episode{Kind: idleHeld, Host: long, GPU: "0", Model: long, Users: users, Since: at(-200)},
 		State: Firing, At: at(0), Commands: []string{long, long, long, long, long, long, long, long, long}}
 	items, _ := Route([]Event{e}, Targets{MailTo: []string{"a@example.org"}, Commands: true}, at(0), time.UTC, "monitor")
 	header, body, _ := strings.Cut(string(items[0].Body), "\r\n\r\n")
@@ -232,10 +232,10 @@ func TestMailLinesAreShort(t *testing.T) {
 func TestWebhookDigestIsBounded(t *testing.T) {
 	var events []Event
 	for i := range 8000 {
-		events = append(events, Event{Episode: Episode{Kind: IdleHeld, Host: fmt.Sprintf("gpu%04d", i), GPU: "0",
+		events = append(events, Event{Episode: Episode{Kind: idleHeld, Host: fmt.Sprintf("gpu%04d", i), GPU: "0",
 			Users: []string{"alice"}, Since: at(-200)}, State: Firing, At: at(0)})
 	}
-	body := WebhookDigest(events, Targets{}, time.UTC)
+	body := webhookDigestBody(events, Targets{}, time.UTC)
 	var d struct {
 		Events []json.RawMessage
 		More   int

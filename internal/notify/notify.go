@@ -4,7 +4,7 @@
 // once, is repeated after remind_after while it lasts, and resolves once;
 // one render run after another never repeats a message.
 //
-// Step is the decision, a pure function of (open episodes, observations,
+// The decision is step, a pure function of (open episodes, observations,
 // params); Route turns its events into messages for each target; the
 // outbox (outbox.go) keeps them in the history database until a target
 // accepts them, so a receiver that is down loses nothing; Deliver (send.go)
@@ -22,14 +22,14 @@ type Kind string
 
 // The kinds of episodes, and Test for `render -notify-test`.
 const (
-	IdleHeld Kind = "idle_held" // a GPU held by a user and idle for idle_after
-	HostDown Kind = "host_down" // a host that has not answered for host_down_after
-	AllDown  Kind = "all_down"  // no host answered
+	idleHeld Kind = "idle_held" // a GPU held by a user and idle for idle_after
+	hostDown Kind = "host_down" // a host that has not answered for host_down_after
+	allDown  Kind = "all_down"  // no host answered
 	Test     Kind = "test"
 )
 
 // order is the kinds' order in a batch of events: the widest first.
-var order = map[Kind]int{AllDown: 0, HostDown: 1, IdleHeld: 2, Test: 3}
+var order = map[Kind]int{allDown: 0, hostDown: 1, idleHeld: 2, Test: 3}
 
 // State is an event's state, in Alertmanager's words.
 type State string
@@ -37,7 +37,7 @@ type State string
 // An event either starts (or repeats) an episode, or ends it.
 const (
 	Firing   State = "firing"
-	Resolved State = "resolved"
+	resolved State = "resolved"
 )
 
 // Params are [notify]'s timings.
@@ -94,18 +94,18 @@ type Episode struct {
 	Users    []string  `json:"u,omitempty"`
 	Since    time.Time `json:"s"`
 	MemMiB   float64   `json:"mem,omitempty"`
-	Hosts    int       `json:"n,omitempty"` // AllDown: the hosts polled
+	Hosts    int       `json:"n,omitempty"` // allDown: the hosts polled
 	Notified time.Time `json:"t"`           // when it was last told (fired or reminded)
 }
 
-// Key names an episode: one per GPU, per host, or for the fleet.
-func (e Episode) Key() string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
+// key names an episode: one per GPU, per host, or for the fleet.
+func (e Episode) key() string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
 
 // Event is one thing to tell.
 type Event struct {
 	Episode
 	State    State
-	Reminder bool
+	reminder bool
 	// At is when it was seen: the snapshot that showed it (for a resolved
 	// idle-held GPU, the first reading without the spell).
 	At       time.Time
@@ -120,7 +120,7 @@ func (e Event) Duration() time.Duration {
 	return e.At.Sub(e.Since)
 }
 
-// Step decides what to tell, given the episodes open after the last run
+// step decides what to tell, given the episodes open after the last run
 // and what is seen now. It returns the episodes open now and the events,
 // in a stable order. Running it again on the same observations tells
 // nothing new (reminders aside, which follow the clock).
@@ -137,132 +137,177 @@ func (e Event) Duration() time.Duration {
 //     the host (or the monitor) comes back to the GPU held idle by the same
 //     users, the episode goes on, though history's spell starts again. A
 //     spell of other holders on the same GPU resolves the old one first.
-func Step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
-	next := make(map[string]Episode, len(open))
+func step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
+	s := &stepper{open: open, next: make(map[string]Episode, len(open)), obs: obs, p: p}
 	for k, e := range open {
-		next[k] = e
+		s.next[k] = e
 	}
-	var events []Event
-	fire := func(e Episode, commands []string) {
-		e.Notified = obs.Now
-		next[e.Key()] = e
-		events = append(events, Event{Episode: e, State: Firing, At: obs.DataTime, Commands: commands})
-	}
-	remind := func(e Episode, commands []string) {
-		if p.RemindAfter <= 0 || obs.Now.Sub(e.Notified) < p.RemindAfter {
-			next[e.Key()] = e
-			return
-		}
-		e.Notified = obs.Now
-		next[e.Key()] = e
-		events = append(events, Event{Episode: e, State: Firing, Reminder: true, At: obs.DataTime, Commands: commands})
-	}
-	resolve := func(e Episode) {
-		delete(next, e.Key())
-		events = append(events, Event{Episode: e, State: Resolved, At: obs.DataTime})
-	}
-
-	allDown := obs.Hosts > 0 && obs.Up == 0
-	all := Episode{Kind: AllDown, Hosts: obs.Hosts}
-	if e, ok := open[all.Key()]; ok {
-		if allDown {
-			e.Hosts = obs.Hosts
-			remind(e, nil)
-		} else {
-			resolve(e)
-		}
-	} else if allDown {
-		for _, d := range obs.Down {
-			if d.Since.After(all.Since) {
-				all.Since = d.Since // the last host to go down
-			}
-		}
-		if all.Since.IsZero() {
-			all.Since = obs.DataTime
-		}
-		// one missed run (the monitor's own network) is not news either
-		if obs.DataTime.Sub(all.Since) >= p.HostDownAfter {
-			fire(all, nil)
-		}
-	}
-
-	down := make(map[string]DownHost, len(obs.Down))
+	noneUp := obs.Hosts > 0 && obs.Up == 0
+	s.fleetDown(noneUp)
+	down := make(map[string]bool, len(obs.Down))
 	for _, d := range obs.Down {
-		down[d.Host] = d
+		down[d.Host] = true
 	}
-	if !allDown {
-		for _, d := range obs.Down {
-			e := Episode{Kind: HostDown, Host: d.Host, Since: d.Since}
-			old, isOpen := open[e.Key()]
-			if isOpen && !old.Since.Equal(d.Since) {
-				resolve(old) // it answered in between, unseen: a new episode
-				isOpen = false
-			}
-			switch {
-			case isOpen:
-				remind(old, nil)
-			case obs.DataTime.Sub(d.Since) >= p.HostDownAfter:
-				fire(e, nil)
-			}
-		}
-		for _, e := range open {
-			if _, still := down[e.Host]; e.Kind == HostDown && !still {
-				resolve(e)
-			}
-		}
+	if !noneUp {
+		s.hostsDown(down)
 	}
+	s.idleGPUs(func(host string) bool { return noneUp || down[host] })
+	slices.SortStableFunc(s.events, func(a, b Event) int {
+		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Host, b.Host),
+			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
+	})
+	return s.next, s.events
+}
 
-	heldIdle := make(map[string][]string, len(obs.HeldIdle))
-	for _, g := range obs.HeldIdle {
-		heldIdle[Episode{Kind: IdleHeld, Host: g.Host, GPU: g.GPU}.Key()] = g.Users
+// stepper is one step: the episodes open before it (open) and after it
+// (next), and the events it tells.
+type stepper struct {
+	open, next map[string]Episode
+	events     []Event
+	obs        Observations
+	p          Params
+}
+
+// fire opens (or opens again) e and tells it.
+func (s *stepper) fire(e Episode, commands []string) {
+	e.Notified = s.obs.Now
+	s.next[e.key()] = e
+	s.events = append(s.events, Event{Episode: e, State: Firing, At: s.obs.DataTime, Commands: commands})
+}
+
+// remind keeps e open, and tells it again once RemindAfter has passed
+// since it was last told.
+func (s *stepper) remind(e Episode, commands []string) {
+	if s.p.RemindAfter <= 0 || s.obs.Now.Sub(e.Notified) < s.p.RemindAfter {
+		s.next[e.key()] = e
+		return
 	}
-	idle := make(map[string]bool, len(obs.IdleHeld))
-	for _, g := range obs.IdleHeld {
-		e := Episode{Kind: IdleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
+	e.Notified = s.obs.Now
+	s.next[e.key()] = e
+	s.events = append(s.events, Event{Episode: e, State: Firing, reminder: true, At: s.obs.DataTime, Commands: commands})
+}
+
+// resolve closes e and tells it.
+func (s *stepper) resolve(e Episode) {
+	delete(s.next, e.key())
+	s.events = append(s.events, Event{Episode: e, State: resolved, At: s.obs.DataTime})
+}
+
+// fleetDown steps the fleet's all_down episode; noneUp is whether no
+// host answered.
+func (s *stepper) fleetDown(noneUp bool) {
+	all := Episode{Kind: allDown, Hosts: s.obs.Hosts}
+	if e, ok := s.open[all.key()]; ok {
+		if noneUp {
+			e.Hosts = s.obs.Hosts
+			s.remind(e, nil)
+		} else {
+			s.resolve(e)
+		}
+		return
+	}
+	if !noneUp {
+		return
+	}
+	for _, d := range s.obs.Down {
+		if d.Since.After(all.Since) {
+			all.Since = d.Since // the last host to go down
+		}
+	}
+	if all.Since.IsZero() {
+		all.Since = s.obs.DataTime
+	}
+	// one missed run (the monitor's own network) is not news either
+	if s.obs.DataTime.Sub(all.Since) >= s.p.HostDownAfter {
+		s.fire(all, nil)
+	}
+}
+
+// hostsDown steps each host's host_down episode, while some host answers;
+// down names the hosts that did not.
+func (s *stepper) hostsDown(down map[string]bool) {
+	for _, d := range s.obs.Down {
+		e := Episode{Kind: hostDown, Host: d.Host, Since: d.Since}
+		old, isOpen := s.open[e.key()]
+		if isOpen && !old.Since.Equal(d.Since) {
+			s.resolve(old) // it answered in between, unseen: a new episode
+			isOpen = false
+		}
+		switch {
+		case isOpen:
+			s.remind(old, nil)
+		case s.obs.DataTime.Sub(d.Since) >= s.p.HostDownAfter:
+			s.fire(e, nil)
+		}
+	}
+	for _, e := range s.open {
+		if e.Kind == hostDown && !down[e.Host] {
+			s.resolve(e)
+		}
+	}
+}
+
+// idleGPUs steps each GPU's idle_held episode; unseen tells whether a
+// host's GPUs went unseen (the host, or every host, down).
+func (s *stepper) idleGPUs(unseen func(host string) bool) {
+	s.idleGone(s.idleSeen(), unseen)
+}
+
+// idleSeen fires, goes on with or reminds the episode of each GPU
+// idle-held now, and returns their keys.
+func (s *stepper) idleSeen() map[string]bool {
+	idle := make(map[string]bool, len(s.obs.IdleHeld))
+	for _, g := range s.obs.IdleHeld {
+		e := Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
 			Users: g.Users, Since: g.Since, MemMiB: g.MemMiB}
-		idle[e.Key()] = true
-		old, isOpen := open[e.Key()]
+		idle[e.key()] = true
+		old, isOpen := s.open[e.key()]
 		if isOpen && !old.Since.Equal(g.Since) {
 			if slices.Equal(old.Users, g.Users) {
 				// the same holders: the spell began again after a gap in
 				// the data, and the episode goes on
 				e.Since = old.Since
 			} else {
-				resolve(old)
+				s.resolve(old)
 				isOpen = false
 			}
 		}
 		if isOpen {
 			e.Notified = old.Notified
-			remind(e, g.Commands)
+			s.remind(e, g.Commands)
 		} else {
-			fire(e, g.Commands)
+			s.fire(e, g.Commands)
 		}
 	}
-	for k, e := range open {
-		if e.Kind != IdleHeld || idle[k] {
+	return idle
+}
+
+// idleGone resolves the open idle_held episodes of GPUs not idle-held
+// now (idle), unless their host went unseen or the same users still hold
+// them idle in a spell that began again.
+func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) {
+	heldIdle := make(map[string][]string, len(s.obs.HeldIdle))
+	for _, g := range s.obs.HeldIdle {
+		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU}.key()] = g.Users
+	}
+	for k, e := range s.open {
+		if e.Kind != idleHeld || idle[k] {
 			continue
 		}
-		if _, hostDown := down[e.Host]; hostDown || allDown {
+		if unseen(e.Host) {
 			continue // not seen: not known to be released
 		}
 		if users, ok := heldIdle[k]; ok && slices.Equal(users, e.Users) {
 			continue // still held idle by them, in a spell that began again after a gap
 		}
-		resolve(e)
+		s.resolve(e)
 	}
-
-	slices.SortStableFunc(events, func(a, b Event) int {
-		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Host, b.Host),
-			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
-	})
-	return next, events
 }
 
 // stateOrder puts an episode's end before the start of the next on the
 // same GPU.
 func stateOrder(s State) int {
-	if s == Resolved {
+	if s == resolved {
 		return 0
 	}
 	return 1

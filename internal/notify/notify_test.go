@@ -32,7 +32,7 @@ func (r run) obs() Observations {
 // told is an event as one line: kind, state, reminder, host, gpu.
 func told(e Event) string {
 	s := fmt.Sprintf("%d %s %s", int(e.At.Sub(t0).Minutes()), e.Kind, e.State)
-	if e.Reminder {
+	if e.reminder {
 		s += " again"
 	}
 	if e.Host != "" {
@@ -216,6 +216,21 @@ func TestStep(t *testing.T) {
 			want: []string{"20 host_down firing a", "25 host_down resolved a"},
 		},
 		{
+			name: "everything down for a day: reminded once per remind_after, not per host",
+			runs: every5(0, 25*60, func(m int) run {
+				return run{min: m, hosts: 2, up: 0, down: []DownHost{down("a", 0), down("b", 0)}}
+			}),
+			want: []string{"15 all_down firing", "1455 all_down firing again"},
+		},
+		{
+			name: "GPUs in the order of their numbers (2 before 10), resolved before fired",
+			runs: []run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "10", -120, "alice"), idle("gpu01", "2", -120, "bob")}},
+				{min: 5, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu01", "10", -120, "alice"), idle("gpu01", "2", -125, "carol")}},
+			},
+			want: []string{"0 idle_held firing gpu01/2", "0 idle_held firing gpu01/10", "5 idle_held resolved gpu01/2", "5 idle_held firing gpu01/2"},
+		},
+		{
 			name: "no hosts at all is not everything down",
 			runs: []run{{min: 0}},
 			want: nil,
@@ -227,7 +242,7 @@ func TestStep(t *testing.T) {
 			var got []string
 			for _, r := range tt.runs {
 				var events []Event
-				open, events = Step(open, r.obs(), p)
+				open, events = step(open, r.obs(), p)
 				for _, e := range events {
 					got = append(got, told(e))
 				}
@@ -245,7 +260,7 @@ func TestStepNoReminders(t *testing.T) {
 	n := 0
 	for m := 0; m < 10*24*60; m += 60 {
 		var events []Event
-		open, events = Step(open, run{min: m, hosts: 1, up: 1, idle: []IdleGPU{idle("g", "0", -200, "a")}}.obs(),
+		open, events = step(open, run{min: m, hosts: 1, up: 1, idle: []IdleGPU{idle("g", "0", -200, "a")}}.obs(),
 			Params{HostDownAfter: time.Minute})
 		n += len(events)
 	}
@@ -258,7 +273,7 @@ func TestStepNoReminders(t *testing.T) {
 // when.
 func TestEventText(t *testing.T) {
 	loc := time.UTC
-	e := Event{Episode: Episode{Kind: IdleHeld, Host: "gpu01", GPU: "3", Model: "NVIDIA H100 80GB HBM3",
+	e := Event{Episode: Episode{Kind: idleHeld, Host: "gpu01", GPU: "3", Model: "NVIDIA H100 80GB HBM3",
 		Users: []string{"alice"}, Since: at(-312), MemMiB: 71680}, State: Firing, At: at(0),
 		Commands: []string{"python train.py --lr `rm -rf`"}}
 	want := "GPU 3 on gpu01 (NVIDIA H100 80GB HBM3) has been held idle by alice for 5.2 h (since 2026-11-25 02:48 UTC), 70.0 GiB in use."
@@ -268,7 +283,7 @@ func TestEventText(t *testing.T) {
 	if got := e.Text(loc, true); !strings.HasSuffix(got, " Processes: `python train.py --lr 'rm -rf'`.") {
 		t.Errorf("with commands: %s", got)
 	}
-	e.State = Resolved
+	e.State = resolved
 	if got, want := e.Text(loc, false), "GPU 3 on gpu01 is no longer idle-held by alice (it was for 5.2 h, since 2026-11-25 02:48 UTC)."; got != want {
 		t.Errorf("resolved:\n got %s\nwant %s", got, want)
 	}

@@ -9,8 +9,17 @@ import (
 )
 
 // Outbox keeps the open episodes and the messages not yet accepted, in
-// tables of the history database (so one file holds all that render
-// remembers, and one transaction can change both).
+// tables of the history database, so that one file holds all that render
+// remembers.
+//
+// Recording a snapshot (history's Store.Record) and Advance are two
+// transactions, one after the other: a render killed between them has
+// recorded its snapshot and told nothing of it. That loses nothing,
+// because Advance works from the observations (the newest snapshot as
+// history folded it) and the episodes it stored, not from the snapshots
+// recorded since it last ran: the next run tells what is true by then, and
+// a run on the same observations again tells nothing twice (reminders
+// aside, which follow the clock).
 type Outbox struct {
 	db *sql.DB
 }
@@ -40,7 +49,7 @@ func OpenOutbox(ctx context.Context, db *sql.DB) (*Outbox, error) {
 	return &Outbox{db: db}, nil
 }
 
-// Advance runs Step on the stored episodes and queues what route makes of
+// Advance runs step on the stored episodes and queues what route makes of
 // its events, in one transaction: a render killed at any point leaves the
 // episodes and their messages both changed or both as they were, so a
 // message is never lost and an episode never told twice for one change.
@@ -72,7 +81,7 @@ func (o *Outbox) Advance(ctx context.Context, obs Observations, p Params, route 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	next, events := Step(open, obs, p)
+	next, events := step(open, obs, p)
 	for k := range open {
 		if _, ok := next[k]; !ok {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM notify_episodes WHERE key = ?`, k); err != nil {
@@ -94,7 +103,7 @@ func (o *Outbox) Advance(ctx context.Context, obs Observations, p Params, route 
 	}
 	for _, it := range route(events) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO notify_outbox (target, summary, body, created) VALUES (?, ?, ?, ?)`,
-			it.Target, it.Summary, it.Body, it.Created.Unix()); err != nil {
+			it.Target, it.Summary, it.Body, it.created.Unix()); err != nil {
 			return nil, err
 		}
 	}
@@ -107,15 +116,15 @@ func sameEpisode(a, b Episode) bool {
 	return string(x) == string(y)
 }
 
-// MaxClaim is the most messages one run takes to send; the rest wait.
-const MaxClaim = 500
+// maxClaim is the most messages one run takes to send; the rest wait.
+const maxClaim = 500
 
-// Claim takes the messages due, oldest first, and leases them until
+// claim takes the messages due, oldest first, and leases them until
 // now+lease: another render running at the same time does not send them
 // too, and a render killed while sending leaves them to the run after the
 // lease. A target with a message under lease is not claimed at all, so
 // its messages keep their order.
-func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) ([]Item, error) {
+func (o *Outbox) claim(ctx context.Context, now time.Time, lease time.Duration) ([]Item, error) {
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -125,7 +134,7 @@ func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) 
 	// killed while sending it) waits: what is newer must not overtake it
 	rows, err := tx.QueryContext(ctx, `SELECT id, target, summary, body, created, attempts, last_error FROM notify_outbox
 		WHERE lease <= ? AND target NOT IN (SELECT target FROM notify_outbox WHERE lease > ?)
-		ORDER BY id LIMIT ?`, now.Unix(), now.Unix(), MaxClaim)
+		ORDER BY id LIMIT ?`, now.Unix(), now.Unix(), maxClaim)
 	if err != nil {
 		return nil, err
 	}
@@ -133,11 +142,11 @@ func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) 
 	for rows.Next() {
 		var it Item
 		var created int64
-		if err := rows.Scan(&it.ID, &it.Target, &it.Summary, &it.Body, &created, &it.Attempts, &it.LastError); err != nil {
+		if err := rows.Scan(&it.ID, &it.Target, &it.Summary, &it.Body, &created, &it.attempts, &it.lastError); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		it.Created = time.Unix(created, 0)
+		it.created = time.Unix(created, 0)
 		items = append(items, it)
 	}
 	rows.Close()
@@ -152,20 +161,20 @@ func (o *Outbox) Claim(ctx context.Context, now time.Time, lease time.Duration) 
 	return items, tx.Commit()
 }
 
-// Sent removes a message its target accepted.
-func (o *Outbox) Sent(ctx context.Context, id int64) error {
+// sent removes a message its target accepted.
+func (o *Outbox) sent(ctx context.Context, id int64) error {
 	_, err := o.db.ExecContext(ctx, `DELETE FROM notify_outbox WHERE id = ?`, id)
 	return err
 }
 
-// Failed keeps a message its target refused, for the next run.
-func (o *Outbox) Failed(ctx context.Context, id int64, why string) error {
+// failed keeps a message its target refused, for the next run.
+func (o *Outbox) failed(ctx context.Context, id int64, why string) error {
 	_, err := o.db.ExecContext(ctx, `UPDATE notify_outbox SET attempts = attempts + 1, last_error = ?, lease = 0 WHERE id = ?`, why, id)
 	return err
 }
 
-// Release gives back messages claimed but not tried.
-func (o *Outbox) Release(ctx context.Context, ids []int64) error {
+// release gives back messages claimed but not tried.
+func (o *Outbox) release(ctx context.Context, ids []int64) error {
 	for _, id := range ids {
 		if _, err := o.db.ExecContext(ctx, `UPDATE notify_outbox SET lease = 0 WHERE id = ?`, id); err != nil {
 			return err
@@ -174,8 +183,8 @@ func (o *Outbox) Release(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// Pending counts the messages waiting, by target.
-func (o *Outbox) Pending(ctx context.Context) (map[string]int, error) {
+// pending counts the messages waiting, by target.
+func (o *Outbox) pending(ctx context.Context) (map[string]int, error) {
 	rows, err := o.db.QueryContext(ctx, `SELECT target, count(*) FROM notify_outbox GROUP BY target`)
 	if err != nil {
 		return nil, err
@@ -197,7 +206,7 @@ func (o *Outbox) Pending(ctx context.Context) (map[string]int, error) {
 // no longer configured, and messages older than maxAge (a target down for
 // that long). It returns how many it dropped, by target, for the report.
 func (o *Outbox) Drop(ctx context.Context, configured func(target string) bool, now time.Time, maxAge time.Duration) (gone, old map[string]int, err error) {
-	pending, err := o.Pending(ctx)
+	pending, err := o.pending(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -47,9 +47,9 @@ func NewWebhook() *Webhook {
 // maxAnswer is what is read of a receiver's answer (its error text).
 const maxAnswer = 4 << 10
 
-// Send POSTs it.Body to it.Dest(); any 2xx answer is success.
+// Send POSTs it.Body to it.dest(); any 2xx answer is success.
 func (w *Webhook) Send(ctx context.Context, it Item) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, it.Dest(), bytes.NewReader(it.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, it.dest(), bytes.NewReader(it.Body))
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (w *Webhook) Send(ctx context.Context, it Item) error {
 	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		return &RefusedError{errors.New(msg)}
+		return &refusedError{errors.New(msg)}
 	}
 	return errors.New(msg)
 }
@@ -203,23 +203,23 @@ func (c *capped) String() string {
 	return string(c.buf)
 }
 
-// MaxParallel is the most targets sent to at once: a first run over a
+// maxParallel is the most targets sent to at once: a first run over a
 // large fleet mails hundreds of holders, and each sendmail is an MTA
 // process.
-const MaxParallel = 8
+const maxParallel = 8
 
 // ErrOutOfTime is a target whose messages were not all tried within the
 // budget: they wait for the next run.
 var ErrOutOfTime = errors.New("out of time: the rest waits for the next run")
 
-// A RefusedError is a message its target refuses for what it is (too
+// A refusedError is a message its target refuses for what it is (too
 // large, malformed: HTTP 400, 413, 422), not for the target's state:
 // sending it again cannot succeed, and keeping it would hold back every
 // message after it. It is dropped, and said so.
-type RefusedError struct{ Err error }
+type refusedError struct{ Err error }
 
-func (e *RefusedError) Error() string { return e.Err.Error() }
-func (e *RefusedError) Unwrap() error { return e.Err }
+func (e *refusedError) Error() string { return e.Err.Error() }
+func (e *refusedError) Unwrap() error { return e.Err }
 
 // Senders are the senders by target kind.
 type Senders map[string]Sender
@@ -231,88 +231,110 @@ type Result struct {
 	Waiting int   // still in the outbox after the run
 	Err     error // the failure that held the rest back, if any
 	Failed  string
-	Dropped []string // messages the target refused for what they are (RefusedError), dropped
+	Dropped []string // messages the target refused for what they are (refusedError), dropped
 }
 
 // Deliver sends the messages due, each target's in order and the targets
-// side by side (MaxParallel at once), within Budget (or ctx's deadline if sooner). A message a
-// target refuses stays, with the ones after it, for the next run. The
-// results are by target, in the order of their oldest message.
+// side by side (maxParallel at once), within Budget (or ctx's deadline if
+// sooner). A message a target refuses stays, with the ones after it, for
+// the next run. The results are by target, in the order of their oldest
+// message.
 func Deliver(ctx context.Context, o *Outbox, senders Senders, now time.Time) ([]Result, error) {
 	// sends stop a little before the budget: a sendmail killed at the
 	// deadline is given killGrace to go
 	ctx, cancel := context.WithTimeout(ctx, Budget-killGrace)
 	defer cancel()
-	items, err := o.Claim(ctx, now, Budget+time.Minute)
+	items, err := o.claim(ctx, now, Budget+time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	var targets []string
-	byTarget := map[string][]Item{}
-	for _, it := range items {
-		if byTarget[it.Target] == nil {
-			targets = append(targets, it.Target)
-		}
-		byTarget[it.Target] = append(byTarget[it.Target], it)
-	}
+	targets, queues := byTarget(items)
 	results := make([]Result, len(targets))
+	d := &delivery{o: o}
+	slots := make(chan struct{}, maxParallel)
 	var wg sync.WaitGroup
-	var dbErr error
-	var mu sync.Mutex
-	keep := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		dbErr = errors.Join(dbErr, err)
-	}
-	slots := make(chan struct{}, MaxParallel)
 	for i, t := range targets {
 		results[i].Target = t
-		queue := byTarget[t]
+		queue := queues[t]
 		s := senders[queue[0].Kind()]
 		wg.Go(func() {
-			r := &results[i]
 			select {
 			case slots <- struct{}{}:
 				defer func() { <-slots }()
 			case <-ctx.Done():
 			}
-			for j, it := range queue {
-				if ctx.Err() != nil {
-					r.Err = ErrOutOfTime
-					keep(o.Release(context.WithoutCancel(ctx), ids(queue[j:])))
-					return
-				}
-				err := fmt.Errorf("no sender for %s", it.Kind())
-				if s != nil {
-					err = s.Send(ctx, it)
-				}
-				if err == nil {
-					r.Sent++
-					keep(o.Sent(context.WithoutCancel(ctx), it.ID))
-					continue
-				}
-				var refused *RefusedError
-				if errors.As(err, &refused) {
-					r.Dropped = append(r.Dropped, it.Summary+": "+err.Error())
-					keep(o.Sent(context.WithoutCancel(ctx), it.ID))
-					continue
-				}
-				r.Err, r.Failed = err, it.Summary
-				keep(o.Failed(context.WithoutCancel(ctx), it.ID, err.Error()))
-				keep(o.Release(context.WithoutCancel(ctx), ids(queue[j+1:])))
-				return
-			}
+			d.send(ctx, s, queue, &results[i])
 		})
 	}
 	wg.Wait()
-	pending, err := o.Pending(context.WithoutCancel(ctx))
+	pending, err := o.pending(context.WithoutCancel(ctx))
 	if err != nil {
-		return results, errors.Join(dbErr, err)
+		return results, errors.Join(d.err, err)
 	}
 	for i := range results {
 		results[i].Waiting = pending[results[i].Target]
 	}
-	return results, dbErr
+	return results, d.err
+}
+
+// byTarget is items' targets, in the order of their oldest message, and
+// each one's messages in order.
+func byTarget(items []Item) ([]string, map[string][]Item) {
+	var targets []string
+	queues := map[string][]Item{}
+	for _, it := range items {
+		if queues[it.Target] == nil {
+			targets = append(targets, it.Target)
+		}
+		queues[it.Target] = append(queues[it.Target], it)
+	}
+	return targets, queues
+}
+
+// delivery is one Deliver's outbox, and the errors of writing to it from
+// the targets' goroutines.
+type delivery struct {
+	o   *Outbox
+	mu  sync.Mutex
+	err error
+}
+
+func (d *delivery) keep(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.err = errors.Join(d.err, err)
+}
+
+// send sends one target's queue with s (nil: none for its kind), in order,
+// until a message fails or the time is out; what is not sent is given
+// back for the next run. The outcome goes in r.
+func (d *delivery) send(ctx context.Context, s Sender, queue []Item, r *Result) {
+	bg := context.WithoutCancel(ctx) // the outbox is written even out of time
+	for j, it := range queue {
+		if ctx.Err() != nil {
+			r.Err = ErrOutOfTime
+			d.keep(d.o.release(bg, ids(queue[j:])))
+			return
+		}
+		err := fmt.Errorf("no sender for %s", it.Kind())
+		if s != nil {
+			err = s.Send(ctx, it)
+		}
+		var refused *refusedError
+		switch {
+		case err == nil:
+			r.Sent++
+			d.keep(d.o.sent(bg, it.ID))
+		case errors.As(err, &refused):
+			r.Dropped = append(r.Dropped, it.Summary+": "+err.Error())
+			d.keep(d.o.sent(bg, it.ID))
+		default:
+			r.Err, r.Failed = err, it.Summary
+			d.keep(d.o.failed(bg, it.ID, err.Error()))
+			d.keep(d.o.release(bg, ids(queue[j+1:])))
+			return
+		}
+	}
 }
 
 func ids(items []Item) []int64 {

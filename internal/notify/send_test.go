@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,7 +81,7 @@ func (rc *receiver) texts() []string {
 
 func ok(int, http.ResponseWriter, *http.Request) bool { return true }
 
-// advance runs Step with the given idle GPUs and queues the messages.
+// advance runs step with the given idle GPUs and queues the messages.
 func advance(t testing.TB, box *Outbox, targets Targets, min int, idle ...IdleGPU) []Event {
 	t.Helper()
 	obs := run{min: min, hosts: 2, up: 2, idle: idle}.obs()
@@ -235,16 +236,16 @@ func TestClaimLeases(t *testing.T) {
 	tg := Targets{Webhooks: []string{"http://127.0.0.1:1/h"}}
 	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"))
 	now := time.Now()
-	a, err := box.Claim(context.Background(), now, time.Minute)
+	a, err := box.claim(context.Background(), now, time.Minute)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("first claim: %d items, %v", len(a), err)
 	}
-	b, err := box.Claim(context.Background(), now, time.Minute)
+	b, err := box.claim(context.Background(), now, time.Minute)
 	if err != nil || len(b) != 0 {
 		t.Fatalf("second claim, under the lease: %d items, %v", len(b), err)
 	}
 	// a render killed while sending: the lease runs out, the message is due
-	c, err := box.Claim(context.Background(), now.Add(2*time.Minute), time.Minute)
+	c, err := box.claim(context.Background(), now.Add(2*time.Minute), time.Minute)
 	if err != nil || len(c) != 1 {
 		t.Fatalf("after the lease: %d items, %v", len(c), err)
 	}
@@ -259,12 +260,12 @@ func TestClaimKeepsOrderUnderLease(t *testing.T) {
 	other := Targets{Webhooks: []string{"http://127.0.0.1:1/other"}}
 	advance(t, box, tg, 0, idle("gpu01", "0", -120, "alice"))
 	now := time.Now()
-	if a, err := box.Claim(context.Background(), now, time.Minute); err != nil || len(a) != 1 {
+	if a, err := box.claim(context.Background(), now, time.Minute); err != nil || len(a) != 1 {
 		t.Fatalf("first claim: %d items, %v", len(a), err)
 	}
 	// the next run: the GPU released, its message queued behind the leased one
 	advance(t, box, Targets{Webhooks: append(tg.Webhooks, other.Webhooks...)}, 5)
-	b, err := box.Claim(context.Background(), now.Add(10*time.Second), time.Minute)
+	b, err := box.claim(context.Background(), now.Add(10*time.Second), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestClaimKeepsOrderUnderLease(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("claimed under another's lease (-want +got):\n%s", diff)
 	}
-	c, err := box.Claim(context.Background(), now.Add(2*time.Minute), time.Minute)
+	c, err := box.claim(context.Background(), now.Add(2*time.Minute), time.Minute)
 	if err != nil || len(c) != 3 || c[0].Summary != "idle_held firing: gpu01 GPU 0" {
 		t.Fatalf("after the lease: %d items, %v", len(c), err)
 	}
@@ -300,7 +301,7 @@ func TestDrop(t *testing.T) {
 	if err != nil || len(gone) != 0 || stale[MailTarget(old.MailTo)] != 1 {
 		t.Errorf("a week later: gone %v, stale %v, %v", gone, stale, err)
 	}
-	if p, _ := box.Pending(context.Background()); len(p) != 0 {
+	if p, _ := box.pending(context.Background()); len(p) != 0 {
 		t.Errorf("pending after both drops: %v", p)
 	}
 }
@@ -341,8 +342,8 @@ func TestDeliverBoundsParallelTargets(t *testing.T) {
 	if len(res) != 200 || s.sent != 200 {
 		t.Fatalf("%d targets, %d sent; want 200", len(res), s.sent)
 	}
-	if s.most > MaxParallel {
-		t.Errorf("%d sends at once, want at most %d", s.most, MaxParallel)
+	if s.most > maxParallel {
+		t.Errorf("%d sends at once, want at most %d", s.most, maxParallel)
 	}
 }
 
@@ -367,5 +368,45 @@ func TestDeliverDropsRefusedMessage(t *testing.T) {
 	}
 	if got := rc.texts(); len(got) != 1 || !strings.Contains(got[0], "GPU 1 on gpu01") {
 		t.Errorf("received %q, want GPU 1's message", got)
+	}
+}
+
+// hangingSender answers only when the run is out of time.
+type hangingSender struct{}
+
+func (hangingSender) Send(ctx context.Context, it Item) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A target that gets no turn before the run is out of time (every slot
+// held by targets that hang) is told out of time, and its messages wait
+// for the next run, as the hanging ones' do, none of them leased.
+func TestDeliverOutOfTime(t *testing.T) {
+	box := newOutbox(t)
+	var gpus []IdleGPU
+	for i := range maxParallel + 1 {
+		gpus = append(gpus, idle(fmt.Sprintf("gpu%03d", i), "0", -120, fmt.Sprintf("user%03d", i)))
+	}
+	advance(t, box, Targets{UserDomain: "example.org"}, 0, gpus...)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res := deliver(t, ctx, box, Senders{"mail": hangingSender{}})
+	late := 0
+	for _, r := range res {
+		if errors.Is(r.Err, ErrOutOfTime) {
+			late++
+		}
+		if r.Err == nil || r.Sent != 0 || r.Waiting != 1 {
+			t.Errorf("%s: %+v, want an error and the message waiting", r.Target, r)
+		}
+	}
+	if late != 1 {
+		t.Errorf("%d targets out of time, want the one without a turn", late)
+	}
+	s := &countingSender{}
+	deliver(t, context.Background(), box, Senders{"mail": s})
+	if s.sent != maxParallel+1 {
+		t.Errorf("the next run sent %d, want %d", s.sent, maxParallel+1)
 	}
 }

@@ -26,23 +26,23 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
-// InCI reports whether the CI environment variable asks for strict mode,
+// inCI reports whether the CI environment variable asks for strict mode,
 // where missing prerequisites fail tests instead of skipping them: CI is set
 // to anything but "", "0" or "false" (any case).
-func InCI() bool {
+func inCI() bool {
 	v := strings.TrimSpace(os.Getenv("CI"))
 	return v != "" && v != "0" && !strings.EqualFold(v, "false")
 }
 
 // Need stops the test when why, the reason a prerequisite is missing, is not
-// "": it skips the test, or fails it under CI (see InCI), which must provide
+// "": it skips the test, or fails it under CI (see inCI), which must provide
 // every prerequisite. With why == "" it does nothing.
 func Need(t testing.TB, why string) {
 	t.Helper()
 	if why == "" {
 		return
 	}
-	if InCI() {
+	if inCI() {
 		t.Fatalf("%s and CI is set: it must provide it", why)
 	}
 	t.Skip(why)
@@ -125,8 +125,9 @@ func StartFleet(tb testing.TB, specs []simfleet.HostSpec) *simfleet.Fleet {
 }
 
 // HistoryUsersFromDays fills s.Users' 7d and 30d GPU-hours from
-// s.UserDays, as the history would, for tests that build a Summary by
-// hand: the page's bars read the rolling windows.
+// s.UserDays, roughly as the history would, for tests that build a Summary
+// by hand. history's (*Summary).UsersFromDays replaces it (it agrees with
+// Summary's own query): remove this once no test calls it.
 func HistoryUsersFromDays(s *history.Summary) {
 	s.Users = nil
 	for name, hs := range s.UserDays {

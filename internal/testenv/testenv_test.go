@@ -29,13 +29,13 @@ func TestInCI(t *testing.T) {
 		{"TRUE", true},
 	} {
 		t.Setenv("CI", c.v)
-		if got := InCI(); got != c.want {
-			t.Errorf("CI=%q: InCI() = %v, want %v", c.v, got, c.want)
+		if got := inCI(); got != c.want {
+			t.Errorf("CI=%q: inCI() = %v, want %v", c.v, got, c.want)
 		}
 	}
 	os.Unsetenv("CI") // t.Setenv restores it at the end
-	if InCI() {
-		t.Error("CI unset: InCI() = true")
+	if inCI() {
+		t.Error("CI unset: inCI() = true")
 	}
 }
 
