@@ -1,6 +1,8 @@
 package packaging
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +37,11 @@ func newMachine(t *testing.T) machine {
 	if out, err := exec.Command("cp", "-a", "/etc", m.root+"/").CombinedOutput(); err != nil {
 		t.Fatalf("copy /etc: %v\n%s", err, out)
 	}
+	// This machine's tests (sshdtest) may have made a gpumon user: the copy
+	// starts without one, as a new machine does.
+	for _, db := range []string{"passwd", "shadow", "group", "gshadow", "subuid", "subgid"} {
+		m.dropEntry(t, "etc/"+db, "gpumon")
+	}
 	for _, dir := range []string{"home", "var/lib/dpkg", "var/log", "var/mail", "var/www", "run-systemd"} {
 		if err := os.MkdirAll(filepath.Join(m.root, dir), 0o755); err != nil {
 			t.Fatal(err)
@@ -44,6 +51,28 @@ func newMachine(t *testing.T) machine {
 	// The conffile as dpkg unpacks it.
 	m.write(t, "etc/gpumon/config.ini", "[common]\n", 0o644)
 	return m
+}
+
+// dropEntry removes name's line from an /etc/passwd-like file of the copy.
+func (m machine) dropEntry(t *testing.T, path, name string) {
+	t.Helper()
+	file := filepath.Join(m.root, path)
+	b, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if !strings.HasPrefix(line, name+":") {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(kept, "")), 0); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (m machine) write(t *testing.T, path, content string, mode os.FileMode) {
