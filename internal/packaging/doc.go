@@ -1,5 +1,7 @@
 // Package packaging holds no code: its tests check what `make deb` builds
 // from dist/deb (nfpm's package descriptions): that every file they name is
-// in the repository, and, given a built bin/gpumon_*_ARCH.deb, what the
-// packages hold (dpkg-deb -c, -I) and that their binaries are stamped.
+// in the repository; what the packages, built by the test with `make deb
+// ARCHES=GOARCH`, hold (dpkg-deb -c, -I) and that their binaries are
+// stamped; and what gpumon's maintainer scripts make, run as root on a copy
+// of this machine's /etc.
 package packaging

@@ -9,7 +9,9 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpumon/gpumon/internal/testenv"
 )
@@ -94,19 +96,39 @@ func TestSourcesExist(t *testing.T) {
 	}
 }
 
-// debFile returns the newest bin/NAME_*_ARCH.deb for this machine's
-// architecture, or stops the test (a failure under CI, whose .ci/run runs
-// make deb first).
+// debs builds the packages for this machine's architecture once per test
+// binary, with `make deb ARCHES=GOARCH` as a user would: the test checks what
+// this tree builds, never a .deb left in bin/ by an older one.
+var debs struct {
+	once  sync.Once
+	start time.Time
+	out   []byte
+	err   error
+}
+
+// debFile returns bin/NAME_*_ARCH.deb as make deb just built it for this
+// machine's architecture. Without make or dpkg-deb the test stops (a failure
+// under CI).
 func debFile(t *testing.T, name string) string {
 	t.Helper()
-	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		testenv.Need(t, "needs dpkg-deb (Debian's dpkg)")
+	for _, prog := range []string{"make", "dpkg-deb", "git"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			testenv.Need(t, "building and reading the .deb files needs "+prog)
+		}
+	}
+	debs.once.Do(func() {
+		debs.start = time.Now()
+		cmd := exec.Command("make", "-C", root, "deb", "ARCHES="+runtime.GOARCH)
+		debs.out, debs.err = cmd.CombinedOutput()
+	})
+	if debs.err != nil {
+		t.Fatalf("make deb ARCHES=%s: %v\n%s", runtime.GOARCH, debs.err, debs.out)
 	}
 	m, _ := filepath.Glob(filepath.Join(root, "bin", name+"_*_"+runtime.GOARCH+".deb"))
-	if len(m) == 0 {
-		testenv.Need(t, "no bin/"+name+"_*_"+runtime.GOARCH+".deb: run make deb")
-	}
 	sort.Slice(m, func(i, j int) bool { return modTime(m[i]) > modTime(m[j]) })
+	if len(m) == 0 || modTime(m[0]) < debs.start.Add(-time.Second).UnixNano() {
+		t.Fatalf("make deb ARCHES=%s wrote no new bin/%s_*_%s.deb:\n%s", runtime.GOARCH, name, runtime.GOARCH, debs.out)
+	}
 	return m[0]
 }
 
