@@ -2,6 +2,10 @@ package render
 
 import (
 	"bufio"
+	"html/template"
+	"io"
+	"io/fs"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +15,7 @@ import (
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
+	"github.com/gpumon/gpumon/templates"
 )
 
 func TestSpanText(t *testing.T) {
@@ -291,5 +296,103 @@ func TestUsersTableJobs(t *testing.T) {
 				t.Errorf("userJobsText = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// templateViews are views that, together, run every branch of
+// templates/page.html: a group page with everything on it, and an
+// overview of data with no time.
+func templateViews(t testing.TB) map[string]*pageView {
+	t.Helper()
+	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
+	group := pageViewOf(rep)
+	group.Warnings = []string{"a warning"}
+	group.LiveText = "1 min"
+	group.MoreModels = &moreModels{N: 2, Free: 1, Total: 16}
+	group.DownGPUs, group.IdleHeld = 2, 1
+	group.UtilFrom, group.UtilTo, group.UtilHours = "from", "to", 24
+	group.UserJobs = true
+	group.Up, group.GroupName, group.IdleLink = "../index.html", "gpu", "../index.html#idle"
+	group.Nav = []navLink{{N: 1, Href: "gpu.html", Here: true}, {N: 2, Href: "gpu-2.html"}}
+	overview := pageViewOf(rep)
+	overview.Overview = true
+	overview.Age, overview.Down, overview.Hosts = "", 0, 2
+	overview.Users = nil
+	return map[string]*pageView{"group page": group, "overview": overview}
+}
+
+// executePage runs the page's three templates on v, as HTML does.
+func executePage(tmpl *template.Template, v any) error {
+	for _, name := range []string{"head", "tail", "end"} {
+		if err := tmpl.ExecuteTemplate(io.Discard, name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A field the template names that the view lacks (a typo) is an error,
+// not an empty string: each field named in templates/page.html, renamed
+// in a copy of it, makes the page fail with a view that has every field.
+func TestPageTemplateFailsOnUnknownField(t *testing.T) {
+	src, err := fs.ReadFile(templates.FS, "page.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := templateViews(t)
+	for name, v := range views {
+		if err := executePage(pageTmpl, v); err != nil {
+			t.Fatalf("the page fails with the %s's view: %v", name, err)
+		}
+	}
+	action := regexp.MustCompile(`(?s)\{\{.*?\}\}`)
+	field := regexp.MustCompile(`\.[A-Z]\w*`)
+	renamed := 0
+	for _, a := range action.FindAllIndex(src, -1) {
+		for _, f := range field.FindAllIndex(src[a[0]:a[1]], -1) {
+			at := a[0] + f[1] // the field name's end in src
+			typo := string(src[a[0]+f[0]+1:at]) + "Typo"
+			copied := string(src[:at]) + "Typo" + string(src[at:])
+			tmpl, err := newPageTemplate().Parse(copied)
+			if err != nil {
+				t.Fatalf("%s: %v", typo, err)
+			}
+			failed := false
+			for _, v := range views {
+				if err := executePage(tmpl, v); err != nil && strings.Contains(err.Error(), typo) {
+					failed = true
+				}
+			}
+			if !failed {
+				t.Errorf("the template runs with %s in place of a field: the typo renders as nothing", typo)
+			}
+			renamed++
+		}
+	}
+	if renamed < 50 {
+		t.Errorf("renamed %d fields in the template, want them all (more than 50)", renamed)
+	}
+	t.Run("a map is missing a key", func(t *testing.T) {
+		if err := pageTmpl.ExecuteTemplate(io.Discard, "end", map[string]any{"JSONLink": ""}); err == nil {
+			t.Error("a map without the keys the template names executes without error")
+		}
+	})
+}
+
+// Every field of the view is shown by the template: one it does not name
+// is dead.
+func TestPageViewFieldsAreUsed(t *testing.T) {
+	src, err := fs.ReadFile(templates.FS, "page.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[pageView](), reflect.TypeFor[userView](), reflect.TypeFor[modelView](),
+		reflect.TypeFor[moreModels](), reflect.TypeFor[navLink]()} {
+		for i := range typ.NumField() {
+			f := typ.Field(i).Name
+			if !regexp.MustCompile(`\.` + f + `\b`).Match(src) {
+				t.Errorf("%s.%s is not in templates/page.html", typ.Name(), f)
+			}
+		}
 	}
 }
