@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/domsnapshot"
 	"github.com/chromedp/chromedp"
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
@@ -19,8 +20,9 @@ import (
 // place of its row: in the demo, "0000:9a:00.0" ran over "✖ failed".
 
 // labelsFleet is a host of 7 GPUs and a lost one, as the demo's h200-b04
-// (its bus id as the simulated nvidia-smi writes it), and a host with a
-// lost GPU whose bus id has the 8-digit domain of nvidia-smi's queries.
+// (its bus id as the simulated nvidia-smi writes it), a host with a lost
+// GPU whose bus id has the 8-digit domain of nvidia-smi's queries, and a
+// host down (labelsHistory knows its GPUs).
 func labelsFleet(at time.Time) []loaddata.Row {
 	ts := at.UTC().Format(loaddata.TimeFormat)
 	var rows []loaddata.Row
@@ -31,7 +33,18 @@ func labelsFleet(at time.Time) []loaddata.Row {
 		return loaddata.Row{Timestamp: ts, Host: host, HostStatus: hoststatus.OK, GPUBusID: bus, GPUError: lostError,
 			CPUs: loaddata.IntOf(224), Load1: loaddata.Num(3.3), HostMemUsedMiB: loaddata.Num(204800), HostMemTotalMiB: loaddata.Num(2097152)}
 	}
-	return append(rows, lost("gpu01", "0000:9a:00.0"), gpuRow(ts, "gpu02", 0), lost("gpu02", "00000000:9A:00.0"))
+	return append(rows, lost("gpu01", "0000:9a:00.0"), gpuRow(ts, "gpu02", 0), lost("gpu02", "00000000:9A:00.0"),
+		loaddata.Row{Timestamp: ts, Host: "gpu03", HostStatus: hoststatus.Unreachable, HostError: "connection refused"})
+}
+
+// labelsHistory knows the GPUs of labelsFleet's down host as history keeps
+// them: by bus id or UUID where nvidia-smi gave no index.
+func labelsHistory(now time.Time) *history.Summary {
+	return &history.Summary{First: now.Add(-time.Hour), Newest: now, Snapshots: 12,
+		Down: map[string]*history.HostState{"gpu03": {DownSince: now.Add(-time.Hour).Unix(), GPUs: []history.KnownGPU{
+			{ID: "0", Name: "NVIDIA H100 80GB HBM3"},
+			{ID: "00000000:9A:00.0", Name: "NVIDIA H100 80GB HBM3"},
+			{ID: "GPU-6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11", Name: "NVIDIA H100 80GB HBM3"}}}}}
 }
 
 // rect is a box in CSS pixels, from the document's top left corner.
@@ -158,9 +171,11 @@ func placeText(doc *domsnapshot.DocumentSnapshot, strs []string, cells map[int64
 }
 
 // A cell's label never runs over its badge, nor out of the cell: a lost
-// GPU's bus id included, on a desktop and on a phone.
+// GPU's bus id, and the bus id or UUID of a down host's GPU as history
+// last saw it, included; on a desktop and on a phone.
 func TestCellLabelClearOfBadge(t *testing.T) {
-	dir := renderPage(t, labelsFleet(time.Now()))
+	now := time.Now().UTC().Truncate(time.Second)
+	dir := renderHistoryPage(t, labelsFleet(now), labelsHistory(now), now)
 	for _, tt := range []struct {
 		name string
 		o    tabOptions
@@ -172,7 +187,7 @@ func TestCellLabelClearOfBadge(t *testing.T) {
 			tb := newTab(t, tt.o)
 			tb.load(serve(t, dir))
 			seen := map[string]bool{}
-			for _, host := range []string{"gpu01", "gpu02"} {
+			for _, host := range []string{"gpu01", "gpu02", "gpu03"} {
 				tb.scrollTo(fmt.Sprintf(`.host[data-host=%q]`, host))
 				for _, c := range tb.cellTexts() {
 					id := c.host + "/" + c.gpu
@@ -183,7 +198,8 @@ func TestCellLabelClearOfBadge(t *testing.T) {
 					checkCellText(t, c)
 				}
 			}
-			for _, gpu := range []string{"gpu01/0", "gpu01/0000:9a:00.0", "gpu02/00000000:9A:00.0"} {
+			for _, gpu := range []string{"gpu01/0", "gpu01/0000:9a:00.0", "gpu02/00000000:9A:00.0",
+				"gpu03/00000000:9A:00.0", "gpu03/GPU-6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11"} {
 				if !seen[gpu] {
 					t.Errorf("cell %s: no label and badge drawn (cells seen: %v)", gpu, seen)
 				}
