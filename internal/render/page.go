@@ -636,7 +636,8 @@ func writeWho(w *bufio.Writer, g *cluster.GPU) {
 	open := false // a <p class=u> was written
 	switch g.State {
 	case cluster.Busy:
-		writeHolders(w, holdersOf(g.Procs))
+		hs := holdersOf(g.Procs) // a value: 4,000 busy cells allocate nothing
+		writeHolders(w, &hs)
 		open = true
 	case cluster.Reserved:
 		open = writeReservedFor(w, g.Reservation)
@@ -667,7 +668,7 @@ type holders struct {
 	known bool    // whether any process's memory is known
 }
 
-func holdersOf(procs []*cluster.Proc) *holders {
+func holdersOf(procs []*cluster.Proc) holders {
 	var hs holders
 	for _, p := range procs {
 		if !p.Holds() {
@@ -699,7 +700,7 @@ func holdersOf(procs []*cluster.Proc) *holders {
 			hs.top[j], hs.top[j-1] = hs.top[j-1], hs.top[j]
 		}
 	}
-	return &hs
+	return hs
 }
 
 // writeHolders writes a busy cell's second line.
