@@ -67,8 +67,25 @@ func TestCellsSayWhoWithoutHover(t *testing.T) {
 		t.Errorf("the card lacks the host's CPUs, load and RAM: %q", card)
 	}
 
-	// Long names are cut on screen with "…", the memory stays in sight, and
-	// the detail lists every user.
+	checkLongNamesCut(t, tb, text)
+
+	// The MIG GPU's detail says why in words.
+	tb.hover(cellSel(4))
+	tb.waitVisible(cellSel(4) + aside)
+	if d := text(cellSel(4) + aside); !strings.Contains(d, "utilization not reported under MIG") {
+		t.Errorf("the MIG GPU's detail does not say why it has no utilization: %q", d)
+	}
+	tb.unhover()
+
+	checkStateCues(t, tb)
+	tb.screenshot("page-cells.png", false)
+	tb.noProblems("the cells")
+}
+
+// checkLongNamesCut checks the cell of three long names: the names cut on
+// screen with "…", the memory in sight, and every user in the detail.
+func checkLongNamesCut(t *testing.T, tb *tab, text func(sel string) string) {
+	t.Helper()
 	type cut struct {
 		Overflow, Cut bool
 		Mem           string
@@ -90,17 +107,12 @@ func TestCellsSayWhoWithoutHover(t *testing.T) {
 		t.Errorf("the detail of the three long names lacks one: %q", d)
 	}
 	tb.unhover()
+}
 
-	// The MIG GPU's detail says why in words.
-	tb.hover(cellSel(4))
-	tb.waitVisible(cellSel(4) + aside)
-	if d := text(cellSel(4) + aside); !strings.Contains(d, "utilization not reported under MIG") {
-		t.Errorf("the MIG GPU's detail does not say why it has no utilization: %q", d)
-	}
-	tb.unhover()
-
-	// Every state is told by a word and a symbol as well as by colour: the
-	// style sheet writes them from data-state.
+// checkStateCues checks that every state is told by a word and a symbol
+// as well as by colour: the style sheet writes them from data-state.
+func checkStateCues(t *testing.T, tb *tab) {
+	t.Helper()
 	type cue struct{ State, Content string }
 	cues := eval[[]cue](tb, `[...document.querySelectorAll(".gpu")].map(e => ({State: e.dataset.state,
 		Content: getComputedStyle(e, "::after").content}))`)
@@ -115,8 +127,6 @@ func TestCellsSayWhoWithoutHover(t *testing.T) {
 	if len(symbols) != 3 || symbols["free"] == symbols["busy"] || symbols["busy"] == symbols["reserved"] || symbols["free"] == symbols["reserved"] {
 		t.Errorf("free, busy and reserved need three symbols: %q", symbols)
 	}
-	tb.screenshot("page-cells.png", false)
-	tb.noProblems("the cells")
 }
 
 func TestDetailHasColumnHeaders(t *testing.T) {

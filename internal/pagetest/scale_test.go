@@ -191,25 +191,7 @@ func TestBigFleetPagesPaint(t *testing.T) {
 	for _, n := range []int{1000, 10000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			dir := renderPage(t, scaleFleet(n))
-			st, err := os.Stat(filepath.Join(dir, "index.html"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Size() > 1_000_000 {
-				t.Errorf("index.html is %d bytes, over 1 MB", st.Size())
-			}
-			pages, _ := filepath.Glob(filepath.Join(dir, "groups", "*.html"))
-			largest := int64(0)
-			for _, p := range pages {
-				st, err := os.Stat(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				largest = max(largest, st.Size())
-				if st.Size() > 2_000_000 {
-					t.Errorf("%s is %d bytes, over 2 MB", filepath.Base(p), st.Size())
-				}
-			}
+			size, pages, largest := pageSizes(t, dir)
 			url := serve(t, dir)
 			tb := newTab(t, tabOptions{})
 			tb.enableMetrics()
@@ -220,62 +202,106 @@ func TestBigFleetPagesPaint(t *testing.T) {
 			c := tb.cpu()
 			p := tb.paintTimes()
 			t.Logf("index.html %d bytes: first paint %.0f ms, largest paint %.0f ms, load %.0f ms (%v until loaded, seen from Go); %v; %d group pages, the largest %d bytes",
-				st.Size(), p.FCP, p.LCP, p.Load, wall.Round(time.Millisecond), c, len(pages), largest)
-
-			// a box a host, as wide as its GPUs' squares (12 px each)
-			boxes := eval[[]int](tb, `[document.querySelectorAll("#overview .ck > a").length,
-				Math.round(document.querySelector("#overview .ck > a").getBoundingClientRect().width)]`)
-			if boxes[0] != n {
-				t.Errorf("the overview shows %d host boxes, want %d", boxes[0], n)
-			}
-			if boxes[1] != 8*12+3 {
-				t.Errorf("a box of 8 GPUs is %d px wide, want %d", boxes[1], 8*12+3)
-			}
-			// a screen reader names each host's link, the last one's too,
-			// far below the window (its block not laid out)
-			sr := newTab(t, tabOptions{screenReader: true})
-			sr.load(url)
-			for _, sel := range []string{"#overview .ck > a", "#overview .ck:last-child > a:last-child"} {
-				host := eval[string](sr, `document.querySelector(`+jsString(sel)+`).getAttribute("href").split("#")[1]`)
-				role, name := sr.axName(sel)
-				if want := host + ": 4 free, 4 busy"; role != "link" || name != want {
-					t.Errorf("%s: a screen reader hears %s %q, want link %q", sel, role, name, want)
-				}
-			}
-
+				size, p.FCP, p.LCP, p.Load, wall.Round(time.Millisecond), c, pages, largest)
+			checkOverviewBoxes(t, tb, n)
+			checkHostLinksNamed(t, url)
 			// a host's link leads to its card
 			href := eval[string](tb, `document.querySelector("#overview .ck:nth-child(2) > a:nth-child(7)").getAttribute("href")`)
-			// in a tab of its own, for its own metrics
-			tb = newTab(t, tabOptions{})
-			tb.enableMetrics()
-			start = time.Now()
-			tb.load(url + href)
-			wall = time.Since(start)
-			tb.noProblems("loading a group page")
-			gc := tb.cpu()
-			g := tb.paintTimes()
-			t.Logf("%s: first paint %.0f ms, load %.0f ms (%v until loaded, seen from Go); %v", href, g.FCP, g.Load, wall.Round(time.Millisecond), gc)
-			if !eval[bool](tb, `location.hash !== "" && document.getElementById(decodeURIComponent(location.hash.slice(1))) !== null`) {
-				t.Fatalf("%s: no card with that id", href)
-			}
-			// at the top of the window, although the cards above it are
-			// not laid out (content-visibility)
-			tb.waitJS(`(() => { const t = document.getElementById(decodeURIComponent(location.hash.slice(1))).getBoundingClientRect().top; return t >= -2 && t < 30; })()`,
-				"the linked card at the top of the window")
-			// the detail of a cell on a card's bottom row is drawn over the
-			// card below, not clipped at its own card's edge
-			busy := `section.host li.gpu[data-state=busy]:nth-last-child(-n+2)`
-			tb.hover(busy)
-			tb.waitVisible(busy + " > aside")
-			if !eval[bool](tb, `(() => {
-				const a = document.querySelector(`+jsString(busy+" > aside")+`), r = a.getBoundingClientRect();
-				const card = a.closest(".host").getBoundingClientRect();
-				const y = (Math.max(r.top, card.bottom) + r.bottom) / 2, at = document.elementFromPoint(r.left + 10, y);
-				return r.bottom > card.bottom + 10 && !!at && a.contains(at);
-			})()`) {
-				t.Errorf("the detail of %s is not drawn past its card's edge, over the card below", busy)
-				tb.screenshot("big-fleet-detail", false)
-			}
+			checkLinkedGroupPage(t, url, href)
 		})
+	}
+}
+
+// pageSizes checks that index.html in dir is at most 1 MB and each group
+// page at most 2 MB, and returns index.html's size, the number of group
+// pages and the largest one's size.
+func pageSizes(t *testing.T, dir string) (index int64, pages int, largest int64) {
+	t.Helper()
+	st, err := os.Stat(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > 1_000_000 {
+		t.Errorf("index.html is %d bytes, over 1 MB", st.Size())
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "groups", "*.html"))
+	for _, p := range files {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		largest = max(largest, st.Size())
+		if st.Size() > 2_000_000 {
+			t.Errorf("%s is %d bytes, over 2 MB", filepath.Base(p), st.Size())
+		}
+	}
+	return st.Size(), len(files), largest
+}
+
+// checkOverviewBoxes checks that the overview shows a box a host, as wide
+// as its GPUs' squares (12 px each).
+func checkOverviewBoxes(t *testing.T, tb *tab, hosts int) {
+	t.Helper()
+	boxes := eval[[]int](tb, `[document.querySelectorAll("#overview .ck > a").length,
+		Math.round(document.querySelector("#overview .ck > a").getBoundingClientRect().width)]`)
+	if boxes[0] != hosts {
+		t.Errorf("the overview shows %d host boxes, want %d", boxes[0], hosts)
+	}
+	if boxes[1] != 8*12+3 {
+		t.Errorf("a box of 8 GPUs is %d px wide, want %d", boxes[1], 8*12+3)
+	}
+}
+
+// checkHostLinksNamed checks that a screen reader names each host's link
+// on the overview, the last one's too, far below the window (its block
+// not laid out).
+func checkHostLinksNamed(t *testing.T, url string) {
+	t.Helper()
+	sr := newTab(t, tabOptions{screenReader: true})
+	sr.load(url)
+	for _, sel := range []string{"#overview .ck > a", "#overview .ck:last-child > a:last-child"} {
+		host := eval[string](sr, `document.querySelector(`+jsString(sel)+`).getAttribute("href").split("#")[1]`)
+		role, name := sr.axName(sel)
+		if want := host + ": 4 free, 4 busy"; role != "link" || name != want {
+			t.Errorf("%s: a screen reader hears %s %q, want link %q", sel, role, name, want)
+		}
+	}
+}
+
+// checkLinkedGroupPage loads a host's link from the overview (href) in a
+// tab of its own, for its own metrics, and checks that it shows the
+// host's card at the top of the window and a cell's detail over the card
+// below.
+func checkLinkedGroupPage(t *testing.T, url, href string) {
+	t.Helper()
+	tb := newTab(t, tabOptions{})
+	tb.enableMetrics()
+	start := time.Now()
+	tb.load(url + href)
+	wall := time.Since(start)
+	tb.noProblems("loading a group page")
+	gc := tb.cpu()
+	g := tb.paintTimes()
+	t.Logf("%s: first paint %.0f ms, load %.0f ms (%v until loaded, seen from Go); %v", href, g.FCP, g.Load, wall.Round(time.Millisecond), gc)
+	if !eval[bool](tb, `location.hash !== "" && document.getElementById(decodeURIComponent(location.hash.slice(1))) !== null`) {
+		t.Fatalf("%s: no card with that id", href)
+	}
+	// at the top of the window, although the cards above it are not laid
+	// out (content-visibility)
+	tb.waitJS(`(() => { const t = document.getElementById(decodeURIComponent(location.hash.slice(1))).getBoundingClientRect().top; return t >= -2 && t < 30; })()`,
+		"the linked card at the top of the window")
+	// the detail of a cell on a card's bottom row is drawn over the card
+	// below, not clipped at its own card's edge
+	busy := `section.host li.gpu[data-state=busy]:nth-last-child(-n+2)`
+	tb.hover(busy)
+	tb.waitVisible(busy + " > aside")
+	if !eval[bool](tb, `(() => {
+		const a = document.querySelector(`+jsString(busy+" > aside")+`), r = a.getBoundingClientRect();
+		const card = a.closest(".host").getBoundingClientRect();
+		const y = (Math.max(r.top, card.bottom) + r.bottom) / 2, at = document.elementFromPoint(r.left + 10, y);
+		return r.bottom > card.bottom + 10 && !!at && a.contains(at);
+	})()`) {
+		t.Errorf("the detail of %s is not drawn past its card's edge, over the card below", busy)
+		tb.screenshot("big-fleet-detail", false)
 	}
 }

@@ -10,9 +10,9 @@ import (
 // hostGroup is a group of hosts: one of [groups], or the hosts whose
 // names share a prefix (groupPrefix). Its hosts keep the cluster's order.
 type hostGroup struct {
-	Name  string
-	File  string // its pages' file name without ".html" (pageFile), unique
-	Hosts []*cluster.Host
+	name  string
+	file  string // its pages' file name without ".html" (pageFile), unique
+	hosts []*cluster.Host
 }
 
 // groupsWarnMax is how many hosts a warning about [groups] names.
@@ -24,21 +24,56 @@ const groupsWarnMax = 5
 // The warnings say what [groups] named that is not in the data, and which
 // hosts it named twice.
 func groupHosts(c *cluster.Cluster, rules []GroupRule) ([]*hostGroup, []string) {
-	var warnings []string
+	g := ruleGroups(c, rules)
+	prefixed := map[string]*hostGroup{}
+	for _, h := range c.Hosts {
+		in := g.of[h.Name]
+		if in == nil {
+			p := groupPrefix(h.Name)
+			in = prefixed[p]
+			if in == nil {
+				if in = g.named[p]; in == nil { // a prefix that [groups] also names is that group
+					in = &hostGroup{name: p}
+					g.groups = append(g.groups, in)
+				}
+				prefixed[p] = in
+			}
+		}
+		in.hosts = append(in.hosts, h)
+	}
+	out := g.groups[:0]
+	for _, gr := range g.groups {
+		if len(gr.hosts) > 0 { // a group of unknown hosts only is left out
+			out = append(out, gr)
+		}
+	}
+	return out, g.warnings
+}
+
+// ruledGroups is what [groups] makes of the data: its groups, by name,
+// and each host it names in the data, by host name (not in the groups'
+// Hosts yet).
+type ruledGroups struct {
+	groups   []*hostGroup
+	named    map[string]*hostGroup // by group name
+	of       map[string]*hostGroup // by host name
+	warnings []string
+}
+
+// ruleGroups applies [groups] to the cluster's hosts.
+func ruleGroups(c *cluster.Cluster, rules []GroupRule) *ruledGroups {
 	byName := make(map[string]*cluster.Host, len(c.Hosts))
 	for _, h := range c.Hosts {
 		byName[h.Name] = h
 	}
-	in := map[string]*hostGroup{} // host name -> its group
-	var groups []*hostGroup
-	named := map[string]*hostGroup{} // group name -> group
+	g := &ruledGroups{named: map[string]*hostGroup{}, of: map[string]*hostGroup{}}
 	var twice []string
 	for _, r := range rules {
-		g := named[r.Name]
-		if g == nil {
-			g = &hostGroup{Name: r.Name}
-			named[r.Name] = g
-			groups = append(groups, g)
+		grp := g.named[r.Name]
+		if grp == nil {
+			grp = &hostGroup{name: r.Name}
+			g.named[r.Name] = grp
+			g.groups = append(g.groups, grp)
 		}
 		var unknown []string
 		for _, n := range r.Hosts {
@@ -46,46 +81,24 @@ func groupHosts(c *cluster.Cluster, rules []GroupRule) ([]*hostGroup, []string) 
 				unknown = append(unknown, n)
 				continue
 			}
-			if first := in[n]; first != nil {
-				if first != g {
-					twice = append(twice, fmt.Sprintf("%s (in %s and %s)", n, first.Name, g.Name))
+			if first := g.of[n]; first != nil {
+				if first != grp {
+					twice = append(twice, fmt.Sprintf("%s (in %s and %s)", n, first.name, grp.name))
 				}
 				continue
 			}
-			in[n] = g
+			g.of[n] = grp
 		}
 		if len(unknown) > 0 {
-			warnings = append(warnings, fmt.Sprintf("[groups] %s: %s not in the data, ignored: %s",
+			g.warnings = append(g.warnings, fmt.Sprintf("[groups] %s: %s not in the data, ignored: %s",
 				r.Name, countOf(len(unknown), "host"), someOf(unknown)))
 		}
 	}
 	if len(twice) > 0 {
-		warnings = append(warnings, fmt.Sprintf("[groups]: %s in two groups, shown in the first: %s",
+		g.warnings = append(g.warnings, fmt.Sprintf("[groups]: %s in two groups, shown in the first: %s",
 			countOf(len(twice), "host"), someOf(twice)))
 	}
-	prefixed := map[string]*hostGroup{}
-	for _, h := range c.Hosts {
-		g := in[h.Name]
-		if g == nil {
-			p := groupPrefix(h.Name)
-			g = prefixed[p]
-			if g == nil {
-				if g = named[p]; g == nil { // a prefix that [groups] also names is that group
-					g = &hostGroup{Name: p}
-					groups = append(groups, g)
-				}
-				prefixed[p] = g
-			}
-		}
-		g.Hosts = append(g.Hosts, h)
-	}
-	out := groups[:0]
-	for _, g := range groups {
-		if len(g.Hosts) > 0 { // a group of unknown hosts only is left out
-			out = append(out, g)
-		}
-	}
-	return out, warnings
+	return g
 }
 
 // groupPrefix is the group of a host that [groups] does not name: its

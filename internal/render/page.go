@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"html/template"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,15 @@ import (
 // not plainly safe. TestMarkupDoesNotDependOnData and FuzzMarkup check that
 // no text can change the markup. The script takes its data from data
 // attributes only.
-var pageTmpl = template.Must(template.ParseFS(templates.FS, "page.html"))
+//
+// The view is a struct (pageView): a field the template names that the
+// view lacks fails at execution. missingkey=error makes a map fed to it
+// by mistake fail the same way.
+var pageTmpl = template.Must(newPageTemplate().ParseFS(templates.FS, "page.html"))
+
+func newPageTemplate() *template.Template {
+	return template.New("page.html").Option("missingkey=error")
+}
 
 // csp allows the inline style and exactly the inline script of this build:
 // even a bug in escaping could not run a script or load anything.
@@ -86,79 +95,129 @@ func HTML(w io.Writer, r *Report) error {
 	return bw.Flush()
 }
 
-func pageViewOf(r *Report) map[string]any {
+// pageView is what templates/page.html shows. It is a struct, not a map,
+// so that a field the template names and the view lacks (a typo) fails
+// at execution instead of rendering as nothing.
+type pageView struct {
+	Title          string
+	CSP            string
+	CSS            template.CSS
+	JS             template.JS
+	Refresh        int // seconds; 0: the page does not reload itself
+	RefreshText    string
+	DataTime       string // RFC 3339, only a time the script can trust to age
+	DataTimeText   string
+	Generated      string
+	LiveText       string
+	StaleAfterS    int
+	StaleAfterText string
+	Stale          bool
+	Age            string // known age only; the page says unknown otherwise
+	NoTimeText     string
+	Free           int
+	Busy           int
+	Reserved       int
+	Failed         int
+	Total          int
+	Hosts          int
+	Down           int
+	DownGPUs       int    // GPUs last seen on hosts down now (history)
+	IdleHeld       int    // GPUs held idle now (history)
+	UtilFrom       string // the sparklines' first and last hour
+	UtilTo         string
+	UtilHours      int
+	Models         []modelView
+	MoreModels     *moreModels
+	Warnings       []string
+	JSONLink       string
+	PromLink       string
+	Users          []userView
+	UserJobs       bool // the users table's jobs column, only where someone has one
+
+	// the overview's and a group page's (pages.go)
+	Overview  bool
+	Up        string // the overview, from a group page
+	GroupName string
+	IdleLink  string // the idle-held table, when not on this page
+	Nav       []navLink
+}
+
+func pageViewOf(r *Report) *pageView {
 	c := r.Cluster
 	cfg := r.Config
-	v := map[string]any{
-		"Title":          cfg.Title,
-		"CSP":            csp,
-		"CSS":            template.CSS(assets.CSS),
-		"JS":             template.JS(assets.JS),
-		"Refresh":        int(cfg.Refresh / time.Second),
-		"RefreshText":    settingText(cfg.Refresh),
-		"DataTime":       "",
-		"DataTimeText":   timeText(c.DataTime, r.Loc),
-		"Generated":      timeText(r.Now, r.Loc),
-		"LiveText":       liveText(cfg.LiveEvery),
-		"StaleAfterS":    int(cfg.StaleAfter / time.Second),
-		"StaleAfterText": settingText(cfg.StaleAfter),
-		"Stale":          r.Stale(),
-		"Age":            "", // known age only; the page says unknown otherwise
-		"NoTimeText":     r.unknownAgeText(),
-		"Free":           c.Count[cluster.Free],
-		"Busy":           c.Count[cluster.Busy],
-		"Reserved":       c.Count[cluster.Reserved],
-		"Failed":         c.Count[cluster.Failed],
-		"Total":          c.GPUs,
-		"Hosts":          len(c.Hosts),
-		"Down":           c.Down,
-		"Models":         nil,
-		"MoreModels":     nil,
-		"Warnings":       r.Warnings,
-		"JSONLink":       r.JSONLink,
-		"PromLink":       r.PromLink,
-		"DownGPUs":       0,  // GPUs last seen on hosts down now (history)
-		"IdleHeld":       0,  // GPUs held idle now (history)
-		"UtilFrom":       "", // the sparklines' first and last hour
-		"UtilTo":         "",
-		"UtilHours":      0,
-	}
-	if s := r.History; s != nil {
-		n := 0
-		for _, h := range c.Hosts {
-			if d := s.Down[h.Name]; d != nil && !h.Up() {
-				n += len(d.GPUs)
-			}
-		}
-		v["DownGPUs"] = n
-		v["IdleHeld"] = len(s.IdleHeld)
-		if len(s.UtilHours) > 0 && len(s.Util) > 0 {
-			v["UtilFrom"] = timeText(s.UtilHours[0], r.Loc)
-			v["UtilTo"] = timeText(s.UtilHours[len(s.UtilHours)-1], r.Loc)
-			v["UtilHours"] = len(s.UtilHours)
-		}
-	}
-	if !c.DataTime.IsZero() && r.Age() >= 0 { // the script ages only a time it can trust
-		v["DataTime"] = c.DataTime.UTC().Format(time.RFC3339)
+	v := &pageView{
+		Title:          cfg.Title,
+		CSP:            csp,
+		CSS:            template.CSS(assets.CSS),
+		JS:             template.JS(assets.JS),
+		Refresh:        int(cfg.Refresh / time.Second),
+		RefreshText:    settingText(cfg.Refresh),
+		DataTimeText:   timeText(c.DataTime, r.Loc),
+		Generated:      timeText(r.Now, r.Loc),
+		LiveText:       liveText(cfg.LiveEvery),
+		StaleAfterS:    int(cfg.StaleAfter / time.Second),
+		StaleAfterText: settingText(cfg.StaleAfter),
+		Stale:          r.Stale(),
+		NoTimeText:     r.unknownAgeText(),
+		Free:           c.Count[cluster.Free],
+		Busy:           c.Count[cluster.Busy],
+		Reserved:       c.Count[cluster.Reserved],
+		Failed:         c.Count[cluster.Failed],
+		Total:          c.GPUs,
+		Hosts:          len(c.Hosts),
+		Down:           c.Down,
+		Warnings:       r.Warnings,
+		JSONLink:       r.JSONLink,
+		PromLink:       r.PromLink,
 	}
 	if a := r.Age(); a >= 0 {
-		v["Age"] = spanText(int64(a / time.Second))
+		if !c.DataTime.IsZero() { // the script ages only a time it can trust
+			v.DataTime = c.DataTime.UTC().Format(time.RFC3339)
+		}
+		v.Age = spanText(int64(a / time.Second))
 	}
-	models, more := modelsView(c.Models)
-	v["Models"] = models
-	if more != nil {
-		v["MoreModels"] = more
+	v.historyView(r)
+	v.Models, v.MoreModels = modelsView(c.Models)
+	v.Users, v.UserJobs = usersView(c.Users, 0)
+	return v
+}
+
+// historyView fills in what the summary says of the history: the GPUs of
+// the hosts down now, those held idle, and the sparklines' span.
+func (v *pageView) historyView(r *Report) {
+	s := r.History
+	if s == nil {
+		return
 	}
-	users := make([]userView, 0, len(c.Users))
-	jobs := false // the users table's jobs column, only where someone has one
-	for _, u := range c.Users {
+	for _, h := range r.Cluster.Hosts {
+		if d := s.Down[h.Name]; d != nil && !h.Up() {
+			v.DownGPUs += len(d.GPUs)
+		}
+	}
+	v.IdleHeld = len(s.IdleHeld)
+	if len(s.UtilHours) > 0 && len(s.Util) > 0 {
+		v.UtilFrom = timeText(s.UtilHours[0], r.Loc)
+		v.UtilTo = timeText(s.UtilHours[len(s.UtilHours)-1], r.Loc)
+		v.UtilHours = len(s.UtilHours)
+	}
+}
+
+// usersView is the users table, each user's hosts cut at hostsMax ("+N
+// more") unless it is 0, and whether it needs the jobs column: only where
+// someone has a job or a container.
+func usersView(us []*cluster.User, hostsMax int) (users []userView, jobs bool) {
+	users = make([]userView, 0, len(us))
+	for _, u := range us {
+		hosts, more := u.Hosts, ""
+		if hostsMax > 0 && len(hosts) > hostsMax {
+			more = ", +" + strconv.Itoa(len(hosts)-hostsMax) + " more"
+			hosts = hosts[:hostsMax]
+		}
 		users = append(users, userView{Name: userName(u.Name), GPUs: u.GPUs, Procs: u.Procs,
-			Mem: gib(u.MemMiB) + " GiB", Hosts: strings.Join(u.Hosts, ", "), Jobs: userJobsText(u)})
+			Mem: gib(u.MemMiB) + " GiB", Hosts: strings.Join(hosts, ", ") + more, Jobs: userJobsText(u)})
 		jobs = jobs || len(u.Jobs)+len(u.Containers) > 0
 	}
-	v["Users"] = users
-	v["UserJobs"] = jobs
-	return v
+	return users, jobs
 }
 
 // migNote says why a GPU that reports its memory has no utilization: the
@@ -181,80 +240,12 @@ const migNote = "utilization not reported under MIG"
 // overview links to); each, if not nil, is called after each card.
 func writeHosts(w *bufio.Writer, r *Report, hosts []*cluster.Host, ids bool, each func()) {
 	var scratch, util []byte // for numbers; a card's utilization strings
-	var idle map[history.GPURef]*history.Spell
-	s := r.History
-	if s != nil && len(s.IdleHeld) > 0 {
-		idle = make(map[history.GPURef]*history.Spell, len(s.IdleHeld))
-		for i := range s.IdleHeld {
-			sp := &s.IdleHeld[i]
-			idle[history.GPURef{Host: sp.Host, GPU: sp.GPU}] = sp
-		}
-	}
+	idle := idleHeldByGPU(r.History)
 	for _, h := range hosts {
-		w.WriteString("\n<section class=host")
-		if ids {
-			attr(w, "id", h.Name)
-		}
-		attr(w, "data-host", h.Name)
-		if util = hostUtil(util[:0], s, h); len(util) > 0 {
-			w.WriteString(" data-util=")
-			w.Write(util) // utilAlphabet and "." only: no quotes needed
-		}
-		w.WriteString("><h2>")
-		esc(w, h.Display)
-		info := hostInfo(h)
-		if info != "" {
-			w.WriteString(" <small>")
-			esc(w, info)
-			w.WriteString("</small>")
-		}
-		w.WriteString("</h2>")
-		if s := hostStats(h); s != "" {
-			w.WriteString("<p class=hs>")
-			w.WriteString(s) // numbers and fixed words only
-		}
-		if h.Up() && h.Error != "" { // an ok host's warnings
-			w.WriteString("<p class=hn>")
-			esc(w, h.Error)
-		}
+		util = writeCardHead(w, r.History, h, ids, util)
 		w.WriteString("\n<ul>")
 		if !h.Up() {
-			var down *history.HostState
-			if s != nil {
-				down = s.Down[h.Name]
-			}
-			// no data-gpu: the row stands for the host's GPUs, which are not known
-			w.WriteString("\n<li class=\"gpu w\" data-state=failed tabindex=0><i>down</i> <b>")
-			esc(w, string(h.Status))
-			w.WriteString("</b>")
-			if down != nil && down.DownSince != 0 {
-				since := time.Unix(down.DownSince, 0)
-				w.WriteString("<p class=since>down since ")
-				if down.LastUp == 0 { // never seen up: down at least since history began
-					w.WriteString("at least ")
-				}
-				w.WriteString(timeText(since, r.Loc))
-				if d := r.Now.Sub(since); d > 0 {
-					w.WriteString(" (")
-					w.WriteString(spanText(int64(d / time.Second)))
-					w.WriteString(")")
-				}
-			}
-			w.WriteString("<p class=why>")
-			short := shorten(h.Error, hostErrorMax)
-			esc(w, short)
-			if s := pageReservation(h.Reserved, r.Loc); s != "" {
-				w.WriteString("<p>")
-				esc(w, s)
-			}
-			if short != h.Error {
-				w.WriteString("<aside><p>")
-				esc(w, h.Error)
-				w.WriteString("</aside>")
-			}
-			if down != nil {
-				writeKnownGPUs(w, down, r)
-			}
+			writeDownHost(w, h, r)
 		}
 		for _, g := range h.GPUs {
 			var sp *history.Spell
@@ -267,6 +258,99 @@ func writeHosts(w *bufio.Writer, r *Report, hosts []*cluster.Host, ids bool, eac
 		if each != nil {
 			each()
 		}
+	}
+}
+
+// idleHeldByGPU is the GPUs held idle now, by GPU; nil when none is.
+func idleHeldByGPU(s *history.Summary) map[history.GPURef]*history.Spell {
+	if s == nil || len(s.IdleHeld) == 0 {
+		return nil
+	}
+	idle := make(map[history.GPURef]*history.Spell, len(s.IdleHeld))
+	for i := range s.IdleHeld {
+		sp := &s.IdleHeld[i]
+		idle[history.GPURef{Host: sp.Host, GPU: sp.GPU}] = sp
+	}
+	return idle
+}
+
+// writeCardHead opens a host's card and writes its header, its stats and
+// an ok host's warnings. util is a buffer for the card's data-util, which
+// it returns for the next card.
+func writeCardHead(w *bufio.Writer, s *history.Summary, h *cluster.Host, ids bool, util []byte) []byte {
+	w.WriteString("\n<section class=host")
+	if ids {
+		attr(w, "id", h.Name)
+	}
+	attr(w, "data-host", h.Name)
+	if util = hostUtil(util[:0], s, h); len(util) > 0 {
+		w.WriteString(" data-util=")
+		w.Write(util) // utilAlphabet and "." only: no quotes needed
+	}
+	w.WriteString("><h2>")
+	esc(w, h.Display)
+	if info := hostInfo(h); info != "" {
+		w.WriteString(" <small>")
+		esc(w, info)
+		w.WriteString("</small>")
+	}
+	w.WriteString("</h2>")
+	if s := hostStats(h); s != "" {
+		w.WriteString("<p class=hs>")
+		w.WriteString(s) // numbers and fixed words only
+	}
+	if h.Up() && h.Error != "" { // an ok host's warnings
+		w.WriteString("<p class=hn>")
+		esc(w, h.Error)
+	}
+	return util
+}
+
+// writeDownHost writes the row that stands for a down host's GPUs, which
+// are not known: its status, since when (history), why, its reservation,
+// the whole reason in the detail when the row cuts it, then its GPUs as
+// history last saw them.
+func writeDownHost(w *bufio.Writer, h *cluster.Host, r *Report) {
+	var down *history.HostState
+	if r.History != nil {
+		down = r.History.Down[h.Name]
+	}
+	// no data-gpu: the row stands for the host's GPUs, which are not known
+	w.WriteString("\n<li class=\"gpu w\" data-state=failed tabindex=0><i>down</i> <b>")
+	esc(w, string(h.Status))
+	w.WriteString("</b>")
+	if down != nil && down.DownSince != 0 {
+		writeDownSince(w, down, r)
+	}
+	w.WriteString("<p class=why>")
+	short := shorten(h.Error, hostErrorMax)
+	esc(w, short)
+	if s := pageReservation(h.Reserved, r.Loc); s != "" {
+		w.WriteString("<p>")
+		esc(w, s)
+	}
+	if short != h.Error {
+		w.WriteString("<aside><p>")
+		esc(w, h.Error)
+		w.WriteString("</aside>")
+	}
+	if down != nil {
+		writeKnownGPUs(w, down, r)
+	}
+}
+
+// writeDownSince writes since when a host is down, and for how long.
+func writeDownSince(w *bufio.Writer, down *history.HostState, r *Report) {
+	since := time.Unix(down.DownSince, 0)
+	w.WriteString("<p class=since>down since ")
+	if down.LastUp == 0 { // never seen up: down at least since history began
+		w.WriteString("at least ")
+	}
+	w.WriteString(timeText(since, r.Loc))
+	if d := r.Now.Sub(since); d > 0 {
+		w.WriteString(" (")
+		w.WriteString(spanText(int64(d / time.Second)))
+		w.WriteString(")")
 	}
 }
 
@@ -366,41 +450,9 @@ func hostStats(h *cluster.Host) string {
 // detail (<aside>, shown on hover, focus or tap) holds the sensors, notes
 // and every process.
 func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle *history.Spell, scratch []byte) []byte {
-	id := g.ID()
-	w.WriteString("\n<li class=gpu data-state=")
-	w.WriteString(g.State) // one of cluster.States
-	// the host is the card's data-host: 8,000 cells need not repeat it
-	attr(w, "data-gpu", id)
-	// The style sheet writes the index and the state, as a symbol and a
-	// word, from data-gpu and data-state: 13 bytes less in each cell.
-	w.WriteString(" tabindex=0>")
-	if g.Short != "" && (g.Name != h.ModelName || h.ModelName == "") {
-		w.WriteString("<p class=m>") // a line of its own: a name may be long
-		esc(w, g.Short)
-	}
-	if g.Error != "" {
-		w.WriteString("<p class=why>")
-		esc(w, reasonText(g.Error, gpuErrorMax))
-	}
+	writeCellStart(w, h, g)
 	mig := !g.Util.Valid && g.MemUsed.Valid && g.Error == ""
-	if mem := memText(g.MemUsed, g.MemTotal); mem != "" {
-		// the bar above the text is the style sheet's, from --m
-		if p := memPct(g.MemUsed, g.MemTotal); p > 0 {
-			w.WriteString("<p style=--m:")
-			scratch = strconv.AppendInt(scratch[:0], int64(p), 10)
-			w.Write(scratch)
-			w.WriteString("%>")
-		} else {
-			w.WriteString("<p>")
-		}
-		w.WriteString(mem) // numbers only
-		if g.Util.Valid {
-			w.WriteString(" · ")
-			w.WriteString(num(g.Util, "%"))
-		} else if mig {
-			w.WriteString("<span class=mig>no util (MIG)</span>") // a line of its own
-		}
-	}
+	scratch = writeMemLine(w, g, mig, scratch)
 	writeWho(w, g)
 	if idle != nil {
 		// a word, not a colour: the style sheet adds a dashed frame
@@ -416,6 +468,64 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	}
 	w.WriteString("<aside>")
 	esc(w, sens) // the first line; notes and the table are blocks
+	writeNotes(w, g, r, mig)
+	if len(g.Procs) > 0 {
+		scratch = writeProcTable(w, g.Procs, scratch)
+	}
+	w.WriteString("</aside>") // </li> is implied by the next <li> or </ul>
+	return scratch
+}
+
+// writeCellStart writes a cell's <li>, its model on a host of mixed
+// models, and why a lost GPU failed.
+func writeCellStart(w *bufio.Writer, h *cluster.Host, g *cluster.GPU) {
+	w.WriteString("\n<li class=gpu data-state=")
+	w.WriteString(g.State) // one of cluster.States
+	// the host is the card's data-host: 8,000 cells need not repeat it
+	attr(w, "data-gpu", g.ID())
+	// The style sheet writes the index and the state, as a symbol and a
+	// word, from data-gpu and data-state: 13 bytes less in each cell.
+	w.WriteString(" tabindex=0>")
+	if g.Short != "" && (g.Name != h.ModelName || h.ModelName == "") {
+		w.WriteString("<p class=m>") // a line of its own: a name may be long
+		esc(w, g.Short)
+	}
+	if g.Error != "" {
+		w.WriteString("<p class=why>")
+		esc(w, reasonText(g.Error, gpuErrorMax))
+	}
+}
+
+// writeMemLine writes a cell's memory and utilization, under a bar of
+// its memory used, or why a GPU in MIG mode has no utilization; nothing
+// when its memory is not known.
+func writeMemLine(w *bufio.Writer, g *cluster.GPU, mig bool, scratch []byte) []byte {
+	mem := memText(g.MemUsed, g.MemTotal)
+	if mem == "" {
+		return scratch
+	}
+	// the bar above the text is the style sheet's, from --m
+	if p := memPct(g.MemUsed, g.MemTotal); p > 0 {
+		w.WriteString("<p style=--m:")
+		scratch = strconv.AppendInt(scratch[:0], int64(p), 10)
+		w.Write(scratch)
+		w.WriteString("%>")
+	} else {
+		w.WriteString("<p>")
+	}
+	w.WriteString(mem) // numbers only
+	if g.Util.Valid {
+		w.WriteString(" · ")
+		w.WriteString(num(g.Util, "%"))
+	} else if mig {
+		w.WriteString("<span class=mig>no util (MIG)</span>") // a line of its own
+	}
+	return scratch
+}
+
+// writeNotes writes the detail's notes: the GPU's error, why it has no
+// utilization, the driver's notes and its reservation.
+func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, mig bool) {
 	note := func(s string) {
 		w.WriteString("<p class=n>")
 		esc(w, s)
@@ -433,69 +543,72 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	if s := pageReservation(g.Reservation, r.Loc); s != "" {
 		note(s)
 	}
-	if len(g.Procs) > 0 {
-		// The column headers are the style sheet's (the first row's
-		// cells' ::before): a header row in each of 4,000 tables would
-		// cost 200 kB. No processes: the style sheet says so. A "job /
-		// container" column comes before the command only where a
-		// process has one, in every row then (the style sheet names the
-		// command by td:last-child, the job by a 5th cell that is not
-		// the last): a page of a cluster without Slurm or containers
-		// pays nothing for it.
-		jobs := false
-		for _, p := range g.Procs {
-			if attributed(p) {
-				jobs = true
-				break
-			}
-		}
-		w.WriteString("<table>")
-		for _, p := range g.Procs {
-			mark := ""
-			switch {
-			case p.Preemptible:
-				mark = "(idle-time job)"
-			case p.Ignored:
-				mark = "(ignored)"
-			}
-			if mark != "" {
-				w.WriteString("<tr class=x><td>")
-			} else {
-				w.WriteString("<tr><td>")
-			}
-			esc(w, userName(p.User))
-			w.WriteString("<td>")
-			if p.PID.Valid {
-				scratch = strconv.AppendInt(scratch[:0], p.PID.Value, 10)
-				w.Write(scratch)
-			}
-			w.WriteString("<td>")
-			if p.MemMiB.Valid {
-				w.WriteString(gib(p.MemMiB.Value))
-				w.WriteString("G")
-			} else {
-				w.WriteString("?")
-			}
-			w.WriteString("<td>")
-			if p.ElapsedS.Valid {
-				w.WriteString(spanText(p.ElapsedS.Value))
-			} else {
-				w.WriteString("?")
-			}
-			if jobs {
-				writeJobCell(w, p)
-			}
-			w.WriteString("<td>")
-			esc(w, commandText(p.Command))
-			if mark != "" {
-				w.WriteString(" <em>")
-				w.WriteString(mark)
-				w.WriteString("</em>")
-			}
-		}
-		w.WriteString("</table>")
+}
+
+// writeProcTable writes the detail's table of processes.
+//
+// The column headers are the style sheet's (the first row's cells'
+// ::before): a header row in each of 4,000 tables would cost 200 kB. No
+// processes: the style sheet says so. A "job / container" column comes
+// before the command only where a process has one, in every row then (the
+// style sheet names the command by td:last-child, the job by a 5th cell
+// that is not the last): a page of a cluster without Slurm or containers
+// pays nothing for it.
+func writeProcTable(w *bufio.Writer, procs []*cluster.Proc, scratch []byte) []byte {
+	jobs := slices.ContainsFunc(procs, attributed)
+	w.WriteString("<table>")
+	for _, p := range procs {
+		scratch = writeProcRow(w, p, jobs, scratch)
 	}
-	w.WriteString("</aside>") // </li> is implied by the next <li> or </ul>
+	w.WriteString("</table>")
+	return scratch
+}
+
+// writeProcRow writes a process's row: user, pid, memory, running time,
+// its job or container where the table has the column, and its command,
+// marked (and greyed, class x) when it holds the GPU for nobody.
+func writeProcRow(w *bufio.Writer, p *cluster.Proc, jobs bool, scratch []byte) []byte {
+	mark := ""
+	switch {
+	case p.Preemptible:
+		mark = "(idle-time job)"
+	case p.Ignored:
+		mark = "(ignored)"
+	}
+	if mark != "" {
+		w.WriteString("<tr class=x><td>")
+	} else {
+		w.WriteString("<tr><td>")
+	}
+	esc(w, userName(p.User))
+	w.WriteString("<td>")
+	if p.PID.Valid {
+		scratch = strconv.AppendInt(scratch[:0], p.PID.Value, 10)
+		w.Write(scratch)
+	}
+	w.WriteString("<td>")
+	if p.MemMiB.Valid {
+		w.WriteString(gib(p.MemMiB.Value))
+		w.WriteString("G")
+	} else {
+		w.WriteString("?")
+	}
+	w.WriteString("<td>")
+	if p.ElapsedS.Valid {
+		w.WriteString(spanText(p.ElapsedS.Value))
+	} else {
+		w.WriteString("?")
+	}
+	if jobs {
+		writeJobCell(w, p)
+	}
+	w.WriteString("<td>")
+	esc(w, commandText(p.Command))
+	if mark != "" {
+		w.WriteString(" <em>")
+		w.WriteString(mark)
+		w.WriteString("</em>")
+	}
 	return scratch
 }
 
@@ -523,88 +636,111 @@ func writeWho(w *bufio.Writer, g *cluster.GPU) {
 	open := false // a <p class=u> was written
 	switch g.State {
 	case cluster.Busy:
-		type holder struct {
-			name string
-			mib  float64
-		}
-		var hs [whoMax]holder
-		n, more := 0, false
-		total, known := 0.0, false
-		for _, p := range g.Procs {
-			if !p.Holds() {
-				continue
-			}
-			if p.MemMiB.Valid {
-				total += p.MemMiB.Value
-				known = true
-			}
-			name := holderName(p) // root in a container: the container
-			i := 0
-			for i < n && hs[i].name != name {
-				i++
-			}
-			switch {
-			case i < n:
-			case n < whoMax:
-				hs[n] = holder{name: name}
-				n++
-			default:
-				more = true
-				continue
-			}
-			hs[i].mib += p.MemMiB.Value // 0 when unknown
-		}
-		if n == 0 {
-			w.WriteString("<p class=u>no process visible")
-			open = true
-			break
-		}
-		// the biggest holder first (a stable insertion sort: n ≤ whoMax)
-		for i := 1; i < n; i++ {
-			for j := i; j > 0 && hs[j].mib > hs[j-1].mib; j-- {
-				hs[j], hs[j-1] = hs[j-1], hs[j]
-			}
-		}
-		w.WriteString("<p class=u><b>")
-		for i := 0; i < n; i++ {
-			if i > 0 {
-				w.WriteString(", ")
-			}
-			esc(w, hs[i].name)
-		}
-		if more {
-			w.WriteString(", …")
-		}
-		w.WriteString("</b>")
+		hs := holdersOf(g.Procs) // a value: 4,000 busy cells allocate nothing
+		writeHolders(w, &hs)
 		open = true
-		if known {
-			w.WriteString(" ")
-			w.WriteString(gib(total))
-			w.WriteString("G")
-		}
 	case cluster.Reserved:
-		r := g.Reservation
-		s := r.Name
-		if r.Comment != "" {
-			s = strings.TrimPrefix(s+": "+r.Comment, ": ")
+		open = writeReservedFor(w, g.Reservation)
+	}
+	if !slices.ContainsFunc(g.Procs, func(p *cluster.Proc) bool { return p.Preemptible }) {
+		return
+	}
+	if open {
+		w.WriteString(" <span class=tag>idle job</span>")
+	} else {
+		w.WriteString("<p class=u><span class=tag>idle job</span>")
+	}
+}
+
+// holder is one who holds a GPU, and the memory their processes hold.
+type holder struct {
+	name string
+	mib  float64
+}
+
+// holders are who hold a busy GPU: the first whoMax of them (by their
+// processes' order), biggest first.
+type holders struct {
+	top   [whoMax]holder
+	n     int     // of top
+	more  bool    // others hold it too
+	mib   float64 // the memory all its processes hold
+	known bool    // whether any process's memory is known
+}
+
+func holdersOf(procs []*cluster.Proc) holders {
+	var hs holders
+	for _, p := range procs {
+		if !p.Holds() {
+			continue
 		}
-		if s != "" {
-			w.WriteString("<p class=u><b>")
-			esc(w, s)
-			w.WriteString("</b>")
-			open = true
+		if p.MemMiB.Valid {
+			hs.mib += p.MemMiB.Value
+			hs.known = true
+		}
+		name := holderName(p) // root in a container: the container
+		i := 0
+		for i < hs.n && hs.top[i].name != name {
+			i++
+		}
+		switch {
+		case i < hs.n:
+		case hs.n < whoMax:
+			hs.top[hs.n] = holder{name: name}
+			hs.n++
+		default:
+			hs.more = true
+			continue
+		}
+		hs.top[i].mib += p.MemMiB.Value // 0 when unknown
+	}
+	// the biggest holder first (a stable insertion sort: n ≤ whoMax)
+	for i := 1; i < hs.n; i++ {
+		for j := i; j > 0 && hs.top[j].mib > hs.top[j-1].mib; j-- {
+			hs.top[j], hs.top[j-1] = hs.top[j-1], hs.top[j]
 		}
 	}
-	for _, p := range g.Procs {
-		if p.Preemptible {
-			if open {
-				w.WriteString(" <span class=tag>idle job</span>")
-			} else {
-				w.WriteString("<p class=u><span class=tag>idle job</span>")
-			}
-			return
-		}
+	return hs
+}
+
+// writeHolders writes a busy cell's second line.
+func writeHolders(w *bufio.Writer, hs *holders) {
+	if hs.n == 0 {
+		w.WriteString("<p class=u>no process visible")
+		return
 	}
+	w.WriteString("<p class=u><b>")
+	for i := 0; i < hs.n; i++ {
+		if i > 0 {
+			w.WriteString(", ")
+		}
+		esc(w, hs.top[i].name)
+	}
+	if hs.more {
+		w.WriteString(", …")
+	}
+	w.WriteString("</b>")
+	if hs.known {
+		w.WriteString(" ")
+		w.WriteString(gib(hs.mib))
+		w.WriteString("G")
+	}
+}
+
+// writeReservedFor writes a reserved cell's second line, for whom it is
+// kept, and reports whether it wrote one: a reservation may name nobody.
+func writeReservedFor(w *bufio.Writer, r *reservations.Reservation) bool {
+	s := r.Name
+	if r.Comment != "" {
+		s = strings.TrimPrefix(s+": "+r.Comment, ": ")
+	}
+	if s == "" {
+		return false
+	}
+	w.WriteString("<p class=u><b>")
+	esc(w, s)
+	w.WriteString("</b>")
+	return true
 }
 
 // spanText is a duration as the page writes every one (a process's running

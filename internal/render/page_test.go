@@ -2,15 +2,27 @@ package render
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"html"
+	"html/template"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/assets"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
+	"github.com/gpumon/gpumon/internal/testenv"
+	"github.com/gpumon/gpumon/templates"
 )
 
 func TestSpanText(t *testing.T) {
@@ -291,5 +303,206 @@ func TestUsersTableJobs(t *testing.T) {
 				t.Errorf("userJobsText = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// templateViews are views that, together, run every branch of
+// templates/page.html: a group page with everything on it, and an
+// overview of data with no time.
+func templateViews(t testing.TB) map[string]*pageView {
+	t.Helper()
+	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
+	group := pageViewOf(rep)
+	group.Warnings = []string{"a warning"}
+	group.LiveText = "1 min"
+	group.MoreModels = &moreModels{N: 2, Free: 1, Total: 16}
+	group.DownGPUs, group.IdleHeld = 2, 1
+	group.UtilFrom, group.UtilTo, group.UtilHours = "from", "to", 24
+	group.UserJobs = true
+	group.Up, group.GroupName, group.IdleLink = "../index.html", "gpu", "../index.html#idle"
+	group.Nav = []navLink{{N: 1, Href: "gpu.html", Here: true}, {N: 2, Href: "gpu-2.html"}}
+	overview := pageViewOf(rep)
+	overview.Overview = true
+	overview.Age, overview.Down, overview.Hosts = "", 0, 2
+	overview.Users = nil
+	return map[string]*pageView{"group page": group, "overview": overview}
+}
+
+// executePage runs the page's three templates on v, as HTML does.
+func executePage(tmpl *template.Template, v any) error {
+	for _, name := range []string{"head", "tail", "end"} {
+		if err := tmpl.ExecuteTemplate(io.Discard, name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A field the template names that the view lacks (a typo) is an error,
+// not an empty string: each field named in templates/page.html, renamed
+// in a copy of it, makes the page fail with a view that has every field.
+func TestPageTemplateFailsOnUnknownField(t *testing.T) {
+	src, err := fs.ReadFile(templates.FS, "page.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := templateViews(t)
+	for name, v := range views {
+		if err := executePage(pageTmpl, v); err != nil {
+			t.Fatalf("the page fails with the %s's view: %v", name, err)
+		}
+	}
+	action := regexp.MustCompile(`(?s)\{\{.*?\}\}`)
+	field := regexp.MustCompile(`\.[A-Z]\w*`)
+	renamed := 0
+	for _, a := range action.FindAllIndex(src, -1) {
+		for _, f := range field.FindAllIndex(src[a[0]:a[1]], -1) {
+			at := a[0] + f[1] // the field name's end in src
+			typo := string(src[a[0]+f[0]+1:at]) + "Typo"
+			copied := string(src[:at]) + "Typo" + string(src[at:])
+			tmpl, err := newPageTemplate().Parse(copied)
+			if err != nil {
+				t.Fatalf("%s: %v", typo, err)
+			}
+			failed := false
+			for _, v := range views {
+				if err := executePage(tmpl, v); err != nil && strings.Contains(err.Error(), typo) {
+					failed = true
+				}
+			}
+			if !failed {
+				t.Errorf("the template runs with %s in place of a field: the typo renders as nothing", typo)
+			}
+			renamed++
+		}
+	}
+	if renamed < 50 {
+		t.Errorf("renamed %d fields in the template, want them all (more than 50)", renamed)
+	}
+	t.Run("a map is missing a key", func(t *testing.T) {
+		if err := pageTmpl.ExecuteTemplate(io.Discard, "end", map[string]any{"JSONLink": ""}); err == nil {
+			t.Error("a map without the keys the template names executes without error")
+		}
+	})
+}
+
+// Every field of the view is shown by the template: one it does not name
+// is dead.
+func TestPageViewFieldsAreUsed(t *testing.T) {
+	src, err := fs.ReadFile(templates.FS, "page.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[pageView](), reflect.TypeFor[userView](), reflect.TypeFor[modelView](),
+		reflect.TypeFor[moreModels](), reflect.TypeFor[navLink]()} {
+		for i := range typ.NumField() {
+			f := typ.Field(i).Name
+			if !regexp.MustCompile(`\.` + f + `\b`).Match(src) {
+				t.Errorf("%s.%s is not in templates/page.html", typ.Name(), f)
+			}
+		}
+	}
+}
+
+// The page goldens hold the markup: the inlined style sheet and script,
+// and the script's hash in the page's CSP, are placeholders there, so a
+// change of style or script rewrites no golden, and a change of markup is
+// not lost in the diff of one. TestPageInlinesAssets checks them instead.
+const (
+	cssPlaceholder  = "/* assets/style.css */"
+	jsPlaceholder   = "// assets/page.js"
+	hashPlaceholder = "sha256-(assets/page.js)"
+)
+
+// cspHash is the script's hash in the CSP meta tag, as html/template
+// escapes it in an attribute (' + and = as character references).
+var cspHash = regexp.MustCompile(`<meta http-equiv="Content-Security-Policy" content="[^"]*&#39;sha256-((?:[A-Za-z0-9/=]|&#43;|&#61;)+)&#39;`)
+
+// checkAssets fails the test unless the page inlines assets.CSS and
+// assets.JS whole, each once, as the only style sheet and script, and
+// allows exactly that script by its hash in its CSP.
+func checkAssets(t testing.TB, page string) {
+	t.Helper()
+	styles := regexp.MustCompile(`(?s)<style>(.*?)</style>`).FindAllStringSubmatch(page, -1)
+	if len(styles) != 1 || styles[0][1] != assets.CSS {
+		t.Errorf("the page has %d <style> elements, want one that holds exactly assets/style.css", len(styles))
+	}
+	scripts := regexp.MustCompile(`(?s)<script>(.*?)</script>`).FindAllStringSubmatch(page, -1)
+	if len(scripts) != 1 || scripts[0][1] != assets.JS {
+		t.Errorf("the page has %d <script> elements, want one that holds exactly assets/page.js", len(scripts))
+	}
+	if n := strings.Count(page, "<style"); n != 1 {
+		t.Errorf("the page has %d <style tags, want 1", n)
+	}
+	if n := strings.Count(page, "<script"); n != 1 {
+		t.Errorf("the page has %d <script tags, want 1", n)
+	}
+	if strings.Count(page, assets.CSS) != 1 || strings.Count(page, assets.JS) != 1 {
+		t.Error("the page does not hold the style sheet and the script once each")
+	}
+	var allowed []string
+	for _, m := range cspHash.FindAllStringSubmatch(page, -1) {
+		allowed = append(allowed, "sha256-"+html.UnescapeString(m[1]))
+	}
+	sum := sha256.Sum256([]byte(assets.JS))
+	if want := "sha256-" + base64.StdEncoding.EncodeToString(sum[:]); len(allowed) != 1 || allowed[0] != want {
+		t.Errorf("the CSP allows the scripts %q, want the one of assets/page.js, %s", allowed, want)
+	}
+}
+
+// markupOf is the page as its golden holds it: with placeholders for the
+// inlined assets and the script's hash (checkAssets checks them).
+func markupOf(t testing.TB, page []byte) []byte {
+	t.Helper()
+	s := string(page)
+	checkAssets(t, s)
+	if m := cspHash.FindStringSubmatchIndex(s); m != nil {
+		s = s[:m[2]-len("sha256-")] + hashPlaceholder + s[m[3]:]
+	}
+	s = strings.Replace(s, "<style>"+assets.CSS+"</style>", "<style>"+cssPlaceholder+"</style>", 1)
+	s = strings.Replace(s, "<script>"+assets.JS+"</script>", "<script>"+jsPlaceholder+"</script>", 1)
+	return []byte(s)
+}
+
+// The page goldens: the one-page fixture (load_data.csv as an older fetch
+// wrote it, without Slurm and container columns) and attrib.csv, whose
+// processes run in Slurm jobs, Docker containers and Kubernetes pods. Each
+// holds the markup (markupOf); go test -update rewrites them.
+func TestPageGolden(t *testing.T) {
+	for _, tt := range []struct{ golden, csv, resv string }{
+		{"page.html.golden", "testdata/load_data.csv", "testdata/reservations.json"},
+		{"page-attrib.html.golden", "testdata/attrib.csv", ""},
+	} {
+		t.Run(tt.golden, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := HTML(&b, testReport(t, readRows(t, tt.csv), tt.resv)); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Golden(t, filepath.Join("testdata", tt.golden), markupOf(t, b.Bytes()))
+		})
+	}
+}
+
+// Every page render writes inlines the style sheet and the script of
+// assets/ whole, once, and allows that script alone: the one page, a
+// group page and the overview of a fleet too big for one page.
+func TestPageInlinesAssets(t *testing.T) {
+	var one bytes.Buffer
+	if err := HTML(&one, testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("one page", func(t *testing.T) { checkAssets(t, one.String()) })
+	p := planPages(testReport(t, fleetRows(onePageHosts+1, 8), ""))
+	if len(p.pages) == 0 {
+		t.Fatal("no group pages")
+	}
+	t.Run("overview", func(t *testing.T) { checkAssets(t, string(p.index)) })
+	t.Run("group page", func(t *testing.T) { checkAssets(t, string(p.pages[0].html)) })
+	// a raw text element ends at its end tag, whatever is before it
+	if strings.Contains(strings.ToLower(assets.CSS), "</style") {
+		t.Error("assets/style.css holds </style")
+	}
+	if js := strings.ToLower(assets.JS); strings.Contains(js, "</script") || strings.Contains(js, "<!--") {
+		t.Error("assets/page.js holds </script or <!--")
 	}
 }

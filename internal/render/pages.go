@@ -75,18 +75,18 @@ func planPages(r *Report) *pagePlan {
 	used := map[string]bool{}
 	p.pageOf = map[*cluster.Host]*groupPage{}
 	for _, g := range groups {
-		g.File = uniqueFile(pageFile(g.Name), 1, used) // the pages link to one another by it
+		g.file = uniqueFile(pageFile(g.name), 1, used) // the pages link to one another by it
 		pages := splitGroup(r, g)
-		if len(pages) > 1 && !freePages(g.File, len(pages), used) {
+		if len(pages) > 1 && !freePages(g.file, len(pages), used) {
 			// a split group whose later pages' names are taken: named anew
-			delete(used, g.File)
-			g.File = uniqueFile(pageFile(g.Name), len(pages), used)
+			delete(used, g.file)
+			g.file = uniqueFile(pageFile(g.name), len(pages), used)
 			for _, pg := range pages {
 				pg.html = groupPageHTML(r, pg)
 			}
 		}
 		for i, pg := range pages {
-			pg.file = pagePath(g.File, i+1)
+			pg.file = pagePath(g.file, i+1)
 			used[pg.file] = true
 			for _, h := range pg.hosts {
 				p.pageOf[h] = pg
@@ -144,12 +144,12 @@ func uniqueFile(base string, n int, used map[string]bool) string {
 // sizes allow, less where a whole page (its users table grows with its
 // hosts) is measured over the budget. A host whose card alone is over the
 // budget has a page to itself. The pages are made (html) with the group's
-// File.
+// file.
 func splitGroup(r *Report, g *hostGroup) []*groupPage {
 	var buf bytes.Buffer
 	w := bufio.NewWriterSize(&buf, 64<<10)
-	ends := make([]int, 0, len(g.Hosts)) // each card's end in buf
-	writeHosts(w, r, g.Hosts, true, func() {
+	ends := make([]int, 0, len(g.hosts)) // each card's end in buf
+	writeHosts(w, r, g.hosts, true, func() {
 		w.Flush()
 		ends = append(ends, buf.Len())
 	})
@@ -161,11 +161,11 @@ func splitGroup(r *Report, g *hostGroup) []*groupPage {
 		start, from := 0, 0 // the page's first host and its first byte
 		for i, end := range ends {
 			if end-from > limit && i > start {
-				pages = append(pages, &groupPage{group: g, hosts: g.Hosts[start:i], cards: cards[from:ends[i-1]]})
+				pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:i], cards: cards[from:ends[i-1]]})
 				start, from = i, ends[i-1]
 			}
 		}
-		pages = append(pages, &groupPage{group: g, hosts: g.Hosts[start:], cards: cards[from:]})
+		pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:], cards: cards[from:]})
 		fits := true
 		for i, pg := range pages {
 			pg.n, pg.of = i+1, len(pages)
@@ -201,20 +201,18 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 		sub.PromLink = "../" + sub.PromLink
 	}
 	v := pageViewOf(&sub)
-	title := pg.group.Name
+	title := pg.group.name
 	if pg.of > 1 {
 		title += " (" + strconv.Itoa(pg.n) + "/" + strconv.Itoa(pg.of) + ")"
 	}
-	v["Title"] = r.Config.Title + ": " + title
-	v["Up"] = "../" + filepath.Base(r.Config.HTML)
-	v["GroupName"] = pg.group.Name
-	v["IdleLink"] = v["Up"].(string) + "#idle"
-	var nav []navLink
+	v.Title = r.Config.Title + ": " + title
+	v.Up = "../" + filepath.Base(r.Config.HTML)
+	v.GroupName = pg.group.name
+	v.IdleLink = v.Up + "#idle"
 	for i := 1; i <= pg.of; i++ {
-		nav = append(nav, navLink{N: i, Href: url.PathEscape(pagePath(pg.group.File, i)) + ".html", Here: i == pg.n})
+		v.Nav = append(v.Nav, navLink{N: i, Href: url.PathEscape(pagePath(pg.group.file, i)) + ".html", Here: i == pg.n})
 	}
-	v["Nav"] = nav
-	v["Users"] = capUserHosts(sub.Cluster)
+	v.Users, _ = usersView(sub.Cluster.Users, userHostsMax)
 	var buf bytes.Buffer
 	w := bufio.NewWriterSize(&buf, 64<<10)
 	if err := pageTmpl.ExecuteTemplate(w, "head", v); err != nil {
@@ -229,23 +227,6 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 	}
 	w.Flush()
 	return buf.Bytes()
-}
-
-// capUserHosts is the users table with each user's hosts cut at
-// userHostsMax ("+N more").
-func capUserHosts(c *cluster.Cluster) []userView {
-	users := make([]userView, 0, len(c.Users))
-	for _, u := range c.Users {
-		hosts := u.Hosts
-		more := ""
-		if len(hosts) > userHostsMax {
-			more = ", +" + strconv.Itoa(len(hosts)-userHostsMax) + " more"
-			hosts = hosts[:userHostsMax]
-		}
-		users = append(users, userView{Name: userName(u.Name), GPUs: u.GPUs, Procs: u.Procs,
-			Mem: gib(u.MemMiB) + " GiB", Hosts: strings.Join(hosts, ", ") + more, Jobs: userJobsText(u)})
-	}
-	return users
 }
 
 // overview modes, from the most detailed to the smallest; the first whose
@@ -267,8 +248,8 @@ const (
 // and the history.
 func overviewHTML(r *Report, p *pagePlan) []byte {
 	v := pageViewOf(r)
-	v["Overview"] = true
-	v["Users"] = capUserHosts(r.Cluster)
+	v.Overview = true
+	v.Users, _ = usersView(r.Cluster.Users, userHostsMax)
 	var head, tail bytes.Buffer
 	hw := bufio.NewWriter(&head)
 	if err := pageTmpl.ExecuteTemplate(hw, "head", v); err != nil {
@@ -325,29 +306,13 @@ func href(w *bufio.Writer, u string) {
 // "+N more hosts" linked to the group pages that have the rest.
 func writeFinder(w *bufio.Writer, r *Report, p *pagePlan) {
 	w.WriteString("\n<section class=finder><h2>Free GPUs</h2>")
-	type hostFree struct {
-		h *cluster.Host
-		n int
-	}
 	found := false
 	for _, m := range r.Cluster.Models {
 		if m.Free == 0 {
 			continue
 		}
 		found = true
-		var hosts []hostFree
-		for _, h := range r.Cluster.Hosts {
-			n := 0
-			for _, g := range h.GPUs {
-				if g.State == cluster.Free && g.Short == m.Name {
-					n++
-				}
-			}
-			if n > 0 {
-				hosts = append(hosts, hostFree{h, n})
-			}
-		}
-		sort.SliceStable(hosts, func(i, j int) bool { return hosts[i].n > hosts[j].n })
+		hosts := freeHosts(r.Cluster.Hosts, m.Name)
 		w.WriteString("\n<p><b>")
 		esc(w, modelName(m.Name))
 		w.WriteString(": ")
@@ -355,10 +320,7 @@ func writeFinder(w *bufio.Writer, r *Report, p *pagePlan) {
 		w.WriteString(" free</b> on ")
 		w.WriteString(countOf(len(hosts), "host"))
 		w.WriteString(":")
-		for i, hf := range hosts {
-			if i == finderHostsMax {
-				break
-			}
+		for i, hf := range hosts[:min(len(hosts), finderHostsMax)] {
 			if i > 0 {
 				w.WriteString(",")
 			}
@@ -370,32 +332,7 @@ func writeFinder(w *bufio.Writer, r *Report, p *pagePlan) {
 			w.WriteString(strconv.Itoa(hf.n))
 		}
 		if len(hosts) > finderHostsMax {
-			rest := hosts[finderHostsMax:]
-			w.WriteString(" · +")
-			w.WriteString(countOf(len(rest), "more host"))
-			w.WriteString(":")
-			var order []*groupPage
-			count := map[*groupPage]int{}
-			for _, hf := range rest {
-				pg := p.pageOf[hf.h]
-				if count[pg] == 0 {
-					order = append(order, pg)
-				}
-				count[pg]++
-			}
-			for i, pg := range order {
-				if i == finderPagesMax {
-					w.WriteString(" …")
-					break
-				}
-				w.WriteString(" <a")
-				href(w, pageHref(pg, nil))
-				w.WriteString(">")
-				esc(w, pageTitle(pg))
-				w.WriteString("</a> (")
-				w.WriteString(strconv.Itoa(count[pg]))
-				w.WriteString(")")
-			}
+			writeMoreHosts(w, p, hosts[finderHostsMax:])
 		}
 	}
 	if !found {
@@ -404,12 +341,67 @@ func writeFinder(w *bufio.Writer, r *Report, p *pagePlan) {
 	w.WriteString("\n</section>")
 }
 
+// hostFree is a host with free GPUs of a model, and how many.
+type hostFree struct {
+	h *cluster.Host
+	n int
+}
+
+// freeHosts is the hosts with free GPUs of the model (by short name),
+// those with the most first.
+func freeHosts(all []*cluster.Host, model string) []hostFree {
+	var hosts []hostFree
+	for _, h := range all {
+		n := 0
+		for _, g := range h.GPUs {
+			if g.State == cluster.Free && g.Short == model {
+				n++
+			}
+		}
+		if n > 0 {
+			hosts = append(hosts, hostFree{h, n})
+		}
+	}
+	sort.SliceStable(hosts, func(i, j int) bool { return hosts[i].n > hosts[j].n })
+	return hosts
+}
+
+// writeMoreHosts writes the finder's "+N more hosts", linked to the group
+// pages that have them (finderPagesMax of them), each with its count.
+func writeMoreHosts(w *bufio.Writer, p *pagePlan, rest []hostFree) {
+	w.WriteString(" · +")
+	w.WriteString(countOf(len(rest), "more host"))
+	w.WriteString(":")
+	var order []*groupPage
+	count := map[*groupPage]int{}
+	for _, hf := range rest {
+		pg := p.pageOf[hf.h]
+		if count[pg] == 0 {
+			order = append(order, pg)
+		}
+		count[pg]++
+	}
+	for i, pg := range order {
+		if i == finderPagesMax {
+			w.WriteString(" …")
+			break
+		}
+		w.WriteString(" <a")
+		href(w, pageHref(pg, nil))
+		w.WriteString(">")
+		esc(w, pageTitle(pg))
+		w.WriteString("</a> (")
+		w.WriteString(strconv.Itoa(count[pg]))
+		w.WriteString(")")
+	}
+}
+
 // pageTitle is a group page's name: "gpu", or "gpu 2/5" when split.
 func pageTitle(pg *groupPage) string {
 	if pg.of == 1 {
-		return pg.group.Name
+		return pg.group.name
 	}
-	return pg.group.Name + " " + strconv.Itoa(pg.n) + "/" + strconv.Itoa(pg.of)
+	return pg.group.name + " " + strconv.Itoa(pg.n) + "/" + strconv.Itoa(pg.of)
 }
 
 // boxStates are the states a host's box draws, in the order the style
@@ -498,82 +490,100 @@ func writeCells(w *bufio.Writer, p *pagePlan, mode int) {
 			pages = append(pages, p.pages[pi])
 			pi++
 		}
-		gpus, free, down := 0, 0, 0
-		for _, h := range g.Hosts {
-			gpus += len(h.GPUs)
-			free += h.Count[cluster.Free]
-			if !h.Up() {
-				down++
-			}
-		}
-		w.WriteString("\n<section class=grp><h2><a")
-		href(w, pageHref(pages[0], nil))
-		w.WriteString(">")
-		esc(w, g.Name)
-		w.WriteString("</a> <small>")
-		w.WriteString(countOf(len(g.Hosts), "host"))
-		w.WriteString(" · ")
-		w.WriteString(countOf(gpus, "GPU"))
-		w.WriteString(" · ")
-		w.WriteString(strconv.Itoa(free))
-		w.WriteString(" free")
-		if down > 0 {
-			w.WriteString(" · ")
-			w.WriteString(strconv.Itoa(down))
-			w.WriteString(" down")
-		}
-		if len(pages) > 1 {
-			w.WriteString(" · pages")
-			for _, pg := range pages {
-				w.WriteString(" <a")
-				href(w, pageHref(pg, nil))
-				w.WriteString(">")
-				w.WriteString(strconv.Itoa(pg.n))
-				w.WriteString("</a>")
-			}
-		}
-		w.WriteString("</small></h2>")
+		writeGroupHeading(w, g, pages)
 		if mode == cellsNone {
 			w.WriteString("</section>")
 			continue
 		}
 		w.WriteString("\n<div class=cells>")
 		if mode == cellsByHostTitled {
-			squares := 0
-			w.WriteString("<div class=ck>")
-			for _, pg := range pages {
-				for _, h := range pg.hosts {
-					if squares >= chunkGPUs {
-						w.WriteString("</div><div class=ck>")
-						squares = 0
-					}
-					squares += max(len(h.GPUs), 1)
-					w.WriteString("<a")
-					href(w, pageHref(pg, h))
-					writeBox(w, h, true)
-					w.WriteString("></a>")
-				}
-			}
-			w.WriteString("</div>")
+			writeBoxesByHost(w, pages)
 		} else {
-			for _, pg := range pages {
-				pfree := 0
-				for _, h := range pg.hosts {
-					pfree += h.Count[cluster.Free]
-				}
-				w.WriteString("<a class=\"pg ck\"")
-				href(w, pageHref(pg, nil))
-				attr(w, "aria-label", pageTitle(pg)+": "+countOf(len(pg.hosts), "host")+", "+strconv.Itoa(pfree)+" free GPUs")
-				w.WriteString(">")
-				for _, h := range pg.hosts {
-					w.WriteString("<p") // closed by the next one
-					writeBox(w, h, mode == cellsByPageTitled)
-					w.WriteString(">")
-				}
-				w.WriteString("</p></a>")
-			}
+			writeBoxesByPage(w, pages, mode == cellsByPageTitled)
 		}
 		w.WriteString("</div></section>")
+	}
+}
+
+// writeGroupHeading opens a group's section on the overview with its
+// heading: its name, linked to its first page, its counts and its pages.
+func writeGroupHeading(w *bufio.Writer, g *hostGroup, pages []*groupPage) {
+	gpus, free, down := 0, 0, 0
+	for _, h := range g.hosts {
+		gpus += len(h.GPUs)
+		free += h.Count[cluster.Free]
+		if !h.Up() {
+			down++
+		}
+	}
+	w.WriteString("\n<section class=grp><h2><a")
+	href(w, pageHref(pages[0], nil))
+	w.WriteString(">")
+	esc(w, g.name)
+	w.WriteString("</a> <small>")
+	w.WriteString(countOf(len(g.hosts), "host"))
+	w.WriteString(" · ")
+	w.WriteString(countOf(gpus, "GPU"))
+	w.WriteString(" · ")
+	w.WriteString(strconv.Itoa(free))
+	w.WriteString(" free")
+	if down > 0 {
+		w.WriteString(" · ")
+		w.WriteString(strconv.Itoa(down))
+		w.WriteString(" down")
+	}
+	if len(pages) > 1 {
+		w.WriteString(" · pages")
+		for _, pg := range pages {
+			w.WriteString(" <a")
+			href(w, pageHref(pg, nil))
+			w.WriteString(">")
+			w.WriteString(strconv.Itoa(pg.n))
+			w.WriteString("</a>")
+		}
+	}
+	w.WriteString("</small></h2>")
+}
+
+// writeBoxesByHost writes a group's hosts as titled boxes, each a link to
+// its card, in blocks of about chunkGPUs squares.
+func writeBoxesByHost(w *bufio.Writer, pages []*groupPage) {
+	squares := 0
+	w.WriteString("<div class=ck>")
+	for _, pg := range pages {
+		for _, h := range pg.hosts {
+			if squares >= chunkGPUs {
+				w.WriteString("</div><div class=ck>")
+				squares = 0
+			}
+			squares += max(len(h.GPUs), 1)
+			w.WriteString("<a")
+			href(w, pageHref(pg, h))
+			writeBox(w, h, true)
+			w.WriteString("></a>")
+		}
+	}
+	w.WriteString("</div>")
+}
+
+// writeBoxesByPage writes a group's hosts as boxes, a block a page, the
+// block a link to the page named by aria-label.
+func writeBoxesByPage(w *bufio.Writer, pages []*groupPage, titled bool) {
+	for _, pg := range pages {
+		free := 0
+		for _, h := range pg.hosts {
+			free += h.Count[cluster.Free]
+		}
+		w.WriteString("<a class=\"pg ck\"")
+		href(w, pageHref(pg, nil))
+		attr(w, "aria-label", pageTitle(pg)+": "+countOf(len(pg.hosts), "host")+", "+strconv.Itoa(free)+" free GPUs")
+		w.WriteString(">")
+		for _, h := range pg.hosts {
+			w.WriteString("<p") // closed by the next one
+			writeBox(w, h, titled)
+			w.WriteString(">")
+		}
+		w.WriteString("</p></a>")
 	}
 }
 

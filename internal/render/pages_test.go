@@ -29,8 +29,8 @@ func hostsOf(names ...string) *cluster.Cluster {
 func groupNames(gs []*hostGroup) map[string][]string {
 	out := map[string][]string{}
 	for _, g := range gs {
-		for _, h := range g.Hosts {
-			out[g.Name] = append(out[g.Name], h.Name)
+		for _, h := range g.hosts {
+			out[g.name] = append(out[g.name], h.Name)
 		}
 	}
 	return out
@@ -64,7 +64,7 @@ func TestGroupHosts(t *testing.T) {
 	}
 	var order []string
 	for _, g := range gs {
-		order = append(order, g.Name)
+		order = append(order, g.name)
 	}
 	if !slices.Equal(order, []string{"lab A", "lab B", "gpu", "dgx-a"}) {
 		t.Errorf("order %v", order)

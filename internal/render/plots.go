@@ -52,12 +52,7 @@ func writeFleetPlot(w *bufio.Writer, title string, pts []history.FleetPoint, fro
 	w.WriteString("\n<figure class=plot><figcaption>")
 	esc(w, title)
 	w.WriteString("</figcaption>")
-	var in []history.FleetPoint
-	for _, p := range pts {
-		if !p.Time.Before(from) && !p.Time.After(to) {
-			in = append(in, p)
-		}
-	}
+	in := pointsIn(pts, from, to)
 	if len(in) < 2 {
 		w.WriteString("<p class=nodata>Not enough history yet: ")
 		w.WriteString(strconv.Itoa(len(in)))
@@ -80,12 +75,7 @@ func writeFleetPlot(w *bufio.Writer, title string, pts []history.FleetPoint, fro
 	w.WriteString("<svg viewBox=\"0 0 " + strconv.Itoa(plotW) + " " + strconv.Itoa(plotH) + "\" role=img aria-label=\"")
 	esc(w, title+": "+fleetNow(last))
 	w.WriteString("\">")
-	// grid and y axis: 0, half and the top
-	for _, v := range []float64{0, yMax / 2, yMax} {
-		yy := strconv.Itoa(y(v))
-		w.WriteString("<path class=grid d=\"M" + strconv.Itoa(plotL) + "," + yy + "H" + strconv.Itoa(plotR) + "\"/>")
-		w.WriteString("<text class=ax x=" + strconv.Itoa(plotL-4) + " y=" + yy + " dy=4 text-anchor=end>" + strconv.FormatFloat(v, 'f', -1, 64) + "</text>")
-	}
+	writeYAxis(w, yMax, y)
 	// The bands from the top one down, each filled from its top line to
 	// the axis: the ones drawn after cover the lower part, so each path
 	// is one line, not a line and its way back.
@@ -96,8 +86,35 @@ func writeFleetPlot(w *bufio.Writer, title string, pts []history.FleetPoint, fro
 		w.Write(buf)
 		w.WriteString("\"/>")
 	}
-	// direct labels at the right edge, at the middle of each band thick
-	// enough to hold one; the figure's legend names them all
+	writeBandLabels(w, last, y)
+	writeTimeAxis(w, from, to, loc)
+	w.WriteString("</svg></figure>")
+}
+
+// pointsIn is the points of pts in [from, to].
+func pointsIn(pts []history.FleetPoint, from, to time.Time) []history.FleetPoint {
+	var in []history.FleetPoint
+	for _, p := range pts {
+		if !p.Time.Before(from) && !p.Time.After(to) {
+			in = append(in, p)
+		}
+	}
+	return in
+}
+
+// writeYAxis draws the grid and the y axis: 0, half and the top.
+func writeYAxis(w *bufio.Writer, yMax float64, y func(float64) int) {
+	for _, v := range []float64{0, yMax / 2, yMax} {
+		yy := strconv.Itoa(y(v))
+		w.WriteString("<path class=grid d=\"M" + strconv.Itoa(plotL) + "," + yy + "H" + strconv.Itoa(plotR) + "\"/>")
+		w.WriteString("<text class=ax x=" + strconv.Itoa(plotL-4) + " y=" + yy + " dy=4 text-anchor=end>" + strconv.FormatFloat(v, 'f', -1, 64) + "</text>")
+	}
+}
+
+// writeBandLabels labels the bands at the plot's right edge, at the
+// middle of each band thick enough to hold one; the figure's legend names
+// them all.
+func writeBandLabels(w *bufio.Writer, last [5]float64, y func(float64) int) {
 	cum, lastY := 0.0, plotB+20
 	for b, band := range fleetBands {
 		lo := cum
@@ -111,13 +128,17 @@ func writeFleetPlot(w *bufio.Writer, title string, pts []history.FleetPoint, fro
 		w.WriteString(band.label + " " + strconv.FormatFloat(math.Round(last[b]), 'f', -1, 64))
 		w.WriteString("</text>")
 	}
-	// the time axis, in the page's one time format: both ends
+}
+
+// writeTimeAxis draws the time axis's ticks and both its ends, in the
+// page's one time format.
+func writeTimeAxis(w *bufio.Writer, from, to time.Time, loc *time.Location) {
 	w.WriteString("<path class=grid d=\"M" + strconv.Itoa(plotL) + "," + strconv.Itoa(plotB) + "v5M" + strconv.Itoa(plotR) + "," + strconv.Itoa(plotB) + "v5\"/>")
 	w.WriteString("<text class=ax x=" + strconv.Itoa(plotL) + " y=" + strconv.Itoa(plotB+20) + ">")
 	w.WriteString(timeText(from, loc))
 	w.WriteString("</text><text class=ax x=" + strconv.Itoa(plotR) + " y=" + strconv.Itoa(plotB+20) + " text-anchor=end>")
 	w.WriteString(timeText(to, loc))
-	w.WriteString("</text></svg></figure>")
+	w.WriteString("</text>")
 }
 
 // fleetNow is the newest point in words, the plot's text alternative.

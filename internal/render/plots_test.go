@@ -78,7 +78,7 @@ func TestGoldenHistory(t *testing.T) {
 	if err := HTML(&b, rep); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Golden(t, filepath.Join("testdata", "page-history.html.golden"), b.Bytes())
+	testenv.Golden(t, filepath.Join("testdata", "page-history.html.golden"), markupOf(t, b.Bytes()))
 	page := b.String()
 	for _, s := range []string{
 		`<section class=host data-host=gpu01 data-util=.IJOQYxZgxoxp.w7>`,                                // GPU 0 all zero: empty; GPU 3 none: left out
