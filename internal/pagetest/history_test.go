@@ -15,7 +15,6 @@ import (
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/render"
-	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // The history's part of the page: render's Summary comes from the store,
@@ -60,7 +59,7 @@ func historyOf(now time.Time, users []string) *history.Summary {
 		}
 		s.UserDays[name] = hs
 	}
-	testenv.HistoryUsersFromDays(s)
+	s.Users = s.UsersFromDays(now)
 	for i := 23; i >= 0; i-- {
 		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
 	}

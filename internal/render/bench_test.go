@@ -18,7 +18,6 @@ import (
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
-	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // childEnv makes the test binary run the render command itself (for
@@ -155,7 +154,7 @@ func benchSummary(hosts, gpus int, now time.Time) *history.Summary {
 		}
 		s.UserDays[fmt.Sprintf("user%03d", u)] = hs
 	}
-	testenv.HistoryUsersFromDays(s)
+	s.Users = s.UsersFromDays(now)
 	total := float64(hosts * gpus)
 	point := func(t time.Time, k int) history.FleetPoint {
 		busy := total * (0.4 + 0.3*math.Sin(float64(k)/40))

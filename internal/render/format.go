@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"github.com/gpumon/gpumon/internal/publish"
 	"strconv"
 	"strings"
 	"time"
@@ -26,15 +27,11 @@ type Report struct {
 	History  *history.Summary // nil when history is off or could not be read
 }
 
-// maxAhead is how far ahead of render's clock data may be dated (clocks a
-// little apart) before its age counts as unknown.
-const maxAhead = 5 * time.Minute
-
 // Age is how old the newest reading is; negative when unknown: no time,
 // or a time ahead of this machine's clock (a clock set wrong: such data
 // would otherwise never be stale).
 func (r *Report) Age() time.Duration {
-	if r.Cluster.DataTime.IsZero() || r.Cluster.DataTime.Sub(r.Now) > maxAhead {
+	if r.Cluster.DataTime.IsZero() || r.Cluster.DataTime.Sub(r.Now) > publish.MaxAhead {
 		return -1
 	}
 	a := r.Now.Sub(r.Cluster.DataTime)

@@ -3,11 +3,8 @@ package render
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"net/url"
-	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -597,42 +594,3 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 // pageName is what a group page's file name looks like: only such files
 // in the groups folder are removed when their group is gone.
-var pageName = regexp.MustCompile(`^[a-z0-9_][a-z0-9_-]*\.html$`)
-
-// removeStalePages removes the group pages of an earlier run that this
-// run did not write (keep, by file name), leaving anything else in the
-// folder alone; and the folder itself once empty.
-func removeStalePages(dir string, keep map[string]bool) error {
-	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		if !e.Type().IsRegular() || keep[name] || !pageName.MatchString(name) {
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, err)
-		}
-	}
-	if len(keep) == 0 {
-		os.Remove(dir) // only if empty: a folder with anything else stays
-	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
-}
-
-// writeBytes is an output that writes b.
-func writeBytes(b []byte) func(io.Writer, *Report) error {
-	return func(w io.Writer, _ *Report) error {
-		_, err := w.Write(b)
-		return err
-	}
-}

@@ -77,6 +77,10 @@ func TestGroupHosts(t *testing.T) {
 	}
 }
 
+// pageName is what a group page's file name looks like: nothing a shell,
+// a URL or a path would read as more than a name.
+var pageName = regexp.MustCompile(`^[a-z0-9_][a-z0-9_-]*\.html$`)
+
 func TestPageFileIsSafe(t *testing.T) {
 	for in, want := range map[string]string{
 		"gpu": "gpu", "Lab A/B": "lab_a_b", "../etc/passwd": "___etc_passwd", "": "group", "-x": "_x",

@@ -55,7 +55,7 @@ func testSummary(user string) *history.Summary {
 		}
 		s.UserDays[name] = hs
 	}
-	testenv.HistoryUsersFromDays(s)
+	s.Users = s.UsersFromDays(now)
 	for i := 23; i >= 0; i-- {
 		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
 	}

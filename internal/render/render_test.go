@@ -73,12 +73,10 @@ func TestGolden(t *testing.T) {
 		name  string
 		write func(w *bytes.Buffer) error
 	}{
-		{"page.html.golden", func(w *bytes.Buffer) error { return HTML(w, rep) }},
 		{"status.json.golden", func(w *bytes.Buffer) error { return JSON(w, rep) }},
 		{"metrics.prom.golden", func(w *bytes.Buffer) error { return Prom(w, rep) }},
 		{"table.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, false) }},
 		{"table-color.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, true) }},
-		{"page-attrib.html.golden", func(w *bytes.Buffer) error { return HTML(w, attrib) }},
 		{"status-attrib.json.golden", func(w *bytes.Buffer) error { return JSON(w, attrib) }},
 		{"table-attrib.txt.golden", func(w *bytes.Buffer) error { return Text(w, attrib, false) }},
 	} {

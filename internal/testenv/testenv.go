@@ -20,7 +20,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/simfleet"
 )
 
@@ -122,24 +121,6 @@ func StartFleet(tb testing.TB, specs []simfleet.HostSpec) *simfleet.Fleet {
 	}
 	tb.Cleanup(func() { _ = f.Close() })
 	return f
-}
-
-// HistoryUsersFromDays fills s.Users' 7d and 30d GPU-hours from
-// s.UserDays, roughly as the history would, for tests that build a Summary
-// by hand. history's (*Summary).UsersFromDays replaces it (it agrees with
-// Summary's own query): remove this once no test calls it.
-func HistoryUsersFromDays(s *history.Summary) {
-	s.Users = nil
-	for name, hs := range s.UserDays {
-		u := history.UserHours{User: name, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
-		for i, h := range hs {
-			if i >= len(hs)-7 {
-				u.GPUHours["7d"] += h
-			}
-			u.GPUHours["30d"] += h
-		}
-		s.Users = append(s.Users, u)
-	}
 }
 
 // GrepLines is the lines of s that contain sub, for a failure message that
