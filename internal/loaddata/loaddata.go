@@ -174,7 +174,40 @@ func Encode(w io.Writer, rows []Row) error {
 	if rows == nil {
 		rows = []Row{}
 	}
-	return gocsv.Marshal(&rows, w)
+	return gocsv.MarshalCSV(&rows, formulaQuoter{gocsv.NewSafeCSVWriter(csv.NewWriter(w))})
+}
+
+// Text a host chose (a process's name, a job's) reaches whoever opens
+// load_data.csv in a spreadsheet, which runs a cell that starts with one
+// of formulaStarts as a formula ("=cmd|' /C calc'!A0"). So a text cell
+// that starts with one of them, or with the quote itself, is written with
+// a ' before it (OWASP's advice: spreadsheets show such a cell as text),
+// and the reader takes exactly one leading ' off every text cell: the
+// file means what it meant, for render as for any tool that does the same
+// (docs/load_data.md). Number cells are never quoted: "-3" stays a number.
+const formulaStarts = "=+-@\t\r'"
+
+// quoteText is a text cell as written.
+func quoteText(s string) string {
+	if s != "" && strings.IndexByte(formulaStarts, s[0]) >= 0 {
+		return "'" + s
+	}
+	return s
+}
+
+// unquoteText is a text cell as read: quoteText undone.
+func unquoteText(s string) string { return strings.TrimPrefix(s, "'") }
+
+// formulaQuoter writes records with their text cells quoted (quoteText).
+type formulaQuoter struct{ gocsv.CSVWriter }
+
+func (q formulaQuoter) Write(rec []string) error {
+	for i, cell := range rec {
+		if i < len(columns) && columns[i].text {
+			rec[i] = quoteText(cell)
+		}
+	}
+	return q.CSVWriter.Write(rec)
 }
 
 // WriteFile replaces path with rows atomically: a temporary file in the same
@@ -209,12 +242,12 @@ func Records(rows []Row) ([]byte, error) {
 // 10,000 hosts.
 type recordEncoder struct {
 	buf bytes.Buffer
-	w   *gocsv.SafeCSVWriter
+	w   formulaQuoter
 }
 
 var recordEncoders = sync.Pool{New: func() any {
 	e := new(recordEncoder)
-	e.w = gocsv.NewSafeCSVWriter(csv.NewWriter(&e.buf))
+	e.w = formulaQuoter{gocsv.NewSafeCSVWriter(csv.NewWriter(&e.buf))}
 	return e
 }}
 
