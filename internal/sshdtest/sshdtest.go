@@ -363,9 +363,6 @@ func (s *Server) Port() int { return s.port }
 // StartupTime is how long Start took for this server (keys, config, listen).
 func (s *Server) StartupTime() time.Duration { return s.started }
 
-// ConfigPath is the sshd_config file written for this server.
-func (s *Server) ConfigPath() string { return s.cfg }
-
 // HostKeys are the server's public host keys, in Options.HostKeyTypes order.
 func (s *Server) HostKeys() []ssh.PublicKey {
 	out := make([]ssh.PublicKey, len(s.keys))
