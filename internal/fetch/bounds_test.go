@@ -152,7 +152,7 @@ func TestPollRowBytesBounded(t *testing.T) {
 	if results[0].Status != hoststatus.OK || results[1].Status != hoststatus.OK {
 		t.Fatalf("first hosts %s, %s; want ok (about 1.2 MiB each)", results[0].Status, results[1].Status)
 	}
-	want := "its 1001 rows (1.2 MiB) would take load_data.csv past 3.0 MiB"
+	want := "its 1001 rows (1.2 MiB) would take load_data.csv past 3 MiB"
 	if r := results[2]; r.Status != hoststatus.Error || !strings.HasPrefix(r.Error, want) || len(r.Rows) != 1 {
 		t.Errorf("third host: %s %q, %d rows; want error %q", r.Status, r.Error, len(r.Rows), want)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/attrib"
+	"github.com/gpumon/gpumon/internal/bytesize"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/idlestate"
@@ -154,7 +155,7 @@ func (p *Poller) keep(res Result) Result {
 	}
 	p.rowBytes.Add(-size)
 	msg := fmt.Sprintf("its %d rows (%s) would take load_data.csv past %s; fetch keeps the hosts that answered first",
-		len(res.Rows), mib(size), mib(limit))
+		len(res.Rows), bytesize.About(size), bytesize.Exact(limit))
 	f := failed(res.Host, res.Rows[0].Timestamp, &nvsmi.HostError{Status: hoststatus.Error, Message: msg})
 	p.rowBytes.Add(rowBytes(&f.Rows[0]))
 	f.Took = res.Took
@@ -168,8 +169,6 @@ func rowBytes(r *loaddata.Row) int64 {
 		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)+len(r.SlurmJob)+len(r.SlurmJobName)+
 		len(r.SlurmPartition)+len(r.Container)+len(r.ContainerName)+len(r.Pod)) + 160
 }
-
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // nvTimeout leaves room for both nvidia-smi runs and the rest of the script
 // inside the host's deadline, so a hung nvidia-smi is reported as such by the

@@ -22,6 +22,7 @@ import (
 	"github.com/gocarina/gocsv"
 	"github.com/google/renameio/v2"
 
+	"github.com/gpumon/gpumon/internal/bytesize"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
@@ -326,7 +327,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 		return 0, l.err
 	}
 	if l.written+int64(len(p)) > l.lim.file {
-		l.err = fmt.Errorf("would be more than %s, more than render reads", sizeText(l.lim.file))
+		l.err = fmt.Errorf("would be more than %s, more than render reads", bytesize.Exact(l.lim.file))
 		return 0, l.err
 	}
 	for rest := p; len(rest) > 0; {
@@ -342,7 +343,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 		l.line, l.lines, rest = 0, l.lines+1, rest[i+1:]
 	}
 	if l.line > l.lim.record {
-		l.err = fmt.Errorf("line %d would be more than %s, more than render reads", l.lines+1, sizeText(l.lim.record))
+		l.err = fmt.Errorf("line %d would be more than %s, more than render reads", l.lines+1, bytesize.Exact(l.lim.record))
 		return 0, l.err
 	}
 	n, err := l.w.Write(p)
