@@ -1,12 +1,12 @@
 package attrib
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/gpumon/gpumon/internal/hosttext"
+	"github.com/gpumon/gpumon/internal/lines"
 )
 
 // The probe prints every record of its cgroups, squeue and ps sections on
@@ -57,17 +57,10 @@ func ParseCgroups(body []byte, prefix string) map[int]Cgroup {
 			out[cur] = ParseCgroup(string(body[start:at]))
 		}
 	}
-	for pos := 0; pos < len(body); {
-		lineStart := pos
-		line := body[pos:]
-		if i := bytes.IndexByte(line, '\n'); i >= 0 {
-			line, pos = line[:i], pos+i+1
-		} else {
-			pos = len(body)
-		}
-		switch s := string(line); {
+	for line := range lines.All(body) {
+		switch s := string(line.Text); {
 		case strings.HasPrefix(s, pidTag):
-			end(lineStart)
+			end(line.Start)
 			pid, err := strconv.Atoi(s[len(pidTag):])
 			if err != nil || pid <= 0 || !digits(s[len(pidTag):]) {
 				cur = -1 // its text is skipped: it belongs to no pid
@@ -79,7 +72,7 @@ func ParseCgroups(body []byte, prefix string) map[int]Cgroup {
 			if _, seen := out[pid]; seen {
 				twice[pid] = true
 			}
-			cur, start, bad = pid, pos, false
+			cur, start, bad = pid, line.Next, false
 		case s == cutTag:
 			bad = true
 		}
@@ -133,14 +126,15 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 			skipped = append(skipped, fmt.Sprintf(format, args...))
 		}
 	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for l := range lines.All(body) {
+		line := string(l.Text)
 		rest, isRecord := strings.CutPrefix(line, tag)
 		if !isRecord {
 			// the rest of a name with a newline, or squeue's own words
 			// before any record; either way no record of its own
 			if cur != "" && name.Len() <= 4*MaxName {
 				name.WriteByte(' ')
-				name.WriteString(strings.TrimSuffix(line, "\r"))
+				name.WriteString(line)
 			}
 			continue
 		}
@@ -167,7 +161,7 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		default:
 			cur = numeric
 			jobs[cur] = Job{ID: display, Partition: hosttext.Clip(hosttext.Printable(partition), MaxPartition)}
-			name.WriteString(strings.TrimSuffix(jobName, "\r"))
+			name.WriteString(jobName)
 		}
 	}
 	finish()
@@ -208,8 +202,8 @@ func ParseContainers(body []byte, prefix string) (names map[string]string, skipp
 			skipped = append(skipped, fmt.Sprintf(format, args...))
 		}
 	}
-	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\r"), tag)
+	for line := range lines.All(body) {
+		rest, ok := strings.CutPrefix(string(line.Text), tag)
 		if !ok {
 			continue // a warning of the engine's own, never a record
 		}

@@ -31,6 +31,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/gpumon/gpumon/internal/lines"
 )
 
 // Command is what fetch asks the remote account to run; the script follows on stdin.
@@ -411,15 +413,8 @@ func ParseOutput(nonce string, out []byte) Output {
 		open      bool
 		bodyStart int
 	)
-	for pos := 0; pos < len(out); {
-		lineStart := pos
-		line := out[pos:]
-		if i := bytes.IndexByte(line, '\n'); i >= 0 {
-			line, pos = line[:i], pos+i+1
-		} else {
-			pos = len(out)
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'}) // as bufio.ScanLines
+	for l := range lines.All(out) {
+		line := l.Text
 		rest, isMarker := bytes.CutPrefix(line, marker)
 		if !isMarker {
 			if !open && len(o.Stray) < maxStray && len(bytes.TrimSpace(line)) > 0 {
@@ -431,11 +426,11 @@ func ParseOutput(nonce string, out []byte) Output {
 		f := strings.Fields(string(rest))
 		switch {
 		case len(f) == 2 && f[0] == "begin":
-			cur, open, bodyStart = f[1], true, pos
+			cur, open, bodyStart = f[1], true, l.Next
 		case len(f) == 3 && f[0] == "end" && open && f[1] == cur:
 			code, err := strconv.Atoi(f[2])
 			if err == nil {
-				body := out[bodyStart:lineStart:lineStart]
+				body := out[bodyStart:l.Start:l.Start]
 				if bytes.IndexByte(body, '\r') >= 0 {
 					body = bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n"))
 				}
