@@ -1,11 +1,11 @@
 package fetch
 
 import (
-	"io"
 	"strings"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/hostrange"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/inifile"
 	"github.com/gpumon/gpumon/internal/probe"
@@ -54,25 +54,10 @@ type Config struct {
 	file *inifile.File // for errors found later (ResolveHosts)
 }
 
-// LoadConfig reads and checks the config file at path.
-func LoadConfig(path string) (*Config, error) {
-	f, err := inifile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
-}
-
-// ParseConfig reads and checks a config from r; name is used in messages
-// and to resolve relative paths (relative to the file's folder, so cron's
-// working directory does not matter).
-func ParseConfig(r io.Reader, name string) (*Config, error) {
-	f, err := inifile.Read(r, name)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
-}
+// LoadConfig reads and checks the config file at path; relative paths in
+// it are relative to its folder, so cron's working directory does not
+// matter.
+func LoadConfig(path string) (*Config, error) { return inifile.Decode(path, configFrom) }
 
 func configFrom(f *inifile.File) (*Config, error) {
 	if err := f.Check(configini.Layout); err != nil {
@@ -93,7 +78,7 @@ func configFrom(f *inifile.File) (*Config, error) {
 	common := f.Section("common")
 	c.User, _ = common.String("user")
 	if v, ok := common.String("hosts"); ok {
-		hosts, err := SplitHosts(v)
+		hosts, err := hostrange.Split(v)
 		if err != nil {
 			return nil, common.ErrorAt("hosts", "%v", err)
 		}
