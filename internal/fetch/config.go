@@ -16,6 +16,8 @@ const (
 	DefaultTimeout     = 20 * time.Second
 	DefaultConcurrency = 1000
 	DefaultOutput      = configini.DefaultOutput
+	// DefaultSystemSSHConfig is the system's ssh_config.
+	DefaultSystemSSHConfig = "/etc/ssh/ssh_config"
 )
 
 // Host-key policies, named as in ssh_config(5).
@@ -31,12 +33,15 @@ const (
 type Config struct {
 	Path string // the file it came from, for messages
 
-	User                  string   // "" means ssh_config's User, then the local user
-	Hosts                 []string // as written, ranges expanded
-	HostsFile             string
-	HostsCommand          string
-	KeyFiles              []string // key_filename, tried before ssh_config's IdentityFile
-	SSHConfig             string   // "" means ~/.ssh/config
+	User         string   // "" means ssh_config's User, then the local user
+	Hosts        []string // as written, ranges expanded
+	HostsFile    string
+	HostsCommand string
+	KeyFiles     []string // key_filename, tried before ssh_config's IdentityFile
+	SSHConfig    string   // "" means ~/.ssh/config
+	// SystemSSHConfig is read after SSHConfig, as ssh does: DefaultSystemSSHConfig
+	// from a file (a test points it elsewhere; "" reads none).
+	SystemSSHConfig       string
 	KnownHosts            []string // "" means ssh_config's UserKnownHostsFile, then ~/.ssh/known_hosts
 	StrictHostKeyChecking string
 	Timeout               time.Duration
@@ -73,6 +78,7 @@ func configFrom(f *inifile.File) (*Config, error) {
 		Concurrency:           DefaultConcurrency,
 		Output:                f.Resolve(DefaultOutput),
 		IdlemonState:          idlestate.DefaultPath,
+		SystemSSHConfig:       DefaultSystemSSHConfig,
 		file:                  f,
 	}
 	common := f.Section("common")

@@ -33,7 +33,7 @@ key_filename = /home/monitor/.ssh/id_rsa
 		Path: "/etc/gpumon/config.ini", User: "monitor", Hosts: []string{"gpu1", "gpu2", "gpu3"},
 		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: StrictYes,
 		Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Output: "/etc/gpumon/load_data.csv",
-		IdlemonState: "/run/idlemon/state.json",
+		IdlemonState: "/run/idlemon/state.json", SystemSSHConfig: "/etc/ssh/ssh_config",
 	}
 	if diff := cmp.Diff(want, c, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)

@@ -23,8 +23,8 @@ const (
 // DefaultBudget bounds the answers held at once across all the hosts of a
 // run, on top of each host's Guaranteed: 1,000 hosts that all flood at once
 // cost at most this much plus 1,000 × Guaranteed, not 1,000 × MaxOutput.
-// A variable for tests.
-var DefaultBudget int64 = 32 << 20
+// (A test that wants another gives its Client a Budget of its own.)
+const DefaultBudget = 32 << 20
 
 // Guaranteed is what every host may hold whatever the others do: a
 // typical answer (8 GPUs, a few dozen processes) fits in it, so no flood
