@@ -13,16 +13,16 @@ import (
 
 // Defaults, documented in config.example.ini.
 const (
-	DefaultTimeout     = 20 * time.Second
-	DefaultConcurrency = 1000
+	defaultTimeout     = 20 * time.Second
+	defaultConcurrency = 1000
 	DefaultOutput      = configini.DefaultOutput
-	// DefaultSystemSSHConfig is the system's ssh_config.
-	DefaultSystemSSHConfig = "/etc/ssh/ssh_config"
+	// defaultSystemSSHConfig is the system's ssh_config.
+	defaultSystemSSHConfig = "/etc/ssh/ssh_config"
 )
 
 // Host-key policies, named as in ssh_config(5).
 const (
-	StrictYes       = "yes"
+	strictYes       = "yes"
 	StrictAcceptNew = "accept-new"
 )
 
@@ -39,7 +39,7 @@ type Config struct {
 	HostsCommand string
 	KeyFiles     []string // key_filename, tried before ssh_config's IdentityFile
 	SSHConfig    string   // "" means ~/.ssh/config
-	// SystemSSHConfig is read after SSHConfig, as ssh does: DefaultSystemSSHConfig
+	// SystemSSHConfig is read after SSHConfig, as ssh does: defaultSystemSSHConfig
 	// from a file (a test points it elsewhere; "" reads none).
 	SystemSSHConfig       string
 	KnownHosts            []string // "" means ssh_config's UserKnownHostsFile, then ~/.ssh/known_hosts
@@ -73,12 +73,12 @@ func configFrom(f *inifile.File) (*Config, error) {
 	}
 	c := &Config{
 		Path:                  f.Name,
-		StrictHostKeyChecking: StrictYes,
-		Timeout:               DefaultTimeout,
-		Concurrency:           DefaultConcurrency,
+		StrictHostKeyChecking: strictYes,
+		Timeout:               defaultTimeout,
+		Concurrency:           defaultConcurrency,
 		Output:                f.Resolve(DefaultOutput),
 		IdlemonState:          idlestate.DefaultPath,
-		SystemSSHConfig:       DefaultSystemSSHConfig,
+		SystemSSHConfig:       defaultSystemSSHConfig,
 		file:                  f,
 	}
 	common := f.Section("common")
@@ -140,8 +140,8 @@ func readStrict(common inifile.Section, dst *string) error {
 		return nil
 	}
 	switch strings.ToLower(v) {
-	case StrictYes:
-		*dst = StrictYes
+	case strictYes:
+		*dst = strictYes
 	case StrictAcceptNew:
 		*dst = StrictAcceptNew
 	default:

@@ -31,8 +31,8 @@ key_filename = /home/monitor/.ssh/id_rsa
 	}
 	want := &Config{
 		Path: "/etc/gpumon/config.ini", User: "monitor", Hosts: []string{"gpu1", "gpu2", "gpu3"},
-		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: StrictYes,
-		Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Output: "/etc/gpumon/load_data.csv",
+		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: strictYes,
+		Timeout: defaultTimeout, Concurrency: defaultConcurrency, Output: "/etc/gpumon/load_data.csv",
 		IdlemonState: "/run/idlemon/state.json", SystemSSHConfig: "/etc/ssh/ssh_config",
 	}
 	if diff := cmp.Diff(want, c, cmpopts.IgnoreUnexported(Config{})); diff != "" {

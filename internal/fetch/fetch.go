@@ -23,8 +23,8 @@ import (
 	"github.com/gpumon/gpumon/internal/remote"
 )
 
-// LocalHost is the host name that runs the probe on this machine, no SSH.
-const LocalHost = "local"
+// localHost is the host name that runs the probe on this machine, no SSH.
+const localHost = "local"
 
 // Runner is what reaches a host; *remote.Client is the real one.
 type Runner interface {
@@ -198,12 +198,12 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 	script := []byte(req.Script())
 	var out []byte
 	var err error
-	if host == LocalHost {
+	if host == localHost {
 		out, err = remote.RunLocal(ctx, probe.Command, script)
 	} else {
 		out, err = p.Runner.Run(ctx, host, probe.Command, script)
 	}
-	res := Build(host, req.Nonce, out, err, p.now())
+	res := buildResult(host, req.Nonce, out, err, p.now())
 	if !p.RecordsOnly {
 		detach(res.Rows)
 	}
@@ -242,9 +242,9 @@ func detach(rows []loaddata.Row) {
 	}
 }
 
-// Build turns one host's raw answer (or failure) into rows. Exported for
-// tests and the fuzz target: it must never panic, whatever the host sent.
-func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
+// buildResult turns one host's raw answer (or failure) into rows. It must
+// never panic, whatever the host sent (its fuzz target holds it to that).
+func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	ts := at.UTC().Format(loaddata.TimeFormat)
 	po := probe.ParseOutput(nonce, out)
 	if f := hostFailure(po, runErr); f != nil {
@@ -281,7 +281,7 @@ func hostRow(ts, host string, hi probe.HostInfo) loaddata.Row {
 
 // failed is a host without usable GPU data: one row that says why.
 func failed(host, ts string, why *nvsmi.HostError) Result {
-	msg := hosttext.Clip(why.Message, MaxHostError)
+	msg := hosttext.Clip(why.Message, maxHostError)
 	return Result{Host: host, Status: why.Status, Error: msg, Rows: []loaddata.Row{{
 		Timestamp: ts, Host: host, HostStatus: why.Status, HostError: msg,
 	}}}
@@ -318,7 +318,7 @@ func hostFailure(po probe.Output, runErr error) *nvsmi.HostError {
 // Bounds on host_error, which every row of a host repeats: a host that
 // goes wrong in many ways is named for the first few.
 const (
-	MaxHostError = 4096 // bytes of a failed host's message
+	maxHostError = 4096 // bytes of a failed host's message
 	maxWarnings  = 8    // warnings of an ok host named; the rest are counted
 	maxWarning   = 400  // bytes of one warning
 	maxListed    = 5    // GPUs named in one warning

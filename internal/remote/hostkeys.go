@@ -25,7 +25,7 @@ import (
 // changed key.
 //
 // The files are read once and looked at again (a stat each, no read) at most
-// once every RecheckEvery: a process that runs for days (fetch's live mode)
+// once every recheckEvery: a process that runs for days (fetch's live mode)
 // sees a key the admin added, or removed, without a restart, and a fleet
 // of 10,000 hosts costs a few stats per round, not a read per host.
 type HostKeys struct {
@@ -36,9 +36,9 @@ type HostKeys struct {
 	dbs map[string]*knownDB // by the joined file list
 }
 
-// RecheckEvery is how often HostKeys looks whether its known_hosts files
+// recheckEvery is how often HostKeys looks whether its known_hosts files
 // changed.
-const RecheckEvery = time.Second
+const recheckEvery = time.Second
 
 type knownDB struct {
 	files   []string
@@ -142,14 +142,14 @@ func (hk *HostKeys) clock() time.Time {
 }
 
 // load returns files read: as last read, when they have not changed since
-// or were looked at less than RecheckEvery ago; read again otherwise.
+// or were looked at less than recheckEvery ago; read again otherwise.
 func (hk *HostKeys) load(files []string) *knownDB {
 	key := strings.Join(files, "\x00")
 	hk.mu.Lock()
 	defer hk.mu.Unlock()
 	now := hk.clock()
 	old, ok := hk.dbs[key]
-	if ok && now.Sub(old.checked) < RecheckEvery && !now.Before(old.checked) {
+	if ok && now.Sub(old.checked) < recheckEvery && !now.Before(old.checked) {
 		return old
 	}
 	stamps := stampsOf(files)

@@ -138,7 +138,7 @@ func TestHostKeysAcceptNewRefusesPatterns(t *testing.T) {
 
 // A long-running process (live mode) sees known_hosts change: a key the
 // admin adds is accepted once HostKeys looks again (at most every
-// RecheckEvery, by a stat), a key that differs from the one on record is
+// recheckEvery, by a stat), a key that differs from the one on record is
 // still refused, and files that did not change are not read again.
 func TestHostKeysSeeKnownHostsChange(t *testing.T) {
 	const address = "gpu01:22"
@@ -165,24 +165,24 @@ func TestHostKeysSeeKnownHostsChange(t *testing.T) {
 		wait    time.Duration // between the polls
 		want    string        // at the second poll
 	}{
-		{"nothing changed", line(other), false, "changed", func(*testing.T, string) {}, RecheckEvery, "changed"},
-		{"key added", "", false, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, RecheckEvery, "ok"},
-		{"file made", "", true, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, RecheckEvery, "ok"},
+		{"nothing changed", line(other), false, "changed", func(*testing.T, string) {}, recheckEvery, "changed"},
+		{"key added", "", false, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery, "ok"},
+		{"file made", "", true, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery, "ok"},
 		{"file replaced by a rename", "", false, "unknown", func(t *testing.T, f string) {
 			tmp := f + ".new"
 			appendTo(t, tmp, line(stranger)+line(hostKey))
 			if err := os.Rename(tmp, f); err != nil {
 				t.Fatal(err)
 			}
-		}, RecheckEvery, "ok"},
-		{"key added, looked at again too soon", "", false, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, RecheckEvery / 2, "unknown"},
-		{"another host's key added", line(other), false, "changed", func(t *testing.T, f string) { appendTo(t, f, lineFor("gpu02", hostKey)) }, RecheckEvery, "changed"},
-		{"the host's other key added beside", line(other), false, "changed", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, RecheckEvery, "ok"},
+		}, recheckEvery, "ok"},
+		{"key added, looked at again too soon", "", false, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery / 2, "unknown"},
+		{"another host's key added", line(other), false, "changed", func(t *testing.T, f string) { appendTo(t, f, lineFor("gpu02", hostKey)) }, recheckEvery, "changed"},
+		{"the host's other key added beside", line(other), false, "changed", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery, "ok"},
 		{"key removed", line(hostKey), false, "ok", func(t *testing.T, f string) {
 			if err := os.WriteFile(f, []byte(lineFor("gpu02", stranger)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, RecheckEvery, "unknown"},
+		}, recheckEvery, "unknown"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -230,7 +230,7 @@ func hostKeyVerdict(err error) string {
 }
 
 // Files that did not change are not read again, however often HostKeys
-// looks; looking happens at most every RecheckEvery.
+// looks; looking happens at most every recheckEvery.
 func TestHostKeysKeepUnchangedFiles(t *testing.T) {
 	file := writeFile(t, t.TempDir(), "known_hosts", "gpu01 "+string(ssh.MarshalAuthorizedKey(testEd25519(t))))
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
@@ -238,7 +238,7 @@ func TestHostKeysKeepUnchangedFiles(t *testing.T) {
 	hk.now = func() time.Time { return now }
 	first := hk.load([]string{file})
 	for range 3 {
-		now = now.Add(RecheckEvery)
+		now = now.Add(recheckEvery)
 		if d := hk.load([]string{file}); d != first {
 			t.Fatalf("an unchanged file was read again")
 		}

@@ -17,7 +17,7 @@ import (
 // filling the monitor's memory.
 const (
 	MaxOutput = 4 << 20  // standard output
-	MaxStderr = 64 << 10 // standard error: only its first line is ever shown
+	maxStderr = 64 << 10 // standard error: only its first line is ever shown
 )
 
 // DefaultBudget bounds the answers held at once across all the hosts of a

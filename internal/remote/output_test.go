@@ -197,7 +197,7 @@ func TestMaxOutputAboveProbe(t *testing.T) {
 	if probe.MaxAnswer >= MaxOutput {
 		t.Fatalf("probe.MaxAnswer %d >= MaxOutput %d", probe.MaxAnswer, MaxOutput)
 	}
-	if MaxStderr > MaxOutput || Guaranteed > chunkMax {
+	if maxStderr > MaxOutput || Guaranteed > chunkMax {
 		t.Fatal("caps out of order")
 	}
 }
