@@ -17,20 +17,20 @@ import (
 // line with a nonce it never saw, so it can add to a record, never forge
 // one.
 const (
-	KindPID       = "pid" // a process's /proc/PID/cgroup follows
-	KindCut       = "cut" // the one before was longer than the probe reads
-	KindJob       = "job"
-	KindContainer = "ctr"
+	kindPID       = "pid" // a process's /proc/PID/cgroup follows
+	kindCut       = "cut" // the one before was longer than the probe reads
+	kindJob       = "job"
+	kindContainer = "ctr"
 )
 
 // Bounds on what the sections can make fetch hold.
 const (
-	MaxPIDs       = 8192 // pid records read; the probe lists at most 4,096
-	MaxJobs       = 1024 // squeue records read; the probe asks for at most 1,024
-	MaxContainers = 8192 // docker/podman ps records read
+	maxPIDs       = 8192 // pid records read; the probe lists at most 4,096
+	maxJobs       = 1024 // squeue records read; the probe asks for at most 1,024
+	maxContainers = 8192 // docker/podman ps records read
 	MaxName       = 128  // bytes kept of a job's or container's name
 	MaxPartition  = 128  // bytes kept of a job's partition
-	MaxSkipped    = 20   // records named as not used; the rest are counted
+	maxSkipped    = 20   // records named as not used; the rest are counted
 	maxQuoted     = 40   // bytes of a bad field quoted in a reason
 )
 
@@ -40,7 +40,7 @@ const (
 // read (it ended) is there with an empty Cgroup: unknown.
 func ParseCgroups(body []byte, prefix string) map[int]Cgroup {
 	out := map[int]Cgroup{}
-	pidTag, cutTag := prefix+KindPID+" ", prefix+KindCut
+	pidTag, cutTag := prefix+kindPID+" ", prefix+kindCut
 	var (
 		cur   = -1 // the pid whose text is being read; -1 for none
 		start int  // where its text starts in body
@@ -66,7 +66,7 @@ func ParseCgroups(body []byte, prefix string) map[int]Cgroup {
 				cur = -1 // its text is skipped: it belongs to no pid
 				continue
 			}
-			if len(out) >= MaxPIDs {
+			if len(out) >= maxPIDs {
 				return out
 			}
 			if _, seen := out[pid]; seen {
@@ -101,12 +101,12 @@ type Job struct {
 // last, so spaces in it shift no field; a newline in it makes the lines
 // after it (which hold no nonce) part of it. A record for a job not in
 // asked, or a job listed twice, is not used: squeue prints each job asked
-// for once. skipped names the records not used (at most MaxSkipped, then
+// for once. skipped names the records not used (at most maxSkipped, then
 // how many more).
 func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[string]Job, skipped []string) {
 	jobs = map[string]Job{}
 	var (
-		tag    = prefix + KindJob + " "
+		tag    = prefix + kindJob + " "
 		cur    string // %A of the record being read, "" for none
 		name   strings.Builder
 		twice  = map[string]bool{}
@@ -122,7 +122,7 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		}
 	)
 	skip := func(format string, args ...any) {
-		if nSkip++; nSkip <= MaxSkipped {
+		if nSkip++; nSkip <= maxSkipped {
 			skipped = append(skipped, fmt.Sprintf(format, args...))
 		}
 	}
@@ -141,8 +141,8 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		finish()
 		cur = ""
 		name.Reset()
-		if nRecs++; nRecs > MaxJobs {
-			skip("squeue printed more than %d jobs, more than were asked for; the rest are not used", MaxJobs)
+		if nRecs++; nRecs > maxJobs {
+			skip("squeue printed more than %d jobs, more than were asked for; the rest are not used", maxJobs)
 			break
 		}
 		numeric, rest, _ := strings.Cut(rest, " ")
@@ -165,8 +165,8 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		}
 	}
 	finish()
-	if nSkip > MaxSkipped {
-		skipped = append(skipped, fmt.Sprintf("%d more squeue records not used", nSkip-MaxSkipped))
+	if nSkip > maxSkipped {
+		skipped = append(skipped, fmt.Sprintf("%d more squeue records not used", nSkip-maxSkipped))
 	}
 	return jobs, skipped
 }
@@ -194,11 +194,11 @@ func displayID(s, numeric string) bool {
 // id listed twice is not used. skipped names the records not used.
 func ParseContainers(body []byte, prefix string) (names map[string]string, skipped []string) {
 	names = map[string]string{}
-	tag := prefix + KindContainer + " "
+	tag := prefix + kindContainer + " "
 	twice := map[string]bool{}
 	nSkip, nRecs := 0, 0
 	skip := func(format string, args ...any) {
-		if nSkip++; nSkip <= MaxSkipped {
+		if nSkip++; nSkip <= maxSkipped {
 			skipped = append(skipped, fmt.Sprintf(format, args...))
 		}
 	}
@@ -207,8 +207,8 @@ func ParseContainers(body []byte, prefix string) (names map[string]string, skipp
 		if !ok {
 			continue // a warning of the engine's own, never a record
 		}
-		if nRecs++; nRecs > MaxContainers {
-			skip("more than %d containers listed; the rest are not used", MaxContainers)
+		if nRecs++; nRecs > maxContainers {
+			skip("more than %d containers listed; the rest are not used", maxContainers)
 			break
 		}
 		id, list, _ := strings.Cut(rest, " ")
@@ -225,8 +225,8 @@ func ParseContainers(body []byte, prefix string) (names map[string]string, skipp
 			names[id] = hosttext.Clip(hosttext.Printable(strings.TrimSpace(first)), MaxName)
 		}
 	}
-	if nSkip > MaxSkipped {
-		skipped = append(skipped, fmt.Sprintf("%d more container records not used", nSkip-MaxSkipped))
+	if nSkip > maxSkipped {
+		skipped = append(skipped, fmt.Sprintf("%d more container records not used", nSkip-maxSkipped))
 	}
 	return names, skipped
 }

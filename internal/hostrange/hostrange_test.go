@@ -18,12 +18,12 @@ func TestExpand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := Expand(tt.in)
+			got, err := expandChecked(tt.in)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("Expand(%q) = %v, want %v", tt.in, got, tt.want)
+				t.Errorf("expandChecked(%q) = %v, want %v", tt.in, got, tt.want)
 			}
 		})
 	}

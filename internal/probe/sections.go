@@ -36,10 +36,10 @@ type SkippedLine struct {
 // its own shell and the GPU processes nvidia-smi listed (at most
 // nvsmi.MaxProcesses), so a longer answer was not made by ps.
 const (
-	MaxPSLines   = 8192
-	MaxSkipped   = 20   // unusable lines kept to be named; the rest are counted
+	maxPSLines   = 8192
+	maxSkipped   = 20   // unusable lines kept to be named; the rest are counted
 	MaxCommand   = 4096 // bytes kept of a command line
-	MaxUser      = 64   // ps prints at most 32 (user:32), or the uid
+	maxUser      = 64   // ps prints at most 32 (user:32), or the uid
 	maxPSReasons = 40   // bytes of a bad field quoted in a reason
 )
 
@@ -47,12 +47,12 @@ const (
 // could not read.
 type PSReport struct {
 	Processes   map[int]PSProcess
-	Skipped     []SkippedLine // the first MaxSkipped
+	Skipped     []SkippedLine // the first maxSkipped
 	MoreSkipped int
 }
 
 func (r *PSReport) skip(line int, reason string) {
-	if len(r.Skipped) < MaxSkipped {
+	if len(r.Skipped) < maxSkipped {
 		r.Skipped = append(r.Skipped, SkippedLine{Line: line, Reason: reason})
 		return
 	}
@@ -78,8 +78,8 @@ func ParsePS(sec Section) (PSReport, error) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		if read++; read > MaxPSLines {
-			return PSReport{}, fmt.Errorf("ps printed more than %d lines, more than the script asked for", MaxPSLines)
+		if read++; read > maxPSLines {
+			return PSReport{}, fmt.Errorf("ps printed more than %d lines, more than the script asked for", maxPSLines)
 		}
 		p, err := parsePSLine(line)
 		if err != nil {
@@ -131,7 +131,7 @@ func parsePSLine(line string) (PSProcess, error) {
 	}
 	return PSProcess{
 		PID:      pid,
-		User:     hosttext.Clip(hosttext.Printable(f[1]), MaxUser),
+		User:     hosttext.Clip(hosttext.Printable(f[1]), maxUser),
 		ElapsedS: elapsed,
 		Command:  hosttext.Clip(hosttext.Printable(strings.TrimSpace(rest)), MaxCommand),
 	}, nil
