@@ -55,7 +55,7 @@ type knownDB struct {
 type fileStamp struct {
 	exists   bool
 	size     int64
-	modified time.Time
+	modified int64 // UnixNano
 	dev, ino uint64
 	err      string // why it could not be looked at
 }
@@ -68,7 +68,7 @@ func stampOf(file string) fileStamp {
 	if err != nil {
 		return fileStamp{err: err.Error()}
 	}
-	st := fileStamp{exists: true, size: fi.Size(), modified: fi.ModTime()}
+	st := fileStamp{exists: true, size: fi.Size(), modified: fi.ModTime().UnixNano()}
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 		st.dev, st.ino = uint64(sys.Dev), sys.Ino
 	}
