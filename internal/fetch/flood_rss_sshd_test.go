@@ -31,7 +31,7 @@ printf '%s end apps 0\n%s begin host\ncpus 8\n%s end host 0\n%s done\n' "$N" "$N
 // hosts flooding beside 20 healthy ones: docs/performance.md measured 95 to
 // 195 MB across the scenarios (fetch's soft limit is 192 MiB), and 719 to
 // 1,252 MB before the output budget's rework.
-const floodRSSBound = 300 << 20
+const floodRSSBound = 300_000_000 // bytes
 
 // TestRealSSHDFloodRSS runs the fetch binary against 40 flooding hosts
 // beside 20 healthy ones, all real sshds, and holds its peak resident
