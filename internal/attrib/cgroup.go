@@ -46,11 +46,11 @@ func (c Cgroup) Container() string {
 const (
 	shortID = 12 // hex digits of a container id shown
 	fullID  = 64 // hex digits of a container id
-	// MaxCgroupText is the most of one process's /proc/PID/cgroup that is
+	// maxCgroupText is the most of one process's /proc/PID/cgroup that is
 	// read: the probe stops at 4,096 bytes (a real one is 1 KiB at most,
 	// a dozen v1 hierarchies with Docker's paths), and a longer text is
 	// unknown rather than read in part.
-	MaxCgroupText = 4096
+	maxCgroupText = 4096
 )
 
 // ParseCgroup reads the text of one process's /proc/PID/cgroup: lines of
@@ -65,7 +65,7 @@ const (
 // TestRealSSHDAttribution), so such a text was not made by the kernel
 // alone.
 func ParseCgroup(text string) Cgroup {
-	if text == "" || len(text) > MaxCgroupText {
+	if text == "" || len(text) > maxCgroupText {
 		return Cgroup{}
 	}
 	var out Cgroup

@@ -104,7 +104,7 @@ func TestParseCgroup(t *testing.T) {
 		{"an error message", "sh: 1: cannot open /proc/4242/cgroup: No such file\n", Cgroup{}},
 		{"nothing", "", Cgroup{}},
 		{"without the last newline", "0::/docker/" + id1, Cgroup{ContainerID: id1}},
-		{"longer than the probe reads", "0::/docker/" + id1 + "/" + strings.Repeat("a", MaxCgroupText) + "\n", Cgroup{}},
+		{"longer than the probe reads", "0::/docker/" + id1 + "/" + strings.Repeat("a", maxCgroupText) + "\n", Cgroup{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,12 +1,12 @@
 package attrib
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/gpumon/gpumon/internal/hosttext"
+	"github.com/gpumon/gpumon/internal/lines"
 )
 
 // The probe prints every record of its cgroups, squeue and ps sections on
@@ -17,20 +17,20 @@ import (
 // line with a nonce it never saw, so it can add to a record, never forge
 // one.
 const (
-	KindPID       = "pid" // a process's /proc/PID/cgroup follows
-	KindCut       = "cut" // the one before was longer than the probe reads
-	KindJob       = "job"
-	KindContainer = "ctr"
+	kindPID       = "pid" // a process's /proc/PID/cgroup follows
+	kindCut       = "cut" // the one before was longer than the probe reads
+	kindJob       = "job"
+	kindContainer = "ctr"
 )
 
 // Bounds on what the sections can make fetch hold.
 const (
-	MaxPIDs       = 8192 // pid records read; the probe lists at most 4,096
-	MaxJobs       = 1024 // squeue records read; the probe asks for at most 1,024
-	MaxContainers = 8192 // docker/podman ps records read
+	maxPIDs       = 8192 // pid records read; the probe lists at most 4,096
+	maxJobs       = 1024 // squeue records read; the probe asks for at most 1,024
+	maxContainers = 8192 // docker/podman ps records read
 	MaxName       = 128  // bytes kept of a job's or container's name
 	MaxPartition  = 128  // bytes kept of a job's partition
-	MaxSkipped    = 20   // records named as not used; the rest are counted
+	maxSkipped    = 20   // records named as not used; the rest are counted
 	maxQuoted     = 40   // bytes of a bad field quoted in a reason
 )
 
@@ -40,7 +40,7 @@ const (
 // read (it ended) is there with an empty Cgroup: unknown.
 func ParseCgroups(body []byte, prefix string) map[int]Cgroup {
 	out := map[int]Cgroup{}
-	pidTag, cutTag := prefix+KindPID+" ", prefix+KindCut
+	pidTag, cutTag := prefix+kindPID+" ", prefix+kindCut
 	var (
 		cur   = -1 // the pid whose text is being read; -1 for none
 		start int  // where its text starts in body
@@ -57,29 +57,22 @@ func ParseCgroups(body []byte, prefix string) map[int]Cgroup {
 			out[cur] = ParseCgroup(string(body[start:at]))
 		}
 	}
-	for pos := 0; pos < len(body); {
-		lineStart := pos
-		line := body[pos:]
-		if i := bytes.IndexByte(line, '\n'); i >= 0 {
-			line, pos = line[:i], pos+i+1
-		} else {
-			pos = len(body)
-		}
-		switch s := string(line); {
+	for line := range lines.All(body) {
+		switch s := string(line.Text); {
 		case strings.HasPrefix(s, pidTag):
-			end(lineStart)
+			end(line.Start)
 			pid, err := strconv.Atoi(s[len(pidTag):])
 			if err != nil || pid <= 0 || !digits(s[len(pidTag):]) {
 				cur = -1 // its text is skipped: it belongs to no pid
 				continue
 			}
-			if len(out) >= MaxPIDs {
+			if len(out) >= maxPIDs {
 				return out
 			}
 			if _, seen := out[pid]; seen {
 				twice[pid] = true
 			}
-			cur, start, bad = pid, pos, false
+			cur, start, bad = pid, line.Next, false
 		case s == cutTag:
 			bad = true
 		}
@@ -108,12 +101,12 @@ type Job struct {
 // last, so spaces in it shift no field; a newline in it makes the lines
 // after it (which hold no nonce) part of it. A record for a job not in
 // asked, or a job listed twice, is not used: squeue prints each job asked
-// for once. skipped names the records not used (at most MaxSkipped, then
+// for once. skipped names the records not used (at most maxSkipped, then
 // how many more).
 func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[string]Job, skipped []string) {
 	jobs = map[string]Job{}
 	var (
-		tag    = prefix + KindJob + " "
+		tag    = prefix + kindJob + " "
 		cur    string // %A of the record being read, "" for none
 		name   strings.Builder
 		twice  = map[string]bool{}
@@ -129,26 +122,27 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		}
 	)
 	skip := func(format string, args ...any) {
-		if nSkip++; nSkip <= MaxSkipped {
+		if nSkip++; nSkip <= maxSkipped {
 			skipped = append(skipped, fmt.Sprintf(format, args...))
 		}
 	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for l := range lines.All(body) {
+		line := string(l.Text)
 		rest, isRecord := strings.CutPrefix(line, tag)
 		if !isRecord {
 			// the rest of a name with a newline, or squeue's own words
 			// before any record; either way no record of its own
 			if cur != "" && name.Len() <= 4*MaxName {
 				name.WriteByte(' ')
-				name.WriteString(strings.TrimSuffix(line, "\r"))
+				name.WriteString(line)
 			}
 			continue
 		}
 		finish()
 		cur = ""
 		name.Reset()
-		if nRecs++; nRecs > MaxJobs {
-			skip("squeue printed more than %d jobs, more than were asked for; the rest are not used", MaxJobs)
+		if nRecs++; nRecs > maxJobs {
+			skip("squeue printed more than %d jobs, more than were asked for; the rest are not used", maxJobs)
 			break
 		}
 		numeric, rest, _ := strings.Cut(rest, " ")
@@ -167,12 +161,12 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		default:
 			cur = numeric
 			jobs[cur] = Job{ID: display, Partition: hosttext.Clip(hosttext.Printable(partition), MaxPartition)}
-			name.WriteString(strings.TrimSuffix(jobName, "\r"))
+			name.WriteString(jobName)
 		}
 	}
 	finish()
-	if nSkip > MaxSkipped {
-		skipped = append(skipped, fmt.Sprintf("%d more squeue records not used", nSkip-MaxSkipped))
+	if nSkip > maxSkipped {
+		skipped = append(skipped, fmt.Sprintf("%d more squeue records not used", nSkip-maxSkipped))
 	}
 	return jobs, skipped
 }
@@ -200,21 +194,21 @@ func displayID(s, numeric string) bool {
 // id listed twice is not used. skipped names the records not used.
 func ParseContainers(body []byte, prefix string) (names map[string]string, skipped []string) {
 	names = map[string]string{}
-	tag := prefix + KindContainer + " "
+	tag := prefix + kindContainer + " "
 	twice := map[string]bool{}
 	nSkip, nRecs := 0, 0
 	skip := func(format string, args ...any) {
-		if nSkip++; nSkip <= MaxSkipped {
+		if nSkip++; nSkip <= maxSkipped {
 			skipped = append(skipped, fmt.Sprintf(format, args...))
 		}
 	}
-	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\r"), tag)
+	for line := range lines.All(body) {
+		rest, ok := strings.CutPrefix(string(line.Text), tag)
 		if !ok {
 			continue // a warning of the engine's own, never a record
 		}
-		if nRecs++; nRecs > MaxContainers {
-			skip("more than %d containers listed; the rest are not used", MaxContainers)
+		if nRecs++; nRecs > maxContainers {
+			skip("more than %d containers listed; the rest are not used", maxContainers)
 			break
 		}
 		id, list, _ := strings.Cut(rest, " ")
@@ -231,8 +225,8 @@ func ParseContainers(body []byte, prefix string) (names map[string]string, skipp
 			names[id] = hosttext.Clip(hosttext.Printable(strings.TrimSpace(first)), MaxName)
 		}
 	}
-	if nSkip > MaxSkipped {
-		skipped = append(skipped, fmt.Sprintf("%d more container records not used", nSkip-MaxSkipped))
+	if nSkip > maxSkipped {
+		skipped = append(skipped, fmt.Sprintf("%d more container records not used", nSkip-maxSkipped))
 	}
 	return names, skipped
 }

@@ -57,11 +57,11 @@ func TestParseCgroups(t *testing.T) {
 
 func TestParseCgroupsBounded(t *testing.T) {
 	var b strings.Builder
-	for pid := 1; pid <= MaxPIDs+10; pid++ {
+	for pid := 1; pid <= maxPIDs+10; pid++ {
 		fmt.Fprintf(&b, "%spid %d\n0::/\n", prefix, pid)
 	}
-	if got := len(ParseCgroups([]byte(b.String()), prefix)); got != MaxPIDs {
-		t.Errorf("%d pids read, want %d", got, MaxPIDs)
+	if got := len(ParseCgroups([]byte(b.String()), prefix)); got != maxPIDs {
+		t.Errorf("%d pids read, want %d", got, maxPIDs)
 	}
 }
 
@@ -137,12 +137,12 @@ func TestParseSqueue(t *testing.T) {
 func TestParseSqueueBounded(t *testing.T) {
 	var b strings.Builder
 	asked := map[string]bool{}
-	for j := 1; j <= MaxJobs+30; j++ {
+	for j := 1; j <= maxJobs+30; j++ {
 		fmt.Fprintf(&b, "%sjob %d %d gpu n\n", prefix, j, j)
 		asked[fmt.Sprint(j)] = true
 	}
 	jobs, skipped := ParseSqueue([]byte(b.String()), prefix, asked)
-	if len(jobs) != MaxJobs || len(skipped) != 1 {
+	if len(jobs) != maxJobs || len(skipped) != 1 {
 		t.Errorf("%d jobs, skipped %q", len(jobs), skipped)
 	}
 }

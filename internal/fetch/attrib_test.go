@@ -131,7 +131,7 @@ func TestBuildAttribution(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := hostOutput{gpus: twoGPUs, apps: attribApps, ps: attribPS, attrib: tt.attrib}
-			r := Build("gpu01", "n0nce", out.bytes("n0nce"), nil, at)
+			r := buildResult("gpu01", "n0nce", out.bytes("n0nce"), nil, at)
 			if r.Status != hoststatus.OK || r.Error != tt.warning {
 				t.Errorf("status %q, host_error %q; want ok, %q", r.Status, r.Error, tt.warning)
 			}
@@ -155,7 +155,7 @@ func BenchmarkBuild(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			out := bc.out.bytes("n0nce")
 			for b.Loop() {
-				if r := Build("gpu01", "n0nce", out, nil, at); r.Status != hoststatus.OK {
+				if r := buildResult("gpu01", "n0nce", out, nil, at); r.Status != hoststatus.OK {
 					b.Fatal(r.Error)
 				}
 			}

@@ -93,7 +93,7 @@ func TestBuildBounded(t *testing.T) {
 					t.Fatalf("status %s, %d rows", r.Status, len(r.Rows))
 				}
 				if !strings.HasPrefix(r.Error, "nvidia-smi --query-gpu line 4 skipped: not a CSV row; ") ||
-					!strings.HasSuffix(r.Error, "; and 13 more warnings") || len(r.Error) > MaxHostError {
+					!strings.HasSuffix(r.Error, "; and 13 more warnings") || len(r.Error) > maxHostError {
 					t.Errorf("host_error of %d bytes: %q", len(r.Error), r.Error)
 				}
 			},
@@ -111,15 +111,15 @@ func TestBuildBounded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.check(t, Build("gpu01", "n", tt.out.bytes("n"), nil, at))
+			tt.check(t, buildResult("gpu01", "n", tt.out.bytes("n"), nil, at))
 		})
 	}
 
 	t.Run("a failure's message is clipped", func(t *testing.T) {
 		err := &remote.Error{Status: hoststatus.Error, Msg: "proxy said: " + strings.Repeat("e", 64<<10)}
-		r := Build("gpu01", "n", nil, err, at)
-		if len(r.Rows) != 1 || len(r.Rows[0].HostError) > MaxHostError {
-			t.Errorf("host_error of %d bytes, want at most %d", len(r.Rows[0].HostError), MaxHostError)
+		r := buildResult("gpu01", "n", nil, err, at)
+		if len(r.Rows) != 1 || len(r.Rows[0].HostError) > maxHostError {
+			t.Errorf("host_error of %d bytes, want at most %d", len(r.Rows[0].HostError), maxHostError)
 		}
 	})
 }
@@ -152,7 +152,7 @@ func TestPollRowBytesBounded(t *testing.T) {
 	if results[0].Status != hoststatus.OK || results[1].Status != hoststatus.OK {
 		t.Fatalf("first hosts %s, %s; want ok (about 1.2 MiB each)", results[0].Status, results[1].Status)
 	}
-	want := "its 1001 rows (1.2 MiB) would take load_data.csv past 3.0 MiB"
+	want := "its 1001 rows (1.2 MiB) would take load_data.csv past 3 MiB"
 	if r := results[2]; r.Status != hoststatus.Error || !strings.HasPrefix(r.Error, want) || len(r.Rows) != 1 {
 		t.Errorf("third host: %s %q, %d rows; want error %q", r.Status, r.Error, len(r.Rows), want)
 	}

@@ -323,7 +323,7 @@ func TestBuild(t *testing.T) {
 			if tt.out.gpus != "" || tt.out.gpusRC != 0 || tt.out.incomplete {
 				out = tt.out.bytes("n0nce")
 			}
-			r := Build("gpu01", "n0nce", out, tt.runErr, at)
+			r := buildResult("gpu01", "n0nce", out, tt.runErr, at)
 			for _, row := range r.Rows {
 				if row.Host != "gpu01" || row.Timestamp != "2026-11-22T14:05:00Z" || row.HostStatus != r.Status {
 					t.Errorf("row identity: %+v", row)
@@ -355,7 +355,7 @@ func wantFailure(status hoststatus.Status, msg string) func(t *testing.T, r Resu
 	}
 }
 
-// Every real capture, idle and under load, through Build, compared with a
+// Every real capture, idle and under load, through buildResult, compared with a
 // golden CSV (go test -run TestBuildCaptures -update to refresh).
 func TestBuildCaptures(t *testing.T) {
 	for _, name := range captures.Names() {
@@ -372,7 +372,7 @@ func TestBuildCaptures(t *testing.T) {
 				if a.Body == "" {
 					out.noApps = true
 				}
-				r := Build("gpu01", "n", out.bytes("n"), nil, at)
+				r := buildResult("gpu01", "n", out.bytes("n"), nil, at)
 				if r.Status != hoststatus.OK {
 					t.Fatalf("status %q: %s", r.Status, r.Error)
 				}
@@ -402,7 +402,7 @@ func psFor(t *testing.T, apps string) string {
 	return b.String()
 }
 
-// Whatever a host sends, Build returns rows and never panics; a reading it
+// Whatever a host sends, buildResult returns rows and never panics; a reading it
 // could not read is empty, never an invented zero.
 func FuzzBuild(f *testing.F) {
 	f.Add(hostOutput{gpus: twoGPUs, apps: "pid, gpu_uuid, used_gpu_memory\n1, GPU-aaaa, 5\n", ps: "1 root 5 x"}.bytes("n"))
@@ -412,7 +412,7 @@ func FuzzBuild(f *testing.F) {
 	f.Add([]byte("@@gpumon:n begin gpus\nindex\n0\n@@gpumon:n end gpus 0\n@@gpumon:n done\n"))
 	f.Add(attributedHost.bytes("n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
-		r := Build("h", "n", out, nil, at)
+		r := buildResult("h", "n", out, nil, at)
 		if len(r.Rows) == 0 {
 			t.Fatal("no rows")
 		}
@@ -426,7 +426,7 @@ func FuzzBuild(f *testing.F) {
 					t.Errorf("control character in %q", s)
 				}
 			}
-			if len(row.HostError) > MaxHostError || len(row.Command) > probe.MaxCommand || len(row.GPUName) > nvsmi.MaxCell {
+			if len(row.HostError) > maxHostError || len(row.Command) > probe.MaxCommand || len(row.GPUName) > nvsmi.MaxCell {
 				t.Errorf("cells over their bounds: host_error %d bytes, command %d, gpu_name %d", len(row.HostError), len(row.Command), len(row.GPUName))
 			}
 			if len(row.SlurmJob) > 32 || len(row.SlurmJobName) > attrib.MaxName || len(row.SlurmPartition) > attrib.MaxPartition ||
@@ -469,7 +469,7 @@ func TestDetachLetsTheAnswerGo(t *testing.T) {
 	a, _ := c.Section("load", "query-compute-apps")
 	out := hostOutput{gpus: g.Body, apps: a.Body, ps: psFor(t, a.Body)}
 	out.noPS, out.noApps = out.ps == "", a.Body == ""
-	r := Build("gpu01", "n", out.bytes("n"), nil, at)
+	r := buildResult("gpu01", "n", out.bytes("n"), nil, at)
 	if r.Status != hoststatus.OK || len(r.Rows) < 2 || r.Rows[0].Command == "" {
 		t.Fatalf("status %q, %d rows: %s", r.Status, len(r.Rows), r.Error)
 	}

@@ -1,11 +1,11 @@
 package fetch
 
 import (
-	"io"
 	"strings"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/hostrange"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/inifile"
 	"github.com/gpumon/gpumon/internal/probe"
@@ -13,14 +13,16 @@ import (
 
 // Defaults, documented in config.example.ini.
 const (
-	DefaultTimeout     = 20 * time.Second
-	DefaultConcurrency = 1000
+	defaultTimeout     = 20 * time.Second
+	defaultConcurrency = 1000
 	DefaultOutput      = configini.DefaultOutput
+	// defaultSystemSSHConfig is the system's ssh_config.
+	defaultSystemSSHConfig = "/etc/ssh/ssh_config"
 )
 
 // Host-key policies, named as in ssh_config(5).
 const (
-	StrictYes       = "yes"
+	strictYes       = "yes"
 	StrictAcceptNew = "accept-new"
 )
 
@@ -31,12 +33,15 @@ const (
 type Config struct {
 	Path string // the file it came from, for messages
 
-	User                  string   // "" means ssh_config's User, then the local user
-	Hosts                 []string // as written, ranges expanded
-	HostsFile             string
-	HostsCommand          string
-	KeyFiles              []string // key_filename, tried before ssh_config's IdentityFile
-	SSHConfig             string   // "" means ~/.ssh/config
+	User         string   // "" means ssh_config's User, then the local user
+	Hosts        []string // as written, ranges expanded
+	HostsFile    string
+	HostsCommand string
+	KeyFiles     []string // key_filename, tried before ssh_config's IdentityFile
+	SSHConfig    string   // "" means ~/.ssh/config
+	// SystemSSHConfig is read after SSHConfig, as ssh does: defaultSystemSSHConfig
+	// from a file (a test points it elsewhere; "" reads none).
+	SystemSSHConfig       string
 	KnownHosts            []string // "" means ssh_config's UserKnownHostsFile, then ~/.ssh/known_hosts
 	StrictHostKeyChecking string
 	Timeout               time.Duration
@@ -54,25 +59,10 @@ type Config struct {
 	file *inifile.File // for errors found later (ResolveHosts)
 }
 
-// LoadConfig reads and checks the config file at path.
-func LoadConfig(path string) (*Config, error) {
-	f, err := inifile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
-}
-
-// ParseConfig reads and checks a config from r; name is used in messages
-// and to resolve relative paths (relative to the file's folder, so cron's
-// working directory does not matter).
-func ParseConfig(r io.Reader, name string) (*Config, error) {
-	f, err := inifile.Read(r, name)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(f)
-}
+// LoadConfig reads and checks the config file at path; relative paths in
+// it are relative to its folder, so cron's working directory does not
+// matter.
+func LoadConfig(path string) (*Config, error) { return inifile.Decode(path, configFrom) }
 
 func configFrom(f *inifile.File) (*Config, error) {
 	if err := f.Check(configini.Layout); err != nil {
@@ -83,17 +73,18 @@ func configFrom(f *inifile.File) (*Config, error) {
 	}
 	c := &Config{
 		Path:                  f.Name,
-		StrictHostKeyChecking: StrictYes,
-		Timeout:               DefaultTimeout,
-		Concurrency:           DefaultConcurrency,
+		StrictHostKeyChecking: strictYes,
+		Timeout:               defaultTimeout,
+		Concurrency:           defaultConcurrency,
 		Output:                f.Resolve(DefaultOutput),
 		IdlemonState:          idlestate.DefaultPath,
+		SystemSSHConfig:       defaultSystemSSHConfig,
 		file:                  f,
 	}
 	common := f.Section("common")
 	c.User, _ = common.String("user")
 	if v, ok := common.String("hosts"); ok {
-		hosts, err := SplitHosts(v)
+		hosts, err := hostrange.Split(v)
 		if err != nil {
 			return nil, common.ErrorAt("hosts", "%v", err)
 		}
@@ -149,8 +140,8 @@ func readStrict(common inifile.Section, dst *string) error {
 		return nil
 	}
 	switch strings.ToLower(v) {
-	case StrictYes:
-		*dst = StrictYes
+	case strictYes:
+		*dst = strictYes
 	case StrictAcceptNew:
 		*dst = StrictAcceptNew
 	default:

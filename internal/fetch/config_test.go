@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,7 @@ import (
 
 func parseConfig(t testing.TB, src string) (*Config, error) {
 	t.Helper()
-	return ParseConfig(strings.NewReader(src), "/etc/gpumon/config.ini")
+	return decodeConfig(strings.NewReader(src), "/etc/gpumon/config.ini")
 }
 
 // The file users of the older Python tool already have must load unchanged.
@@ -30,9 +31,9 @@ key_filename = /home/monitor/.ssh/id_rsa
 	}
 	want := &Config{
 		Path: "/etc/gpumon/config.ini", User: "monitor", Hosts: []string{"gpu1", "gpu2", "gpu3"},
-		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: StrictYes,
-		Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Output: "/etc/gpumon/load_data.csv",
-		IdlemonState: "/run/idlemon/state.json",
+		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: strictYes,
+		Timeout: defaultTimeout, Concurrency: defaultConcurrency, Output: "/etc/gpumon/load_data.csv",
+		IdlemonState: "/run/idlemon/state.json", SystemSSHConfig: "/etc/ssh/ssh_config",
 	}
 	if diff := cmp.Diff(want, c, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
@@ -135,8 +136,13 @@ func TestRenderSectionsDoNotBreakFetch(t *testing.T) {
 		"[common]\nhosts = a\n[render]\nrefresh = 5\n[host_names]\na = A\n",
 		"[common]\nhosts = a\n[render]\nrefresh = never\n",
 	} {
-		if _, err := ParseConfig(strings.NewReader(src), "c.ini"); err != nil {
+		if _, err := decodeConfig(strings.NewReader(src), "c.ini"); err != nil {
 			t.Errorf("%q: %v", src, err)
 		}
 	}
+}
+
+// decodeConfig is LoadConfig of a config held in r, named name.
+func decodeConfig(r io.Reader, name string) (*Config, error) {
+	return inifile.DecodeReader(r, name, configFrom)
 }

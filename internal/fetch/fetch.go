@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/attrib"
+	"github.com/gpumon/gpumon/internal/bytesize"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/idlestate"
@@ -22,8 +23,8 @@ import (
 	"github.com/gpumon/gpumon/internal/remote"
 )
 
-// LocalHost is the host name that runs the probe on this machine, no SSH.
-const LocalHost = "local"
+// localHost is the host name that runs the probe on this machine, no SSH.
+const localHost = "local"
 
 // Runner is what reaches a host; *remote.Client is the real one.
 type Runner interface {
@@ -154,7 +155,7 @@ func (p *Poller) keep(res Result) Result {
 	}
 	p.rowBytes.Add(-size)
 	msg := fmt.Sprintf("its %d rows (%s) would take load_data.csv past %s; fetch keeps the hosts that answered first",
-		len(res.Rows), mib(size), mib(limit))
+		len(res.Rows), bytesize.About(size), bytesize.Exact(limit))
 	f := failed(res.Host, res.Rows[0].Timestamp, &nvsmi.HostError{Status: hoststatus.Error, Message: msg})
 	p.rowBytes.Add(rowBytes(&f.Rows[0]))
 	f.Took = res.Took
@@ -168,8 +169,6 @@ func rowBytes(r *loaddata.Row) int64 {
 		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)+len(r.SlurmJob)+len(r.SlurmJobName)+
 		len(r.SlurmPartition)+len(r.Container)+len(r.ContainerName)+len(r.Pod)) + 160
 }
-
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // nvTimeout leaves room for both nvidia-smi runs and the rest of the script
 // inside the host's deadline, so a hung nvidia-smi is reported as such by the
@@ -199,12 +198,12 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 	script := []byte(req.Script())
 	var out []byte
 	var err error
-	if host == LocalHost {
+	if host == localHost {
 		out, err = remote.RunLocal(ctx, probe.Command, script)
 	} else {
 		out, err = p.Runner.Run(ctx, host, probe.Command, script)
 	}
-	res := Build(host, req.Nonce, out, err, p.now())
+	res := buildResult(host, req.Nonce, out, err, p.now())
 	if !p.RecordsOnly {
 		detach(res.Rows)
 	}
@@ -243,9 +242,9 @@ func detach(rows []loaddata.Row) {
 	}
 }
 
-// Build turns one host's raw answer (or failure) into rows. Exported for
-// tests and the fuzz target: it must never panic, whatever the host sent.
-func Build(host, nonce string, out []byte, runErr error, at time.Time) Result {
+// buildResult turns one host's raw answer (or failure) into rows. It must
+// never panic, whatever the host sent (its fuzz target holds it to that).
+func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Result {
 	ts := at.UTC().Format(loaddata.TimeFormat)
 	po := probe.ParseOutput(nonce, out)
 	if f := hostFailure(po, runErr); f != nil {
@@ -282,7 +281,7 @@ func hostRow(ts, host string, hi probe.HostInfo) loaddata.Row {
 
 // failed is a host without usable GPU data: one row that says why.
 func failed(host, ts string, why *nvsmi.HostError) Result {
-	msg := hosttext.Clip(why.Message, MaxHostError)
+	msg := hosttext.Clip(why.Message, maxHostError)
 	return Result{Host: host, Status: why.Status, Error: msg, Rows: []loaddata.Row{{
 		Timestamp: ts, Host: host, HostStatus: why.Status, HostError: msg,
 	}}}
@@ -319,7 +318,7 @@ func hostFailure(po probe.Output, runErr error) *nvsmi.HostError {
 // Bounds on host_error, which every row of a host repeats: a host that
 // goes wrong in many ways is named for the first few.
 const (
-	MaxHostError = 4096 // bytes of a failed host's message
+	maxHostError = 4096 // bytes of a failed host's message
 	maxWarnings  = 8    // warnings of an ok host named; the rest are counted
 	maxWarning   = 400  // bytes of one warning
 	maxListed    = 5    // GPUs named in one warning

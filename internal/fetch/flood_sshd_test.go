@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/remote"
 	"github.com/gpumon/gpumon/internal/sshdtest"
 )
@@ -78,9 +80,6 @@ func TestRealSSHDFloodingHosts(t *testing.T) {
 // ones with a 4,000-process answer (well past remote.Guaranteed) too: a
 // host that floods only ever cuts off itself or a larger one.
 func TestRealSSHDFloodsSpareHealthyHosts(t *testing.T) {
-	old := remote.DefaultBudget
-	remote.DefaultBudget = 8 << 20
-	t.Cleanup(func() { remote.DefaultBudget = old })
 	s := newRealSite(t)
 	script := filepath.Join(s.bin, "hostile.sh")
 	if err := os.WriteFile(script, []byte(hostileProbe), 0o755); err != nil {
@@ -112,11 +111,8 @@ func TestRealSSHDFloodsSpareHealthyHosts(t *testing.T) {
 			n++
 		}
 	}
-	ini := s.writeFiles("")
-	data, _ := os.ReadFile(ini)
-	os.WriteFile(ini, []byte(strings.Replace(string(data), "timeout = 6", "timeout = 10", 1)), 0o644)
-
-	by, stderr := s.fetch(ini)
+	s.writeFiles("")
+	by, stderr := s.pollWithBudget(8<<20, 10*time.Second)
 	for _, name := range healthy {
 		if rows := by[name]; len(rows) == 0 || rows[0].HostStatus != hoststatus.OK {
 			t.Errorf("healthy host %s: %v\n%s", name, firstErr(rows), stderr)
@@ -137,4 +133,29 @@ func TestRealSSHDFloodsSpareHealthyHosts(t *testing.T) {
 			t.Errorf("flooding host %s: %v, want it cut off for sending too much", name, firstErr(rows))
 		}
 	}
+}
+
+// pollWithBudget polls the site's hosts as fetch does, through a Client
+// whose hosts' answers share a budget of budget bytes (fetch's is
+// remote.DefaultBudget), each host within timeout; it returns the rows by
+// host and the failed hosts' errors, one a line.
+func (s *realSite) pollWithBudget(budget int64, timeout time.Duration) (map[string][]loaddata.Row, string) {
+	s.t.Helper()
+	sc, err := remote.LoadSSHConfig(filepath.Join(s.home, ".ssh", "config"), "")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	client := &remote.Client{SSHConfig: sc, HostKeys: remote.NewHostKeys(false), Keys: remote.NewKeys(""), Home: s.home,
+		Timeout: timeout, Budget: remote.NewBudget(budget)}
+	defer client.Close()
+	p := &Poller{Runner: client, Timeout: timeout}
+	by := map[string][]loaddata.Row{}
+	var failed strings.Builder
+	for _, res := range p.Poll(context.Background(), s.hostList) {
+		by[res.Host] = res.Rows
+		if res.Status != hoststatus.OK {
+			fmt.Fprintf(&failed, "%s: %s: %s\n", res.Host, res.Status, res.Error)
+		}
+	}
+	return by, failed.String()
 }

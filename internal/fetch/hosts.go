@@ -16,17 +16,6 @@ import (
 	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
-// MaxHosts bounds the hosts of one run, and what one range may expand to
-// (hostrange.MaxHosts).
-const MaxHosts = hostrange.MaxHosts
-
-// SplitHosts splits a hosts value on commas and white space, expanding
-// ranges (hostrange.Split).
-func SplitHosts(v string) ([]string, error) { return hostrange.Split(v) }
-
-// ExpandRange expands Slurm-style ranges (hostrange.Expand).
-func ExpandRange(s string) ([]string, error) { return hostrange.Expand(s) }
-
 // maxHostList bounds what hosts_file and hosts_command may hand over: a
 // million hosts fit in 16 MiB, and `yes` as hosts_command must not fill
 // the memory before its timeout.
@@ -62,8 +51,8 @@ func (c *Config) ResolveHosts(ctx context.Context) ([]string, error) {
 	if len(out) == 0 {
 		return nil, c.errorAt("hosts", "no hosts to poll")
 	}
-	if len(out) > MaxHosts {
-		return nil, c.errorAt("hosts", "%d hosts from hosts, hosts_file and hosts_command together, more than %d", len(out), MaxHosts)
+	if len(out) > hostrange.MaxHosts {
+		return nil, c.errorAt("hosts", "%d hosts from hosts, hosts_file and hosts_command together, more than %d", len(out), hostrange.MaxHosts)
 	}
 	return out, nil
 }
@@ -161,12 +150,12 @@ func parseHostLines(data []byte, name string) ([]string, error) {
 		if line == "" {
 			continue
 		}
-		hosts, err := SplitHosts(line)
+		hosts, err := hostrange.Split(line)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %v", name, i+1, err)
 		}
 		if !set.Add(hosts) {
-			return nil, fmt.Errorf("%s:%d: more than %d hosts in all", name, i+1, MaxHosts)
+			return nil, fmt.Errorf("%s:%d: more than %d hosts in all", name, i+1, hostrange.MaxHosts)
 		}
 	}
 	return set.Names, nil

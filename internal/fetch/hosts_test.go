@@ -12,35 +12,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestExpandRange(t *testing.T) {
-	tests := []struct {
-		in   string
-		want []string
-	}{
-		{"gpu1", []string{"gpu1"}},
-		{"gpu[08-11]", []string{"gpu08", "gpu09", "gpu10", "gpu11"}},
-		{"n[1-2,5]", []string{"n1", "n2", "n5"}},
-		{"r[1-2]-g[1-2].lab", []string{"r1-g1.lab", "r1-g2.lab", "r2-g1.lab", "r2-g2.lab"}},
-		{"x[7]", []string{"x7"}},
-	}
-	for _, tt := range tests {
-		got, err := ExpandRange(tt.in)
-		if err != nil {
-			t.Errorf("%s: %v", tt.in, err)
-			continue
-		}
-		if diff := cmp.Diff(tt.want, got); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tt.in, diff)
-		}
-	}
-}
-
 func TestResolveHosts(t *testing.T) {
 	dir := t.TempDir()
 	hostsFile := filepath.Join(dir, "hosts")
 	os.WriteFile(hostsFile, []byte("# lab A\ngpu[01-02]\n\ngpu03  # spare\ngpu01\n"), 0o644)
 	src := "[common]\nhosts = local, gpu01\nhosts_file = hosts\nhosts_command = printf 'node1\\nnode2\\nnode1\\n'\n"
-	c, err := ParseConfig(strings.NewReader(src), filepath.Join(dir, "config.ini"))
+	c, err := decodeConfig(strings.NewReader(src), filepath.Join(dir, "config.ini"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,14 +31,14 @@ func TestResolveHosts(t *testing.T) {
 	}
 
 	t.Run("failing command", func(t *testing.T) {
-		c, _ := ParseConfig(strings.NewReader("[common]\nhosts_command = echo 'sinfo: cannot reach slurmctld' >&2; exit 1\n"), filepath.Join(dir, "c.ini"))
+		c, _ := decodeConfig(strings.NewReader("[common]\nhosts_command = echo 'sinfo: cannot reach slurmctld' >&2; exit 1\n"), filepath.Join(dir, "c.ini"))
 		_, err := c.ResolveHosts(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "c.ini:2: hosts_command:") || !strings.Contains(err.Error(), "cannot reach slurmctld") {
 			t.Errorf("got %v", err)
 		}
 	})
 	t.Run("missing file", func(t *testing.T) {
-		c, _ := ParseConfig(strings.NewReader("[common]\nhosts_file = nope\n"), filepath.Join(dir, "c.ini"))
+		c, _ := decodeConfig(strings.NewReader("[common]\nhosts_file = nope\n"), filepath.Join(dir, "c.ini"))
 		_, err := c.ResolveHosts(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "c.ini:2: hosts_file:") {
 			t.Errorf("got %v", err)
@@ -69,7 +46,7 @@ func TestResolveHosts(t *testing.T) {
 	})
 	t.Run("bad line in hosts file", func(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "bad"), []byte("gpu1\ngpu[3-\n"), 0o644)
-		c, _ := ParseConfig(strings.NewReader("[common]\nhosts_file = bad\n"), filepath.Join(dir, "c.ini"))
+		c, _ := decodeConfig(strings.NewReader("[common]\nhosts_file = bad\n"), filepath.Join(dir, "c.ini"))
 		_, err := c.ResolveHosts(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "bad:2:") {
 			t.Errorf("got %v", err)
@@ -97,7 +74,7 @@ func TestHostsCommandBounds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := "[common]\ntimeout = " + tc.timeout + "\nhosts_command = " + tc.command + "\n"
-			c, err := ParseConfig(strings.NewReader(src), filepath.Join(dir, "c.ini"))
+			c, err := decodeConfig(strings.NewReader(src), filepath.Join(dir, "c.ini"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +138,7 @@ func TestHostsFileBounds(t *testing.T) {
 		{"a folder", dir, ini + ":2: hosts_file: read " + dir + ": is a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseConfig(strings.NewReader("[common]\nhosts_file = "+tc.file+"\n"), ini)
+			c, err := decodeConfig(strings.NewReader("[common]\nhosts_file = "+tc.file+"\n"), ini)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +150,7 @@ func TestHostsFileBounds(t *testing.T) {
 	}
 }
 
-// Ranges that are each under MaxHosts cannot add up past it: a hosts file of
+// Ranges that are each under hostrange.MaxHosts cannot add up past it: a hosts file of
 // a hundred lines pN-[0-99999] is an error naming the line where the run
 // went over, not ten million connections.
 func TestHostsBoundedInAll(t *testing.T) {
@@ -200,7 +177,7 @@ func TestHostsBoundedInAll(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseConfig(strings.NewReader(tt.config), filepath.Join(dir, "config.ini"))
+			c, err := decodeConfig(strings.NewReader(tt.config), filepath.Join(dir, "config.ini"))
 			if err == nil {
 				_, err = c.ResolveHosts(context.Background())
 			}
@@ -214,7 +191,7 @@ func TestHostsBoundedInAll(t *testing.T) {
 // A name listed many times is one host: 2 million lines of the same name
 // from hosts_command are not "more than 100000 hosts".
 func TestHostsDuplicatesCountOnce(t *testing.T) {
-	c, err := ParseConfig(strings.NewReader("[common]\nhosts = gpu01\nhosts_command = yes gpu01 | head -n 2000000\n"),
+	c, err := decodeConfig(strings.NewReader("[common]\nhosts = gpu01\nhosts_command = yes gpu01 | head -n 2000000\n"),
 		filepath.Join(t.TempDir(), "config.ini"))
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,9 @@ type realSite struct {
 	dir      string
 	servers  map[string]*sshdtest.Server
 	hostList []string
+	// keyTypes are the host key types of the servers add starts (nil:
+	// sshdtest's default, three; one is quicker for many hosts)
+	keyTypes []string
 }
 
 func newRealSite(t *testing.T) *realSite {
@@ -59,7 +62,7 @@ func (s *realSite) add(names []string, addrs []string, extra string) {
 	s.t.Helper()
 	var opts []sshdtest.Options
 	for _, a := range addrs {
-		opts = append(opts, sshdtest.Options{Addr: a, AuthorizedKeys: []ssh.PublicKey{s.key.PublicKey()}, FakeBin: s.bin, Extra: extra})
+		opts = append(opts, sshdtest.Options{Addr: a, AuthorizedKeys: []ssh.PublicKey{s.key.PublicKey()}, FakeBin: s.bin, Extra: extra, HostKeyTypes: s.keyTypes})
 	}
 	for i, srv := range sshdtest.StartMany(s.t, opts...) {
 		name := names[i]

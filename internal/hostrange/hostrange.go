@@ -26,7 +26,7 @@ func Split(v string) ([]string, error) {
 		if item == "" {
 			return nil
 		}
-		names, err := Expand(item)
+		names, err := expandChecked(item)
 		if err != nil {
 			return err
 		}
@@ -81,15 +81,15 @@ func (s *Set) Add(names []string) bool {
 	return len(s.Names) <= MaxHosts
 }
 
-// Expand expands Slurm-style ranges: gpu[01-16] keeps the zero padding,
+// expandChecked expands Slurm-style ranges: gpu[01-16] keeps the zero padding,
 // node[1-3,7] lists, and several brackets multiply (rack[1-2]-gpu[1-4]).
-func Expand(s string) ([]string, error) {
+func expandChecked(s string) ([]string, error) {
 	names, err := expand(s)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range names {
-		if err := CheckName(n); err != nil {
+		if err := checkName(n); err != nil {
 			return nil, err
 		}
 	}
@@ -155,9 +155,9 @@ func expand(s string) ([]string, error) {
 	return out, nil
 }
 
-// CheckName refuses what cannot be a host alias: it would otherwise reach
+// checkName refuses what cannot be a host alias: it would otherwise reach
 // ssh_config patterns or, for names starting with '-', look like an option.
-func CheckName(s string) error {
+func checkName(s string) error {
 	if s == "" {
 		return errors.New("empty host name")
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gpumon/gpumon/internal/bytesize"
 )
 
 // limits bound what a file can make the reader hold and do.
@@ -77,15 +79,15 @@ func (b *boundedReader) pass(p []byte) int {
 	}
 	if keep, ok := b.countLines(p); !ok {
 		b.read += int64(keep)
-		b.err = &tooLongError{line: b.lines + 1, msg: "a record longer than " + sizeText(b.lim.record)}
+		b.err = &tooLongError{line: b.lines + 1, msg: "a record longer than " + bytesize.Exact(b.lim.record)}
 		return keep
 	}
 	b.read += int64(len(p))
 	switch {
 	case b.read-b.recordStart > b.lim.record+readAhead:
-		b.err = &tooLongError{line: b.recordLine, msg: "a record longer than " + sizeText(b.lim.record)}
+		b.err = &tooLongError{line: b.recordLine, msg: "a record longer than " + bytesize.Exact(b.lim.record)}
 	case overFile:
-		b.err = &tooLongError{line: b.lines + 1, msg: "the file goes on past " + sizeText(b.lim.file)}
+		b.err = &tooLongError{line: b.lines + 1, msg: "the file goes on past " + bytesize.Exact(b.lim.file)}
 	}
 	return len(p)
 }
@@ -129,15 +131,4 @@ func (b *boundedReader) recordEnded(cr *csv.Reader, rec []string) {
 	last := len(rec) - 1
 	line, _ := cr.FieldPos(last)
 	b.recordLine = line + strings.Count(rec[last], "\n") + 1
-}
-
-// sizeText is "1 MiB", "64 KiB" or "100 bytes".
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gocarina/gocsv"
 	"github.com/google/renameio/v2"
 
+	"github.com/gpumon/gpumon/internal/bytesize"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
@@ -174,7 +175,40 @@ func Encode(w io.Writer, rows []Row) error {
 	if rows == nil {
 		rows = []Row{}
 	}
-	return gocsv.Marshal(&rows, w)
+	return gocsv.MarshalCSV(&rows, formulaQuoter{gocsv.NewSafeCSVWriter(csv.NewWriter(w))})
+}
+
+// Text a host chose (a process's name, a job's) reaches whoever opens
+// load_data.csv in a spreadsheet, which runs a cell that starts with one
+// of formulaStarts as a formula ("=cmd|' /C calc'!A0"). So a text cell
+// that starts with one of them, or with the quote itself, is written with
+// a ' before it (OWASP's advice: spreadsheets show such a cell as text),
+// and the reader takes exactly one leading ' off every text cell: the
+// file means what it meant, for render as for any tool that does the same
+// (docs/load_data.md). Number cells are never quoted: "-3" stays a number.
+const formulaStarts = "=+-@\t\r'"
+
+// quoteText is a text cell as written.
+func quoteText(s string) string {
+	if s != "" && strings.IndexByte(formulaStarts, s[0]) >= 0 {
+		return "'" + s
+	}
+	return s
+}
+
+// unquoteText is a text cell as read: quoteText undone.
+func unquoteText(s string) string { return strings.TrimPrefix(s, "'") }
+
+// formulaQuoter writes records with their text cells quoted (quoteText).
+type formulaQuoter struct{ gocsv.CSVWriter }
+
+func (q formulaQuoter) Write(rec []string) error {
+	for i, cell := range rec {
+		if i < len(columns) && columns[i].text {
+			rec[i] = quoteText(cell)
+		}
+	}
+	return q.CSVWriter.Write(rec)
 }
 
 // WriteFile replaces path with rows atomically: a temporary file in the same
@@ -209,12 +243,12 @@ func Records(rows []Row) ([]byte, error) {
 // 10,000 hosts.
 type recordEncoder struct {
 	buf bytes.Buffer
-	w   *gocsv.SafeCSVWriter
+	w   formulaQuoter
 }
 
 var recordEncoders = sync.Pool{New: func() any {
 	e := new(recordEncoder)
-	e.w = gocsv.NewSafeCSVWriter(csv.NewWriter(&e.buf))
+	e.w = formulaQuoter{gocsv.NewSafeCSVWriter(csv.NewWriter(&e.buf))}
 	return e
 }}
 
@@ -293,7 +327,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 		return 0, l.err
 	}
 	if l.written+int64(len(p)) > l.lim.file {
-		l.err = fmt.Errorf("would be more than %s, more than render reads", sizeText(l.lim.file))
+		l.err = fmt.Errorf("would be more than %s, more than render reads", bytesize.Exact(l.lim.file))
 		return 0, l.err
 	}
 	for rest := p; len(rest) > 0; {
@@ -309,7 +343,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 		l.line, l.lines, rest = 0, l.lines+1, rest[i+1:]
 	}
 	if l.line > l.lim.record {
-		l.err = fmt.Errorf("line %d would be more than %s, more than render reads", l.lines+1, sizeText(l.lim.record))
+		l.err = fmt.Errorf("line %d would be more than %s, more than render reads", l.lines+1, bytesize.Exact(l.lim.record))
 		return 0, l.err
 	}
 	n, err := l.w.Write(p)

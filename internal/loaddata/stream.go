@@ -39,7 +39,8 @@ func StreamFile(path string, add func(*Row)) (int, error) {
 // cell is read into it.
 type column struct {
 	name  string
-	field int // Row's field index
+	field int  // Row's field index
+	text  bool // a string, written quoted (quoteText)
 	read  func(field reflect.Value, cell string, in *interner) error
 }
 
@@ -74,8 +75,9 @@ func columnsOf(t reflect.Type) []column {
 				return field.Addr().Interface().(cellUnmarshaler).UnmarshalCSV(cell)
 			}
 		case f.Type.Kind() == reflect.String:
+			c.text = true
 			c.read = func(field reflect.Value, cell string, in *interner) error {
-				field.SetString(in.get(cell))
+				field.SetString(in.get(unquoteText(cell)))
 				return nil
 			}
 		default:

@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumon/gpumon/internal/bytesize"
 )
 
 // Stream reads what Encode (gocsv) writes, whatever the quoting and line
@@ -175,7 +177,7 @@ func TestStreamBoundsTheFile(t *testing.T) {
 		t.Errorf("a file of exactly the limit: %v", err)
 	}
 	_, err := stream(strings.NewReader(data+data[len(data)-10:]), lim, func(*Row) {})
-	if want := "line 4: the file goes on past " + sizeText(lim.file); err == nil || err.Error() != want {
+	if want := "line 4: the file goes on past " + bytesize.Exact(lim.file); err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}
 }
@@ -237,7 +239,7 @@ func TestStreamRecordLimitIsExact(t *testing.T) {
 		want   string
 	}{
 		{"at the limit", longest, ""},
-		{"one byte over", longest - 1, fmt.Sprintf("line 2: a record longer than %d bytes", longest-1)},
+		{"one byte over", longest - 1, "line 2: a record longer than " + bytesize.Exact(int64(longest-1))},
 	} {
 		for _, pieces := range []struct {
 			name string

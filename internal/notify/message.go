@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/bytesize"
 	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
@@ -309,12 +310,7 @@ func hours(d time.Duration) string {
 	return fmt.Sprintf("%.1f days", d.Hours()/24)
 }
 
-func mib(m float64) string {
-	if m >= 1024 {
-		return fmt.Sprintf("%.1f GiB", m/1024)
-	}
-	return fmt.Sprintf("%.0f MiB", m)
-}
+func mib(m float64) string { return bytesize.AboutMiB(m) }
 
 // clock is a time in the lab's zone, with the zone named.
 func clock(t time.Time, loc *time.Location) string {

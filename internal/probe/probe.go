@@ -31,6 +31,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/gpumon/gpumon/internal/lines"
 )
 
 // Command is what fetch asks the remote account to run; the script follows on stdin.
@@ -144,23 +146,23 @@ func (r Request) Script() string {
 // lines at most psBudget/processes wide); a command that prints more fails
 // the host with "the host sent too much: ... printed more than N bytes".
 const (
-	MaxGPUsOutput = 64 << 10   // nvidia-smi --query-gpu: 64 GPUs take about 16 KiB
-	MaxAppsOutput = 512 << 10  // nvidia-smi --query-compute-apps: 4,096 processes take about 280 KiB
-	MaxPSOutput   = 1536 << 10 // ps: 4,096 processes take about 1 MiB (psBudget)
-	MaxStateFile  = 1 << 20    // idlemon's state file (head -c)
-	// MaxCgroupsOutput bounds the cgroups section: each process's
+	maxGPUsOutput = 64 << 10   // nvidia-smi --query-gpu: 64 GPUs take about 16 KiB
+	maxAppsOutput = 512 << 10  // nvidia-smi --query-compute-apps: 4,096 processes take about 280 KiB
+	maxPSOutput   = 1536 << 10 // ps: 4,096 processes take about 1 MiB (psBudget)
+	maxStateFile  = 1 << 20    // idlemon's state file (head -c)
+	// maxCgroupsOutput bounds the cgroups section: each process's
 	// /proc/PID/cgroup (a few hundred bytes on a cgroup v2 host, about
 	// 1 KiB on a v1 host in a container) up to 4,096 bytes, less where
-	// there are more than 150 processes: MaxCgroupsOutput / processes, less
+	// there are more than 150 processes: maxCgroupsOutput / processes, less
 	// 96 bytes for its record lines. A process whose file is longer is
 	// unknown, not read in part.
-	MaxCgroupsOutput = 640 << 10
+	maxCgroupsOutput = 640 << 10
 	// MaxSqueueOutput bounds squeue's answer: up to 1,024 jobs (the script
 	// asks for no more), about 60 bytes each and their names.
 	MaxSqueueOutput = 128 << 10
-	// MaxContainersOutput bounds docker or podman ps, which lists every
+	// maxContainersOutput bounds docker or podman ps, which lists every
 	// running container: about 130 bytes each, some 1,000 containers.
-	MaxContainersOutput = 128 << 10
+	maxContainersOutput = 128 << 10
 	// psBudget is what the script asks of ps in all: each line is
 	// psBudget / processes columns wide, between 256 and 4,096 (a line holds
 	// pid, user and elapsed time too).
@@ -168,8 +170,8 @@ const (
 	// MaxAnswer is the most a host running the script can send: the
 	// sections above and a few KiB of framing and host lines. fetch's own
 	// per-host cap (remote.MaxOutput) is above it.
-	MaxAnswer = MaxGPUsOutput + MaxAppsOutput + MaxPSOutput + MaxStateFile +
-		MaxCgroupsOutput + MaxSqueueOutput + MaxContainersOutput + 16<<10
+	MaxAnswer = maxGPUsOutput + maxAppsOutput + maxPSOutput + maxStateFile +
+		maxCgroupsOutput + MaxSqueueOutput + maxContainersOutput + 16<<10
 )
 
 // The body is one function called with stdin from /dev/null: sh has read the
@@ -316,10 +318,10 @@ exit 0
 
 // script is scriptBody with its limits filled in.
 var script = strings.NewReplacer(
-	"@GPUS@", strconv.Itoa(MaxGPUsOutput), "@APPS@", strconv.Itoa(MaxAppsOutput),
-	"@PS@", strconv.Itoa(MaxPSOutput), "@PSBUDGET@", strconv.Itoa(psBudget),
-	"@STATE@", strconv.Itoa(MaxStateFile), "@CGROUPS@", strconv.Itoa(MaxCgroupsOutput),
-	"@SQUEUE@", strconv.Itoa(MaxSqueueOutput), "@CTRS@", strconv.Itoa(MaxContainersOutput)).Replace(scriptBody)
+	"@GPUS@", strconv.Itoa(maxGPUsOutput), "@APPS@", strconv.Itoa(maxAppsOutput),
+	"@PS@", strconv.Itoa(maxPSOutput), "@PSBUDGET@", strconv.Itoa(psBudget),
+	"@STATE@", strconv.Itoa(maxStateFile), "@CGROUPS@", strconv.Itoa(maxCgroupsOutput),
+	"@SQUEUE@", strconv.Itoa(MaxSqueueOutput), "@CTRS@", strconv.Itoa(maxContainersOutput)).Replace(scriptBody)
 
 var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF|CT)=(?:'([^']*)'|(\d+))$`)
 
@@ -411,15 +413,8 @@ func ParseOutput(nonce string, out []byte) Output {
 		open      bool
 		bodyStart int
 	)
-	for pos := 0; pos < len(out); {
-		lineStart := pos
-		line := out[pos:]
-		if i := bytes.IndexByte(line, '\n'); i >= 0 {
-			line, pos = line[:i], pos+i+1
-		} else {
-			pos = len(out)
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'}) // as bufio.ScanLines
+	for l := range lines.All(out) {
+		line := l.Text
 		rest, isMarker := bytes.CutPrefix(line, marker)
 		if !isMarker {
 			if !open && len(o.Stray) < maxStray && len(bytes.TrimSpace(line)) > 0 {
@@ -431,11 +426,11 @@ func ParseOutput(nonce string, out []byte) Output {
 		f := strings.Fields(string(rest))
 		switch {
 		case len(f) == 2 && f[0] == "begin":
-			cur, open, bodyStart = f[1], true, pos
+			cur, open, bodyStart = f[1], true, l.Next
 		case len(f) == 3 && f[0] == "end" && open && f[1] == cur:
 			code, err := strconv.Atoi(f[2])
 			if err == nil {
-				body := out[bodyStart:lineStart:lineStart]
+				body := out[bodyStart:l.Start:l.Start]
 				if bytes.IndexByte(body, '\r') >= 0 {
 					body = bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n"))
 				}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpumon/gpumon/internal/hosttext"
+	"github.com/gpumon/gpumon/internal/lines"
 )
 
 // A PSProcess is one line of the ps section, which the script makes with
@@ -35,10 +36,10 @@ type SkippedLine struct {
 // its own shell and the GPU processes nvidia-smi listed (at most
 // nvsmi.MaxProcesses), so a longer answer was not made by ps.
 const (
-	MaxPSLines   = 8192
-	MaxSkipped   = 20   // unusable lines kept to be named; the rest are counted
+	maxPSLines   = 8192
+	maxSkipped   = 20   // unusable lines kept to be named; the rest are counted
 	MaxCommand   = 4096 // bytes kept of a command line
-	MaxUser      = 64   // ps prints at most 32 (user:32), or the uid
+	maxUser      = 64   // ps prints at most 32 (user:32), or the uid
 	maxPSReasons = 40   // bytes of a bad field quoted in a reason
 )
 
@@ -46,12 +47,12 @@ const (
 // could not read.
 type PSReport struct {
 	Processes   map[int]PSProcess
-	Skipped     []SkippedLine // the first MaxSkipped
+	Skipped     []SkippedLine // the first maxSkipped
 	MoreSkipped int
 }
 
 func (r *PSReport) skip(line int, reason string) {
-	if len(r.Skipped) < MaxSkipped {
+	if len(r.Skipped) < maxSkipped {
 		r.Skipped = append(r.Skipped, SkippedLine{Line: line, Reason: reason})
 		return
 	}
@@ -70,25 +71,27 @@ func (r *PSReport) skip(line int, reason string) {
 func ParsePS(sec Section) (PSReport, error) {
 	rep := PSReport{Processes: map[int]PSProcess{}}
 	seen := map[int]int{} // pid -> its first line
-	read := 0
-	for n, line := range lines(sec.Body) {
+	read, n := 0, 0       // n: the line's number
+	for l := range lines.All(sec.Body) {
+		n++
+		line := string(l.Text)
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		if read++; read > MaxPSLines {
-			return PSReport{}, fmt.Errorf("ps printed more than %d lines, more than the script asked for", MaxPSLines)
+		if read++; read > maxPSLines {
+			return PSReport{}, fmt.Errorf("ps printed more than %d lines, more than the script asked for", maxPSLines)
 		}
 		p, err := parsePSLine(line)
 		if err != nil {
-			rep.skip(n+1, err.Error())
+			rep.skip(n, err.Error())
 			continue
 		}
 		if first, dup := seen[p.PID]; dup {
 			delete(rep.Processes, p.PID)
-			rep.skip(n+1, fmt.Sprintf("pid %d listed again (first on line %d): neither line is used", p.PID, first))
+			rep.skip(n, fmt.Sprintf("pid %d listed again (first on line %d): neither line is used", p.PID, first))
 			continue
 		}
-		seen[p.PID] = n + 1
+		seen[p.PID] = n
 		rep.Processes[p.PID] = p
 	}
 	switch {
@@ -128,7 +131,7 @@ func parsePSLine(line string) (PSProcess, error) {
 	}
 	return PSProcess{
 		PID:      pid,
-		User:     hosttext.Clip(hosttext.Printable(f[1]), MaxUser),
+		User:     hosttext.Clip(hosttext.Printable(f[1]), maxUser),
 		ElapsedS: elapsed,
 		Command:  hosttext.Clip(hosttext.Printable(strings.TrimSpace(rest)), MaxCommand),
 	}, nil
@@ -166,8 +169,8 @@ func (h HostInfo) MemUsedKiB() int64 {
 // ignored, so a newer script may add some.
 func ParseHost(body []byte) HostInfo {
 	h := HostInfo{CPUs: -1, Load1: -1, MemTotalKiB: -1, MemAvailableKiB: -1}
-	for _, line := range lines(body) {
-		f := strings.Fields(line)
+	for line := range lines.All(body) {
+		f := strings.Fields(string(line.Text))
 		if len(f) < 2 {
 			continue
 		}
@@ -198,26 +201,11 @@ func positiveInt(s string) int64 {
 	return n
 }
 
-// lines splits a body on "\n", dropping a "\r" before it. Unlike
-// bufio.Scanner it has no line length limit, so one long line cannot end
-// the reading of the lines after it.
-func lines(body []byte) []string {
-	s := strings.TrimSuffix(string(body), "\n")
-	if s == "" {
-		return nil
-	}
-	out := strings.Split(s, "\n")
-	for i, l := range out {
-		out[i] = strings.TrimSuffix(l, "\r")
-	}
-	return out
-}
-
 // withFirstLine is msg, then ": " and the first non-blank line of out where
 // there is one (ps's own complaint, e.g. "sh: 1: ps: not found").
 func withFirstLine(msg string, out []byte) error {
-	for _, l := range lines(out) {
-		if l = strings.TrimSpace(l); l != "" {
+	for line := range lines.All(out) {
+		if l := strings.TrimSpace(string(line.Text)); l != "" {
 			return errors.New(msg + ": " + hosttext.Clip(hosttext.Printable(l), 200))
 		}
 	}

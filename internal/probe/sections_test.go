@@ -135,11 +135,11 @@ func TestParsePSLongLine(t *testing.T) {
 }
 
 // However many lines a host prints as ps, what is kept is bounded: past
-// MaxPSLines the section is refused, and bad lines past MaxSkipped are
+// maxPSLines the section is refused, and bad lines past maxSkipped are
 // only counted.
 func TestParsePSBounds(t *testing.T) {
 	var many, bad strings.Builder
-	for i := 1; i <= MaxPSLines+1; i++ {
+	for i := 1; i <= maxPSLines+1; i++ {
 		fmt.Fprintf(&many, " %d alice 5 x\n", i)
 	}
 	for i := 1; i <= 1000; i++ {
@@ -148,17 +148,17 @@ func TestParsePSBounds(t *testing.T) {
 	bad.WriteString(" 7 bob 1 y\n")
 
 	if _, err := ParsePS(Section{Body: []byte(many.String())}); err == nil || err.Error() != "ps printed more than 8192 lines, more than the script asked for" {
-		t.Errorf("%d lines: err %v", MaxPSLines+1, err)
+		t.Errorf("%d lines: err %v", maxPSLines+1, err)
 	}
 	rep, err := ParsePS(Section{Body: []byte(bad.String())})
-	if err != nil || len(rep.Processes) != 1 || len(rep.Skipped) != MaxSkipped || rep.MoreSkipped != 1000-MaxSkipped {
+	if err != nil || len(rep.Processes) != 1 || len(rep.Skipped) != maxSkipped || rep.MoreSkipped != 1000-maxSkipped {
 		t.Errorf("err %v, %d processes, %d skipped, %d more; want nil, 1, %d, %d",
-			err, len(rep.Processes), len(rep.Skipped), rep.MoreSkipped, MaxSkipped, 1000-MaxSkipped)
+			err, len(rep.Processes), len(rep.Skipped), rep.MoreSkipped, maxSkipped, 1000-maxSkipped)
 	}
 	long := " 8 " + strings.Repeat("u", 1000) + " 1 z\n"
 	rep, _ = ParsePS(Section{Body: []byte(long)})
-	if u := rep.Processes[8].User; len(u) > MaxUser {
-		t.Errorf("user of %d bytes kept, want at most %d", len(u), MaxUser)
+	if u := rep.Processes[8].User; len(u) > maxUser {
+		t.Errorf("user of %d bytes kept, want at most %d", len(u), maxUser)
 	}
 }
 
@@ -344,7 +344,7 @@ func FuzzParsePS(f *testing.F) {
 			if pid != p.PID || pid <= 0 || p.ElapsedS < 0 {
 				t.Errorf("process %d: %+v", pid, p)
 			}
-			if len(p.User) > MaxUser || len(p.Command) > MaxCommand || len(rep.Skipped) > MaxSkipped {
+			if len(p.User) > maxUser || len(p.Command) > MaxCommand || len(rep.Skipped) > maxSkipped {
 				t.Errorf("process %d: user %d bytes, command %d, %d skipped kept: over the bounds", pid, len(p.User), len(p.Command), len(rep.Skipped))
 			}
 			for _, s := range []string{p.User, p.Command} {

@@ -214,7 +214,7 @@ func (c *Client) runCommand(ctx context.Context, sess *ssh.Session, conn net.Con
 	acct := newAccount(c.Budget, cutOff)
 	defer acct.release()
 	stdout := newCapture(MaxOutput, "output", acct)
-	stderr := newCapture(MaxStderr, "error output", acct)
+	stderr := newCapture(maxStderr, "error output", acct)
 	err := runCopying(sess, command, stdin, stdout, stderr)
 	for _, stream := range []*capture{stdout, stderr} {
 		if e := stream.failed(); e != nil {
@@ -509,7 +509,7 @@ func RunLocal(ctx context.Context, command string, stdin []byte) ([]byte, error)
 	}
 	acct := newAccount(nil, cutOff)
 	stdout := newCapture(MaxOutput, "output", acct)
-	stderr := newCapture(MaxStderr, "error output", acct)
+	stderr := newCapture(maxStderr, "error output", acct)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		return nil, &Error{Status: hoststatus.Error, Msg: err.Error()}

@@ -6,9 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 	"unicode"
 
 	"github.com/skeema/knownhosts"
@@ -20,18 +23,64 @@ import (
 // skips the check: accept-new records a host seen for the first time, exactly
 // as OpenSSH's StrictHostKeyChecking=accept-new does, and still refuses a
 // changed key.
+//
+// The files are read once and looked at again (a stat each, no read) at most
+// once every recheckEvery: a process that runs for days (fetch's live mode)
+// sees a key the admin added, or removed, without a restart, and a fleet
+// of 10,000 hosts costs a few stats per round, not a read per host.
 type HostKeys struct {
 	acceptNew bool
+	now       func() time.Time // nil: time.Now
 
 	mu  sync.Mutex
 	dbs map[string]*knownDB // by the joined file list
 }
 
+// recheckEvery is how often HostKeys looks whether its known_hosts files
+// changed.
+const recheckEvery = time.Second
+
 type knownDB struct {
-	files []string
-	ix    *knownIndex
-	err   error
-	added map[string]ssh.PublicKey // accepted this run, by normalized address
+	files   []string
+	ix      *knownIndex
+	err     error
+	added   map[string]ssh.PublicKey // accepted by this process, by normalized address
+	stamps  []fileStamp              // the files as they were when read
+	checked time.Time                // when stamps were last compared with the files
+}
+
+// fileStamp is what tells that a file changed without reading it: an
+// editor that writes a new file and renames it changes the inode, one
+// that writes in place the size or the modification time.
+type fileStamp struct {
+	exists   bool
+	size     int64
+	modified int64 // UnixNano
+	dev, ino uint64
+	err      string // why it could not be looked at
+}
+
+func stampOf(file string) fileStamp {
+	fi, err := os.Stat(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return fileStamp{}
+	}
+	if err != nil {
+		return fileStamp{err: err.Error()}
+	}
+	st := fileStamp{exists: true, size: fi.Size(), modified: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.dev, st.ino = uint64(sys.Dev), sys.Ino
+	}
+	return st
+}
+
+func stampsOf(files []string) []fileStamp {
+	out := make([]fileStamp, len(files))
+	for i, f := range files {
+		out[i] = stampOf(f)
+	}
+	return out
 }
 
 // NewHostKeys returns a checker; acceptNew records unknown hosts in the first
@@ -85,20 +134,44 @@ func keyscanCommand(address string) string {
 	return "ssh-keyscan " + address
 }
 
+func (hk *HostKeys) clock() time.Time {
+	if hk.now != nil {
+		return hk.now()
+	}
+	return time.Now()
+}
+
+// load returns files read: as last read, when they have not changed since
+// or were looked at less than recheckEvery ago; read again otherwise.
 func (hk *HostKeys) load(files []string) *knownDB {
 	key := strings.Join(files, "\x00")
 	hk.mu.Lock()
 	defer hk.mu.Unlock()
-	if d, ok := hk.dbs[key]; ok {
-		return d
+	now := hk.clock()
+	old, ok := hk.dbs[key]
+	if ok && now.Sub(old.checked) < recheckEvery && !now.Before(old.checked) {
+		return old
 	}
-	d := &knownDB{files: files, added: map[string]ssh.PublicKey{}}
+	stamps := stampsOf(files)
+	if ok {
+		old.checked = now
+		if old.err == nil && slices.Equal(stamps, old.stamps) {
+			return old
+		}
+	}
+	d := &knownDB{files: files, added: map[string]ssh.PublicKey{}, stamps: stamps, checked: now}
+	if ok {
+		// a key this process recorded stays the one it holds the host to,
+		// whatever became of the line it wrote (shared: a callback made
+		// before this reload may still record one)
+		d.added = old.added
+	}
 	var existing []string
-	for _, f := range files {
-		if _, err := os.Stat(f); err == nil {
+	for i, f := range files {
+		if stamps[i].err != "" {
+			_, d.err = os.Stat(f)
+		} else if stamps[i].exists {
 			existing = append(existing, f)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			d.err = err
 		}
 	}
 	if d.err == nil {

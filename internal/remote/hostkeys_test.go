@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -131,5 +133,117 @@ func TestHostKeysAcceptNewRefusesPatterns(t *testing.T) {
 		if err := cb(address, remote, a); err != nil {
 			t.Errorf("%q: %v", name, err)
 		}
+	}
+}
+
+// A long-running process (live mode) sees known_hosts change: a key the
+// admin adds is accepted once HostKeys looks again (at most every
+// recheckEvery, by a stat), a key that differs from the one on record is
+// still refused, and files that did not change are not read again.
+func TestHostKeysSeeKnownHostsChange(t *testing.T) {
+	const address = "gpu01:22"
+	hostKey, other, stranger := testEd25519(t), testEd25519(t), testEd25519(t)
+	lineFor := func(host string, k ssh.PublicKey) string { return host + " " + string(ssh.MarshalAuthorizedKey(k)) }
+	line := func(k ssh.PublicKey) string { return lineFor("gpu01", k) }
+	appendTo := func(t *testing.T, file, text string) {
+		t.Helper()
+		f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		before  string // known_hosts at the first poll ("" and missing: no file)
+		missing bool
+		first   string // at the first poll: "ok", "unknown" or "changed"
+		change  func(t *testing.T, file string)
+		wait    time.Duration // between the polls
+		want    string        // at the second poll
+	}{
+		{"nothing changed", line(other), false, "changed", func(*testing.T, string) {}, recheckEvery, "changed"},
+		{"key added", "", false, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery, "ok"},
+		{"file made", "", true, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery, "ok"},
+		{"file replaced by a rename", "", false, "unknown", func(t *testing.T, f string) {
+			tmp := f + ".new"
+			appendTo(t, tmp, line(stranger)+line(hostKey))
+			if err := os.Rename(tmp, f); err != nil {
+				t.Fatal(err)
+			}
+		}, recheckEvery, "ok"},
+		{"key added, looked at again too soon", "", false, "unknown", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery / 2, "unknown"},
+		{"another host's key added", line(other), false, "changed", func(t *testing.T, f string) { appendTo(t, f, lineFor("gpu02", hostKey)) }, recheckEvery, "changed"},
+		{"the host's other key added beside", line(other), false, "changed", func(t *testing.T, f string) { appendTo(t, f, line(hostKey)) }, recheckEvery, "ok"},
+		{"key removed", line(hostKey), false, "ok", func(t *testing.T, f string) {
+			if err := os.WriteFile(f, []byte(lineFor("gpu02", stranger)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, recheckEvery, "unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "known_hosts")
+			if !tt.missing {
+				if err := os.WriteFile(file, []byte(tt.before), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+			hk := NewHostKeys(false)
+			hk.now = func() time.Time { return now }
+			poll := func() error {
+				cb, _, err := hk.Config(address, []string{file})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cb(address, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22}, hostKey)
+			}
+			if got := hostKeyVerdict(poll()); got != tt.first {
+				t.Fatalf("first poll: %s, want %s", got, tt.first)
+			}
+			tt.change(t, file)
+			now = now.Add(tt.wait)
+			if got := hostKeyVerdict(poll()); got != tt.want {
+				t.Errorf("second poll: %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// hostKeyVerdict is what HostKeys' check said: ok, unknown, changed, or
+// the error.
+func hostKeyVerdict(err error) string {
+	var he *HostKeyError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &he) && he.Changed:
+		return "changed"
+	case errors.As(err, &he):
+		return "unknown"
+	}
+	return err.Error()
+}
+
+// Files that did not change are not read again, however often HostKeys
+// looks; looking happens at most every recheckEvery.
+func TestHostKeysKeepUnchangedFiles(t *testing.T) {
+	file := writeFile(t, t.TempDir(), "known_hosts", "gpu01 "+string(ssh.MarshalAuthorizedKey(testEd25519(t))))
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	hk := NewHostKeys(false)
+	hk.now = func() time.Time { return now }
+	first := hk.load([]string{file})
+	for range 3 {
+		now = now.Add(recheckEvery)
+		if d := hk.load([]string{file}); d != first {
+			t.Fatalf("an unchanged file was read again")
+		}
+	}
+	if first.checked != now {
+		t.Errorf("checked at %s, want %s", first.checked, now)
 	}
 }

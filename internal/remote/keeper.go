@@ -10,14 +10,14 @@ import (
 	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
-// MaxBackoff is the longest a Keeper waits before dialing a failing host again.
-const MaxBackoff = 5 * time.Minute
+// maxBackoff is the longest a Keeper waits before dialing a failing host again.
+const maxBackoff = 5 * time.Minute
 
 // Keeper keeps one SSH connection per host for many commands (fetch's live
 // mode): Run opens a new session on the host's connection, and dials again
 // (host key checked, as on every dial) when the connection is gone. A host
 // whose dials fail is dialed again only after a back-off that doubles with
-// each failure in a row, up to MaxBackoff; until then Run fails at once
+// each failure in a row, up to maxBackoff; until then Run fails at once
 // with the last failure's status and message. Runs of one host are one at
 // a time; of different hosts, concurrent.
 type Keeper struct {
@@ -145,16 +145,16 @@ func (p *Keeper) dial(ctx context.Context, alias string, h *kept) error {
 }
 
 // backoff is the wait after the n-th failed dial in a row: Backoff,
-// doubling, at most MaxBackoff.
+// doubling, at most maxBackoff.
 func (p *Keeper) backoff(n int) time.Duration {
 	d := p.Backoff
 	if d <= 0 {
 		d = time.Minute
 	}
-	for i := 1; i < n && d < MaxBackoff; i++ {
+	for i := 1; i < n && d < maxBackoff; i++ {
 		d *= 2
 	}
-	return min(d, MaxBackoff)
+	return min(d, maxBackoff)
 }
 
 // Close closes every kept connection; the Keeper must not be used after.

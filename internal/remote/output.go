@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gpumon/gpumon/internal/bytesize"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
@@ -16,14 +17,14 @@ import (
 // filling the monitor's memory.
 const (
 	MaxOutput = 4 << 20  // standard output
-	MaxStderr = 64 << 10 // standard error: only its first line is ever shown
+	maxStderr = 64 << 10 // standard error: only its first line is ever shown
 )
 
 // DefaultBudget bounds the answers held at once across all the hosts of a
 // run, on top of each host's Guaranteed: 1,000 hosts that all flood at once
 // cost at most this much plus 1,000 × Guaranteed, not 1,000 × MaxOutput.
-// A variable for tests.
-var DefaultBudget int64 = 32 << 20
+// (A test that wants another gives its Client a Budget of its own.)
+const DefaultBudget = 32 << 20
 
 // Guaranteed is what every host may hold whatever the others do: a
 // typical answer (8 GPUs, a few dozen processes) fits in it, so no flood
@@ -122,10 +123,10 @@ func (a *account) grow(n int) *Error {
 		}
 		if v == nil {
 			return &Error{Status: hoststatus.Error, Msg: fmt.Sprintf("the host sent more than %s while fetch's memory for hosts' answers "+
-				"(%s in all) was full of answers at least as large: it was cut off", sizeOf(a.sent.Load()), size(int(b.max)))}
+				"(%s in all) was full of answers at least as large: it was cut off", bytesize.About(a.sent.Load()), bytesize.Exact(b.max))}
 		}
 		v.cut.Store(&Error{Status: hoststatus.Error, Msg: fmt.Sprintf("the host sent more than %s, the most of all the hosts answering "+
-			"while fetch's memory for hosts' answers (%s in all) was full: it was cut off to make room for smaller answers", sizeOf(v.sent.Load()), size(int(b.max)))})
+			"while fetch's memory for hosts' answers (%s in all) was full: it was cut off to make room for smaller answers", bytesize.About(v.sent.Load()), bytesize.Exact(b.max))})
 		b.used -= v.held
 		v.held = 0
 		delete(b.holders, v)
@@ -187,7 +188,7 @@ func (c *capture) Write(p []byte) (int, error) {
 	}
 	if len(p) > c.max-c.n {
 		return 0, c.fail(&Error{Status: hoststatus.Error, Msg: fmt.Sprintf("the host sent more than %s of %s (the limit for one host); "+
-			"something on it prints without end: its sshd ForceCommand or the account's shell start-up files?", size(c.max), c.stream)})
+			"something on it prints without end: its sshd ForceCommand or the account's shell start-up files?", bytesize.Exact(int64(c.max)), c.stream)})
 	}
 	written := len(p)
 	for len(p) > 0 {
@@ -259,24 +260,3 @@ func (c *capture) bytes() []byte {
 }
 
 func (c *capture) String() string { return string(c.bytes()) }
-
-func size(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
-
-// sizeOf rounds n down to KiB or MiB for a message.
-func sizeOf(n int64) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}

@@ -108,7 +108,7 @@ func TestCaptureBudget(t *testing.T) {
 	if _, err := mid.Write(make([]byte, 200<<10)); err != nil {
 		t.Fatalf("a smaller host when the budget is short: %v, want the larger one cut off", err)
 	}
-	if e := big.failed(); e == nil || !strings.Contains(e.Msg, "the host sent more than 900 KiB, the most of all") || *bigAborted != 1 {
+	if e := big.failed(); e == nil || !strings.Contains(e.Msg, "the host sent more than 900.0 KiB, the most of all") || *bigAborted != 1 {
 		t.Fatalf("the largest host: failed %v, aborted %d; want it cut off for the smaller one", e, *bigAborted)
 	}
 	if big.bytes() != nil {
@@ -197,7 +197,7 @@ func TestMaxOutputAboveProbe(t *testing.T) {
 	if probe.MaxAnswer >= MaxOutput {
 		t.Fatalf("probe.MaxAnswer %d >= MaxOutput %d", probe.MaxAnswer, MaxOutput)
 	}
-	if MaxStderr > MaxOutput || Guaranteed > chunkMax {
+	if maxStderr > MaxOutput || Guaranteed > chunkMax {
 		t.Fatal("caps out of order")
 	}
 }

@@ -30,22 +30,22 @@ type Container struct {
 // defaultCgroup is the cgroup of a process started from a login session.
 const defaultCgroup = "0::/user.slice/user-1000.slice/session-1.scope\n"
 
-// SlurmCgroup is /proc/PID/cgroup of a process of Slurm job id, step 0,
+// slurmCgroup is /proc/PID/cgroup of a process of Slurm job id, step 0,
 // on a cgroup v2 host.
-func SlurmCgroup(id int) string {
+func slurmCgroup(id int) string {
 	return fmt.Sprintf("0::/system.slice/slurmstepd.scope/job_%d/step_0/user/task_0\n", id)
 }
 
-// DockerCgroup is /proc/PID/cgroup of a process in Docker container id
+// dockerCgroup is /proc/PID/cgroup of a process in Docker container id
 // (64 hex digits), systemd cgroup driver, cgroup v2.
-func DockerCgroup(id string) string {
+func dockerCgroup(id string) string {
 	return "0::/system.slice/docker-" + id + ".scope\n"
 }
 
-// PodCgroup is /proc/PID/cgroup of a process in container id of the
+// podCgroup is /proc/PID/cgroup of a process in container id of the
 // Kubernetes pod with uid pod (with dashes), containerd, systemd driver,
 // a burstable pod.
-func PodCgroup(pod, id string) string {
+func podCgroup(pod, id string) string {
 	return "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" +
 		strings.ReplaceAll(pod, "-", "_") + ".slice/cri-containerd-" + id + ".scope\n"
 }

@@ -128,12 +128,12 @@ func attribute(s *HostSpec, i int) {
 				j.Display = fmt.Sprintf("%d_%d", id-n, n)
 			}
 			s.Slurm = append(s.Slurm, j)
-			p.Cgroup = SlurmCgroup(id)
+			p.Cgroup = slurmCgroup(id)
 		case 1:
 			id := containerID(fmt.Sprintf("%s/%d", s.Name, p.PID))
 			s.ContainerEngine = "docker"
 			s.Containers = append(s.Containers, Container{ID: id, Names: fmt.Sprintf("%s-%d", p.User, n)})
-			p.Cgroup = DockerCgroup(id)
+			p.Cgroup = dockerCgroup(id)
 		}
 		byPID[p.PID] = p.Cgroup
 	}
@@ -183,7 +183,7 @@ func Demo() []HostSpec {
 	return []HostSpec{
 		// alice's 8-GPU pretraining is Slurm job 7310
 		{Name: "h100-a01", Capture: h100, State: "load", CPUs: 192, Load1: 24.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1210 * 1024,
-			Processes: in(SlurmCgroup(7310), eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")...),
+			Processes: in(slurmCgroup(7310), eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")...),
 			Slurm:     []SlurmJob{{JobID: 7310, Partition: "h100", Name: "alice-7b-pretrain"}}},
 		// idle but for idlemon's idle-time job, which fetch marks preemptible
 		{Name: "h100-a02", Capture: h100, State: "idle", CPUs: 192, Load1: 8.12, MemTotalMiB: 2048 * 1024, MemUsedMiB: 41 * 1024,
@@ -192,7 +192,7 @@ func Demo() []HostSpec {
 		{Name: "h100-a03", Capture: h100, CPUs: 192, Load1: 9.8, MemTotalMiB: 2048 * 1024, MemUsedMiB: 530 * 1024,
 			Processes: []Process{
 				// bob's run is task 3 of his array job 7400 (its own job id 7403)
-				in(SlurmCgroup(7403), p(51200, "bob", 0, 40112, 7200, train))[0],
+				in(slurmCgroup(7403), p(51200, "bob", 0, 40112, 7200, train))[0],
 				p(51388, "carol", 1, 18220, 650, "julia --project=. --threads=8 simulate.jl"),
 				p(51388, "carol", 2, 18104, 650, "julia --project=. --threads=8 simulate.jl"),
 				p(52011, "dave", 5, 2296, 90, "/root/tools/memhog 2048"),
@@ -203,7 +203,7 @@ func Demo() []HostSpec {
 			// frank's vLLM server runs in a Docker container: as root, as
 			// docker runs it, so only the container's name says whose it is
 			Processes: append(
-				in(DockerCgroup(vllmCtr), p(70001, "root", 0, 120500, 12*day, vllm), p(70001, "root", 1, 120480, 12*day, vllm),
+				in(dockerCgroup(vllmCtr), p(70001, "root", 0, 120500, 12*day, vllm), p(70001, "root", 1, 120480, 12*day, vllm),
 					p(70001, "root", 2, 120490, 12*day, vllm), p(70001, "root", 3, 120470, 12*day, vllm)),
 				p(70442, "alice", 4, 98000, 2*day, train), p(70443, "alice", 5, 98000, 2*day, train),
 				p(70444, "alice", 6, 98000, 2*day, train), p(70445, "alice", 7, 98000, 2*day, train)),
@@ -238,7 +238,7 @@ func Demo() []HostSpec {
 		{Name: "h100-a05", Capture: h100, CPUs: 192, Load1: 4.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 250 * 1024,
 			// erin's run is a Kubernetes pod's
 			Processes: append([]Process{p(61000, "carol", 3, 60000, 4*day, "python train.py --config configs/vit-h.yaml")},
-				in(PodCgroup(pod, podCtr),
+				in(podCgroup(pod, podCtr),
 					p(61500, "erin", 6, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
 					p(61500, "erin", 7, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"))...)},
 	}

@@ -97,7 +97,7 @@ type Process struct {
 	// word of Command. A comma in it is printed as '?', as modern drivers do.
 	Name string
 	// Cgroup is its /proc/PID/cgroup ("" for a login session's): see
-	// SlurmCgroup, DockerCgroup, PodCgroup.
+	// slurmCgroup, dockerCgroup, podCgroup.
 	Cgroup string
 	// Idle holds memory and computes nothing (a notebook left open): its
 	// GPU keeps the capture's idle readings (with State "").
@@ -170,9 +170,9 @@ func (c *counters) stats() Stats {
 	return Stats{c.accepted.Load(), c.authed.Load(), c.sessions.Load(), c.execs.Load()}
 }
 
-// HandshakeTimeout bounds a connection's SSH handshake (and authentication):
+// handshakeTimeout bounds a connection's SSH handshake (and authentication):
 // a client that connects and stalls is dropped after it.
-const HandshakeTimeout = 20 * time.Second
+const handshakeTimeout = 20 * time.Second
 
 type host struct {
 	spec       HostSpec
@@ -522,7 +522,7 @@ func (f *Fleet) serveConn(h *host, c net.Conn) {
 		_, _ = io.Copy(io.Discard, c)
 		return
 	}
-	_ = c.SetDeadline(time.Now().Add(HandshakeTimeout))
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	h.keyMu.Lock()
 	cfg := h.cfg
 	h.keyMu.Unlock()

@@ -179,17 +179,6 @@ func SetQueryHang(t testing.TB, dataDir, hostAddr, query string) {
 	}
 }
 
-// ClearHostHang undoes SetHostHang and SetQueryHang for hostAddr.
-func ClearHostHang(t testing.TB, dataDir, hostAddr string) {
-	t.Helper()
-	d := hostDir(t, dataDir, hostAddr)
-	for _, q := range []string{"hang", "gpu.hang", "apps.hang", "other.hang"} {
-		if err := os.Remove(filepath.Join(d, q)); err != nil && !os.IsNotExist(err) {
-			t.Fatalf("sshdtest: %v", err)
-		}
-	}
-}
-
 // Calls returns the argument lists nvidia-smi was run with on hostAddr, one
 // string per call (arguments joined by spaces), oldest first. Only hosts with
 // something prepared (a data directory) record calls.

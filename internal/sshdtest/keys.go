@@ -28,7 +28,7 @@ func hostKeysFor(o Options) ([]hostKey, error) {
 	}
 	types := o.HostKeyTypes
 	if len(types) == 0 {
-		types = DefaultHostKeyTypes
+		types = defaultHostKeyTypes
 	}
 	keys := make([]hostKey, len(types))
 	errs := make([]error, len(types))

@@ -3,18 +3,14 @@ package sshdtest
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // procEntry is what /proc/PID/stat says about a process.
@@ -126,112 +122,6 @@ func sessionPIDs(host, port string) []int {
 		}
 	}
 	return out
-}
-
-// usersMu and the lock file serialise useradd/usermod within this process and
-// across test binaries (go test runs packages in parallel; useradd fails when
-// another holds /etc/passwd's lock).
-var usersMu sync.Mutex
-
-const usersLockFile = "/tmp/sshdtest-users.lock"
-
-// EnsureUser makes sure a local user name exists (useradd with a home and
-// /bin/sh when missing) and can log in with a key: useradd leaves the account
-// locked ("!"), and sshd without PAM refuses keys for locked accounts, so the
-// password field becomes "*". Users stay after the test. Keep names at most 8
-// characters if tests read them back from `ps -o user=` (ps prints the uid
-// for longer ones).
-func EnsureUser(t testing.TB, name string) {
-	t.Helper()
-	EnsureUserShell(t, name, "/bin/sh")
-}
-
-// EnsureUserShell is EnsureUser with the given login shell (set with usermod
-// when the user exists with another one).
-func EnsureUserShell(t testing.TB, name, shell string) {
-	t.Helper()
-	if euid := os.Geteuid(); euid != 0 {
-		testenv.Need(t, fmt.Sprintf("sshdtest: EnsureUser(%q) needs root (euid %d)", name, euid))
-	}
-	usersMu.Lock()
-	defer usersMu.Unlock()
-	lock, err := os.OpenFile(usersLockFile, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatalf("sshdtest: %v", err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("sshdtest: lock %s: %v", usersLockFile, err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-
-	if _, err := user.Lookup(name); err != nil {
-		var unknown user.UnknownUserError
-		if !errors.As(err, &unknown) {
-			t.Fatalf("sshdtest: look up user %q: %v", name, err)
-		}
-		if out, err := retryLocked("useradd", "--create-home", "--shell", shell, name); err != nil {
-			// Someone else (not using our lock) may have just made it.
-			if _, lerr := user.Lookup(name); lerr != nil {
-				t.Fatalf("sshdtest: useradd %s: %v\n%s", name, err, out)
-			}
-		}
-	}
-	if u, err := lookupShell(name); err == nil && u != shell {
-		if out, err := retryLocked("usermod", "-s", shell, name); err != nil {
-			t.Fatalf("sshdtest: usermod -s %s %s: %v\n%s", shell, name, err, out)
-		}
-	}
-	if locked, err := passwordLocked(name); err != nil || locked {
-		if out, err := retryLocked("usermod", "-p", "*", name); err != nil {
-			t.Fatalf("sshdtest: usermod -p '*' %s: %v\n%s", name, err, out)
-		}
-	}
-}
-
-// lookupShell returns name's login shell from /etc/passwd.
-func lookupShell(name string) (string, error) {
-	b, err := os.ReadFile("/etc/passwd")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Split(line, ":")
-		if len(f) == 7 && f[0] == name {
-			return f[6], nil
-		}
-	}
-	return "", errors.New("not in /etc/passwd")
-}
-
-// passwordLocked reports whether name's /etc/shadow password starts with "!".
-func passwordLocked(name string) (bool, error) {
-	b, err := os.ReadFile("/etc/shadow")
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Split(line, ":")
-		if len(f) > 1 && f[0] == name {
-			return strings.HasPrefix(f[1], "!"), nil
-		}
-	}
-	return false, errors.New("not in /etc/shadow")
-}
-
-// retryLocked runs a shadow-utils command, again while it reports that it
-// could not lock the password files (exit 10 for useradd, 8 for usermod).
-func retryLocked(name string, args ...string) ([]byte, error) {
-	var out []byte
-	var err error
-	for i := 0; i < 50; i++ {
-		out, err = exec.Command(name, args...).CombinedOutput()
-		if err == nil || !bytes.Contains(out, []byte("lock")) {
-			return out, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return out, err
 }
 
 // StartProcessAs starts args (e.g. "sleep", "600") as user, with the user's

@@ -39,26 +39,26 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
-// SSHD is the server binary. An absolute path: sshd re-executes itself.
-const SSHD = "/usr/sbin/sshd"
+// sshdPath is the server binary. An absolute path: sshd re-executes itself.
+const sshdPath = "/usr/sbin/sshd"
 
-// StartTimeout bounds how long Start waits for sshd to listen.
-const StartTimeout = 10 * time.Second
+// startTimeout bounds how long Start waits for sshd to listen.
+const startTimeout = 10 * time.Second
 
-// DefaultHostKeyTypes are the host key types a server gets unless
+// defaultHostKeyTypes are the host key types a server gets unless
 // Options.HostKeyTypes says otherwise. Several on purpose: clients must cope
 // with a server that has keys of types their known_hosts does not hold
 // (Go issue 29286, see FIELD-NOTES).
-var DefaultHostKeyTypes = []string{"ed25519", "ecdsa", "rsa"}
+var defaultHostKeyTypes = []string{"ed25519", "ecdsa", "rsa"}
 
-// Missing returns why a real sshd cannot run here, or "" when it can.
-func Missing() string {
+// whyNoSSHD returns why a real sshd cannot run here, or "" when it can.
+func whyNoSSHD() string {
 	var why []string
 	if os.Geteuid() != 0 {
 		why = append(why, fmt.Sprintf("not running as root (euid %d)", os.Geteuid()))
 	}
-	if fi, err := os.Stat(SSHD); err != nil || fi.IsDir() {
-		why = append(why, SSHD+" is missing (apt-get install openssh-server)")
+	if fi, err := os.Stat(sshdPath); err != nil || fi.IsDir() {
+		why = append(why, sshdPath+" is missing (apt-get install openssh-server)")
 	} else if _, err := user.Lookup("sshd"); err != nil {
 		why = append(why, "privilege separation user sshd is missing (reinstall openssh-server)")
 	}
@@ -69,7 +69,7 @@ func Missing() string {
 // root is not available, saying why.
 func Require(t testing.TB) {
 	t.Helper()
-	if why := Missing(); why != "" {
+	if why := whyNoSSHD(); why != "" {
 		testenv.Need(t, "sshdtest: a real sshd is needed: "+why)
 	}
 }
@@ -90,7 +90,7 @@ type Options struct {
 	// root it must be readable by them: use TempDir, not t.TempDir.
 	FakeBin string
 	// HostKeyTypes: any of "ed25519", "ecdsa", "rsa". Default
-	// DefaultHostKeyTypes. Ignored when HostKeysFrom is set.
+	// defaultHostKeyTypes. Ignored when HostKeysFrom is set.
 	HostKeyTypes []string
 	// HostKeysFrom, when set, gives this server the same host keys as that
 	// one (a restart that keeps its keys). Leave nil for fresh keys, which is
@@ -126,7 +126,7 @@ type Server struct {
 	started time.Duration
 }
 
-// Start runs sshd with o and waits until it listens (at most StartTimeout).
+// Start runs sshd with o and waits until it listens (at most startTimeout).
 // The test fails with sshd's stderr if it does not come up; it skips or fails
 // first (see Require) when sshd cannot run here. t.Cleanup stops it.
 func Start(t testing.TB, o Options) *Server {
@@ -269,7 +269,7 @@ func splitExtra(extra string) (head, match string) {
 }
 
 func (s *Server) run() error {
-	cmd := exec.Command(SSHD, "-D", "-e", "-f", s.cfg)
+	cmd := exec.Command(sshdPath, "-D", "-e", "-f", s.cfg)
 	cmd.Stdout = &s.log
 	cmd.Stderr = &s.log
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
@@ -287,7 +287,7 @@ func (s *Server) run() error {
 
 	listening := fmt.Sprintf("Server listening on %s port %d", s.host, s.port)
 	begin := time.Now()
-	deadline := begin.Add(StartTimeout)
+	deadline := begin.Add(startTimeout)
 	for {
 		if strings.Contains(s.log.String(), listening) {
 			return nil
@@ -306,7 +306,7 @@ func (s *Server) run() error {
 		}
 		if time.Now().After(deadline) {
 			s.kill()
-			return fmt.Errorf("sshd did not listen within %v", StartTimeout)
+			return fmt.Errorf("sshd did not listen within %v", startTimeout)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -362,9 +362,6 @@ func (s *Server) Port() int { return s.port }
 
 // StartupTime is how long Start took for this server (keys, config, listen).
 func (s *Server) StartupTime() time.Duration { return s.started }
-
-// ConfigPath is the sshd_config file written for this server.
-func (s *Server) ConfigPath() string { return s.cfg }
 
 // HostKeys are the server's public host keys, in Options.HostKeyTypes order.
 func (s *Server) HostKeys() []ssh.PublicKey {
