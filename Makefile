@@ -37,6 +37,7 @@ test: vet
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCgroup$$' -fuzztime $(FUZZTIME) ./internal/attrib
 	$(GO) test -run '^$$' -fuzz '^FuzzKnownIndex$$' -fuzztime $(FUZZTIME) ./internal/remote
 	$(GO) test -run '^$$' -fuzz '^FuzzKnownIndexLines$$' -fuzztime $(FUZZTIME) ./internal/remote
+	$(GO) test -run '^$$' -fuzz '^FuzzTextCellRoundTrip$$' -fuzztime $(FUZZTIME) ./internal/loaddata
 
 # Every test, then each fuzz target for longer: 100000 inputs apiece (about
 # 10s for the parsers and FuzzBuild, 1 to 3 minutes for FuzzMarkup on 2 cores;

@@ -178,7 +178,7 @@ func newClient(cfg *Config) (*remote.Client, error) {
 	if userSSH == "" {
 		userSSH = filepath.Join(home, ".ssh", "config")
 	}
-	sshCfg, err := remote.LoadSSHConfig(userSSH, systemSSHConfig)
+	sshCfg, err := remote.LoadSSHConfig(userSSH, cfg.SystemSSHConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -195,8 +195,6 @@ func newClient(cfg *Config) (*remote.Client, error) {
 	}, nil
 }
 
-// systemSSHConfig is read after the user's file, as ssh does.
-var systemSSHConfig = "/etc/ssh/ssh_config"
 
 // lockFile takes an exclusive, non-blocking flock on path for a cron run.
 // The lock goes with the process, so a killed run never leaves a stale
