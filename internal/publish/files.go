@@ -19,26 +19,27 @@ type File struct {
 	Pages    []sitefiles.Page
 }
 
-// write writes f alone; a failure leaves the previous file in place.
+// write writes f alone; a failure leaves the previous file in place. The
+// pages go first, the file that links to them next, and only then are the
+// earlier pages removed: at no time does the served file link to a page
+// that is not there.
 func write(f File) error {
 	if f.Path == "" {
 		return nil
 	}
-	var pagesErr error
-	if f.PagesDir != "" {
-		if err := sitefiles.SyncFolder(f.PagesDir, f.Pages); err != nil {
-			if len(f.Pages) > 0 {
-				// a page linking to pages that are not there is worse
-				// than the last good one
-				return withKey(err, f.Key, f.Path+" was not replaced either")
-			}
-			pagesErr = withKey(err, f.Key, "")
-		}
+	if err := sitefiles.WritePages(f.PagesDir, f.Pages); err != nil {
+		return withKey(err, f.Key, f.Path+" was not replaced either, nor the earlier pages removed")
 	}
 	if err := sitefiles.Write(f.Path, f.Write); err != nil {
-		return cli.Join(pagesErr, withKey(err, f.Key, ""))
+		return withKey(err, f.Key, "")
 	}
-	return pagesErr
+	if f.PagesDir == "" {
+		return nil
+	}
+	if err := sitefiles.PrunePages(f.PagesDir, f.Pages); err != nil {
+		return withKey(err, f.Key, "")
+	}
+	return nil
 }
 
 // withKey adds to err's hint what became of the file and which setting

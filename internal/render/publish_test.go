@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,8 +210,8 @@ func fill(t *testing.T, dir string) {
 
 // A groups folder that is a link (to the web folder itself, or to another
 // folder) is refused: nothing is written or removed through it, and
-// render says so; a small fleet's page, which links to no group page, is
-// still written.
+// render says so when it has group pages to write; a small fleet's page,
+// which links to none, is written, and the link is none of its business.
 func TestGroupsLinkRefused(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -240,7 +241,11 @@ func TestGroupsLinkRefused(t *testing.T) {
 			ini := filepath.Join(dir, "config.ini")
 			os.WriteFile(ini, []byte("[groups]\nlab a = gpu[0000-0099]\n[history]\ndb =\n"), 0o644)
 			_, stderr, err := renderMainAt(t, time.Now, "-c", ini, "-i", csv, "-o", filepath.Join(www, "index.html"))
-			if err == nil || !strings.Contains(err.Error(), "link") {
+			onePage := tt.hosts <= 100
+			if onePage && err != nil {
+				t.Errorf("a small fleet's render failed: %v\n%s", err, stderr)
+			}
+			if !onePage && (err == nil || !strings.Contains(err.Error(), "link")) {
 				t.Errorf("error %v, want one about the link\n%s", err, stderr)
 			}
 			if b, _ := os.ReadFile(filepath.Join(elsewhere, "index.html")); string(b) != "old" {
@@ -252,9 +257,58 @@ func TestGroupsLinkRefused(t *testing.T) {
 				}
 			}
 			page, _ := os.ReadFile(filepath.Join(www, "index.html"))
-			if onePage := tt.hosts <= 100; onePage == (string(page) == "old") {
+			if onePage == (string(page) == "old") {
 				t.Errorf("index.html replaced: %v, want %v (a page linking to group pages that could not be written stays the last good one)", string(page) != "old", onePage)
 			}
 		})
+	}
+}
+
+// When the new index cannot be written, the group pages the old one links
+// to stay; they go once an index that no longer links to them is in place.
+func TestEarlierPagesStayWithTheirIndex(t *testing.T) {
+	dir := t.TempDir()
+	www := filepath.Join(dir, "www")
+	os.Mkdir(www, 0o755)
+	csv := filepath.Join(dir, "load_data.csv")
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[history]\ndb =\n"), 0o644)
+	render := func(rows []loaddata.Row) error {
+		t.Helper()
+		if err := loaddata.WriteFile(csv, rows); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := renderMainAt(t, time.Now, "-c", ini, "-i", csv, "-o", filepath.Join(www, "index.html"))
+		return err
+	}
+	if err := render(fleetRows(1500, 8)); err != nil {
+		t.Fatal(err)
+	}
+	linked := func() []string {
+		index, _ := os.ReadFile(filepath.Join(www, "index.html"))
+		var missing []string
+		for _, m := range regexp.MustCompile(`href=groups/([a-z0-9_-]+\.html)`).FindAllStringSubmatch(string(index), -1) {
+			if _, err := os.Stat(filepath.Join(www, GroupsDir, m[1])); err != nil {
+				missing = append(missing, m[1])
+			}
+		}
+		return missing
+	}
+	// a folder in the index's way: the new index cannot be written
+	os.Rename(filepath.Join(www, "index.html"), filepath.Join(dir, "index.html.keep"))
+	os.Mkdir(filepath.Join(www, "index.html"), 0o755)
+	if err := render(fleetRows(50, 8)); err == nil {
+		t.Fatal("render succeeded with a folder where index.html goes")
+	}
+	os.Remove(filepath.Join(www, "index.html"))
+	os.Rename(filepath.Join(dir, "index.html.keep"), filepath.Join(www, "index.html"))
+	if m := linked(); len(m) > 0 {
+		t.Errorf("the kept index links to pages that were removed: %v", m)
+	}
+	if err := render(fleetRows(50, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(www, GroupsDir)); !os.IsNotExist(err) {
+		t.Errorf("the group pages stay once the index no longer links to them (%v)", err)
 	}
 }

@@ -33,22 +33,64 @@ const maxManifest = 1 << 20
 const parallelWrites = 8
 
 // SyncFolder makes dir hold exactly these pages among the files it made
-// there. dir is created (0755) when missing; it is refused (an *Error,
-// nothing written or removed) when it is a link or not a folder. Each page is
-// written as by Write. Then the pages an earlier SyncFolder recorded in dir
-// and that are not among pages now are removed, if they are still regular
-// files: a file never recorded is never removed. With no pages, everything
-// recorded is removed, the record too, and dir if that left it empty.
+// there: WritePages, then, if every page was written, PrunePages.
+func SyncFolder(dir string, pages []Page) error {
+	if err := WritePages(dir, pages); err != nil {
+		return err
+	}
+	return PrunePages(dir, pages)
+}
+
+// WritePages writes pages into dir, each as by Write, and records them as
+// the folder's own (before they exist: a run killed halfway leaves no file
+// of ours unrecorded). dir is created (0755) when missing; it is refused
+// (an *Error, nothing written) when it is a link or not a folder. It
+// removes nothing: PrunePages does, once whatever linked to the earlier
+// pages is replaced.
 //
 // A page that cannot be written does not stop the others; the first error
 // is returned, saying how many more failed.
-func SyncFolder(dir string, pages []Page) error {
+func WritePages(dir string, pages []Page) error {
+	if len(pages) == 0 {
+		return nil
+	}
 	for _, p := range pages {
 		if !plainName(p.Name) {
 			return fmt.Errorf("sitefiles: page name %q is not a plain file name", p.Name)
 		}
 	}
-	root, err := openFolder(dir, len(pages) > 0)
+	root, err := openFolder(dir, true)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	recorded, err := readManifest(root, dir)
+	if err != nil {
+		return err
+	}
+	if want := pageNames(pages); !isSubset(want, recorded) {
+		if err := writeManifest(root, dir, union(recorded, want)); err != nil {
+			return err
+		}
+	}
+	var errs errorList
+	for _, err := range writePages(root, dir, pages) {
+		errs.add(err)
+	}
+	return errs.err()
+}
+
+// PrunePages removes the pages recorded in dir that are not among keep,
+// each only if it is still a regular file: a file never recorded is never
+// removed. With none kept, the record goes too, and dir if that left it
+// empty. A dir that is missing, a link or not a folder holds nothing of
+// ours (WritePages never writes through one): nothing is done.
+func PrunePages(dir string, keep []Page) error {
+	fi, err := os.Lstat(dir)
+	if err != nil && os.IsNotExist(err) || err == nil && !fi.IsDir() {
+		return nil
+	}
+	root, err := openFolder(dir, false)
 	if err != nil || root == nil {
 		return err
 	}
@@ -57,25 +99,24 @@ func SyncFolder(dir string, pages []Page) error {
 	if err != nil {
 		return err
 	}
-	want := pageNames(pages)
-	onDisk := recorded
-	// the names are recorded before their files exist: a run killed
-	// halfway leaves no file of ours unrecorded
-	if !isSubset(want, recorded) {
-		onDisk = union(recorded, want)
-		if err := writeManifest(root, dir, onDisk); err != nil {
-			return err
-		}
-	}
+	want := pageNames(keep)
 	var errs errorList
-	for _, err := range writePages(root, dir, pages) {
-		errs.add(err)
-	}
 	left := removeStale(root, dir, recorded, want, &errs)
-	if final := union(want, left); !slices.Equal(final, onDisk) {
+	final := union(intersect(want, recorded), left)
+	if !slices.Equal(final, recorded) {
 		errs.add(writeManifest(root, dir, final))
 	}
 	return errs.err()
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // writePages writes each page as Write does, several at once: each waits
@@ -209,11 +250,16 @@ func readManifest(root *os.Root, dir string) ([]string, error) {
 	if err != nil {
 		return nil, fileError("read", path, err)
 	}
-	f, err := root.Open(manifestName)
+	// not blocking, not through a link: a named pipe or a link swapped in
+	// since the Lstat must not stall or redirect the run
+	f, err := root.OpenFile(manifestName, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, fileError("read", path, err)
+		return nil, nil
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxManifest))
 	if err != nil {
 		return nil, fileError("read", path, err)

@@ -126,22 +126,26 @@ func TestSyncFolderRefuses(t *testing.T) {
 		groups   string // SyncFolder's folder, in the web folder
 		wantErr  string // with DIR for the web folder
 		wantHint string
-		// with no pages there is nothing to do, nor anything wrong
+		// with no pages there is nothing to do, nor anything wrong: a
+		// folder that is not a real one holds nothing of ours to remove
 		noPagesNoError bool
 	}{
 		{name: "a link to another folder", groups: "groups",
 			web: tree{"groups": "-> ../other", "../other/index.html": "index", "../other/about.html": "about",
 				"../other/.gpumon-pages": manifest("about.html", "index.html")},
-			wantErr:  "cannot write pages into DIR/groups: it is a link to ../other",
-			wantHint: "pages are written only into a real folder, never through a link: remove the link (rm DIR/groups); the next run makes the folder"},
+			wantErr:        "cannot write pages into DIR/groups: it is a link to ../other",
+			wantHint:       "pages are written only into a real folder, never through a link: remove the link (rm DIR/groups); the next run makes the folder",
+			noPagesNoError: true},
 		{name: "a link to the web folder", groups: "groups",
-			web:      merge(intruded, tree{"groups": "-> ."}),
-			wantErr:  "cannot write pages into DIR/groups: it is a link to .",
-			wantHint: "pages are written only into a real folder, never through a link: remove the link (rm DIR/groups); the next run makes the folder"},
+			web:            merge(intruded, tree{"groups": "-> ."}),
+			wantErr:        "cannot write pages into DIR/groups: it is a link to .",
+			wantHint:       "pages are written only into a real folder, never through a link: remove the link (rm DIR/groups); the next run makes the folder",
+			noPagesNoError: true},
 		{name: "a file", groups: "groups",
-			web:      tree{"index.html": "index", "groups": "not a folder"},
-			wantErr:  "cannot write pages into DIR/groups: it is a regular file, not a folder",
-			wantHint: "move it away (mv DIR/groups DIR/groups.old); the next run makes the folder"},
+			web:            tree{"index.html": "index", "groups": "not a folder"},
+			wantErr:        "cannot write pages into DIR/groups: it is a regular file, not a folder",
+			wantHint:       "move it away (mv DIR/groups DIR/groups.old); the next run makes the folder",
+			noPagesNoError: true},
 		{name: "a missing web folder", groups: "missing/groups",
 			web:            tree{"index.html": "index"},
 			wantErr:        "cannot make folder DIR/missing/groups: folder DIR/missing does not exist",
