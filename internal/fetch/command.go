@@ -221,31 +221,37 @@ func lockAs(path, kind string) (func(), error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		holder, _ := io.ReadAll(io.LimitReader(f, 64))
 		f.Close()
-		return nil, lockedError(strings.TrimSuffix(path, ".lock"), strings.Fields(string(holder)))
+		return nil, lockedError(strings.TrimSuffix(path, ".lock"), strings.Fields(string(holder)), kind)
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strings.TrimSpace(strconv.Itoa(os.Getpid())+" "+kind)+"\n"), 0)
 	return func() { f.Close() }, nil
 }
 
-// lockedError says who holds the lock of out, from what it wrote there:
-// its pid, and "live" for fetch -every.
-func lockedError(out string, holder []string) error {
-	pid := ""
+// lockedError says who holds the lock of out, from what it wrote there
+// (its pid, and "live" for fetch -every), and the fix for a caller of the
+// given kind ("" for cron's fetch, "live").
+func lockedError(out string, holder []string, kind string) error {
+	pid := "?"
 	if len(holder) > 0 {
 		if _, err := strconv.Atoi(holder[0]); err == nil {
 			pid = holder[0]
 		}
 	}
-	if len(holder) > 1 && holder[1] == "live" {
+	holderLive := len(holder) > 1 && holder[1] == "live"
+	switch {
+	case holderLive && kind == "live":
+		return cli.WithHint(fmt.Errorf("another fetch -every (pid %s) is writing %s", pid, out),
+			"stop it first (systemctl stop gpumon-live), or give this one another output")
+	case holderLive:
 		return cli.WithHint(fmt.Errorf("fetch -every (live mode, pid %s) is writing %s", pid, out),
 			"live mode polls and renders every round itself: remove this cron line (or stop gpumon-live)")
+	case kind == "live":
+		return cli.WithHint(fmt.Errorf("a fetch run from cron (pid %s) is writing %s", pid, out),
+			"live mode polls and renders every round itself: remove fetch's cron line (crontab -e), then start live mode again")
 	}
-	msg := "another fetch is writing " + out
-	if pid != "" {
-		msg += " (pid " + pid + ")"
-	}
-	return cli.WithHint(errors.New(msg), "this run left the file to it; if runs overlap often, lower timeout or run cron less often")
+	return cli.WithHint(fmt.Errorf("another fetch is writing %s (pid %s)", out, pid),
+		"this run left the file to it; if runs overlap often, lower timeout or run cron less often")
 }
 
 // MemoryLimit is the soft limit on fetch's memory (Go's GOMEMLIMIT, which
@@ -263,6 +269,10 @@ func limitMemory() {
 
 // runLive is live mode: SetupLive, then rounds until ctx ends.
 func runLive(ctx context.Context, cfg *Config, opts *options, publishing Publishing, stderr io.Writer) error {
+	// before anything else: a hang-up while the hosts are resolved must
+	// not end the service without a word either
+	stopHangups := ignoreHangups(stderr)
+	defer stopHangups()
 	l, closeAll, err := SetupLive(ctx, cfg, opts.every, publishing, stderr)
 	if err != nil {
 		return err
@@ -280,8 +290,6 @@ func runLive(ctx context.Context, cfg *Config, opts *options, publishing Publish
 			return publish(ctx, r)
 		}
 	}
-	stopHangups := ignoreHangups(stderr)
-	defer stopHangups()
 	if !opts.quiet {
 		fmt.Fprintf(stderr, "fetch: live: %d hosts every %s, writing %s\n", len(l.Hosts), opts.every, cfg.Output)
 	}

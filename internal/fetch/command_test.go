@@ -3,6 +3,7 @@ package fetch
 import (
 	"bytes"
 	"context"
+	"github.com/gpumon/gpumon/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,5 +57,25 @@ func TestLockFileLinkRefused(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(victim); string(got) != "IMPORTANT DATA" {
 		t.Errorf("the link's target changed: %q", got)
+	}
+}
+
+// Whoever holds load_data.csv's lock, the one refused is told its own fix.
+func TestLockedErrorNamesTheFix(t *testing.T) {
+	for _, tt := range []struct {
+		name, holder, kind, want, hint string
+	}{
+		{"cron meets cron", "41", "", "another fetch is writing out.csv (pid 41)", "run cron less often"},
+		{"cron meets live", "42 live", "", "fetch -every (live mode, pid 42) is writing out.csv", "remove this cron line"},
+		{"live meets cron", "43", "live", "a fetch run from cron (pid 43) is writing out.csv", "remove fetch's cron line"},
+		{"live meets live", "44 live", "live", "another fetch -every (pid 44) is writing out.csv", "stop it first"},
+		{"an empty lock", "", "", "another fetch is writing out.csv (pid ?)", "run cron less often"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := lockedError("out.csv", strings.Fields(tt.holder), tt.kind)
+			if err.Error() != tt.want || !strings.Contains(cli.Hint(err), tt.hint) {
+				t.Errorf("%q (hint %q), want %q (hint with %q)", err, cli.Hint(err), tt.want, tt.hint)
+			}
+		})
 	}
 }

@@ -13,6 +13,10 @@ import (
 	"github.com/gpumon/gpumon/internal/nvsmi"
 )
 
+// PublishGrace bounds a round's publishing once live mode is told to stop:
+// within systemd's TimeoutStopSec (30 s) with room for the polls to end.
+const PublishGrace = 20 * time.Second
+
 // MinEvery is the shortest interval live mode takes.
 const MinEvery = 5 * time.Second
 
@@ -222,9 +226,14 @@ collect:
 	// the page does not depend on the CSV: a full disk under the CSV
 	// costs the CSV, not the page, the history or the notifications
 	if l.Publish != nil {
-		if err := l.Publish(ctx, r); err != nil && ctx.Err() == nil && l.Log != nil {
+		// a stop (SIGTERM) during the round's publishing lets it finish,
+		// within PublishGrace: cut off, it would leave "context canceled"
+		// on the page as the history's failure, until the next start
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PublishGrace)
+		if err := l.Publish(pctx, r); err != nil && l.Log != nil {
 			cli.Print("fetch", err, l.Log)
 		}
+		cancel()
 	}
 	return true
 }

@@ -42,7 +42,7 @@ func record(ctx context.Context, c history.Config, run Run) *recording {
 	}
 	fail := func(err error) *recording {
 		rec.warnings = append(rec.warnings, fmt.Sprintf("History (%s) is not shown: %s", c.DB, clip(err)))
-		rec.err = cli.WithHint(fmt.Errorf("history %s: %w", c.DB, err), "the page was written without history; %s", historyFix(c.DB, err))
+		rec.err = cli.WithHint(fmt.Errorf("history %s: %w", c.DB, err), "the other outputs show no history, and no notification goes out, until this is fixed; %s", historyFix(c.DB, err))
 		return rec
 	}
 	store, err := c.Open()
@@ -68,7 +68,7 @@ func record(ctx context.Context, c history.Config, run Run) *recording {
 	if notRecorded != nil {
 		rec.warnings = append(rec.warnings, fmt.Sprintf("History (%s): this snapshot was not recorded: %s", c.DB, clip(notRecorded)))
 		rec.err = cli.WithHint(fmt.Errorf("history %s: this snapshot was not recorded: %w", c.DB, notRecorded),
-			"the page was written with the history recorded before it; %s", historyFix(c.DB, notRecorded))
+			"the other outputs show the history recorded before it; %s", historyFix(c.DB, notRecorded))
 	}
 	return rec
 }

@@ -101,7 +101,7 @@ func deliveryErrors(results []notify.Result, run Run) error {
 		return nil
 	}
 	last := len(failed) - 1
-	failed[last] = cli.WithHint(failed[last], "the page was written; `render -notify-test` tries every target and says what each answered")
+	failed[last] = cli.WithHint(failed[last], "`render -notify-test` tries every target and says what each answered")
 	return cli.Join(failed...)
 }
 
