@@ -10,6 +10,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/sitefiles"
 	"io"
 	"math"
 	"os"
@@ -20,7 +21,6 @@ import (
 	"time"
 
 	"github.com/gocarina/gocsv"
-	"github.com/google/renameio/v2"
 
 	"github.com/gpumon/gpumon/internal/bytesize"
 	"github.com/gpumon/gpumon/internal/hoststatus"
@@ -271,26 +271,22 @@ func WriteFileRecords(path string, parts [][]byte) error {
 }
 
 func writeAtomically(path string, write func(io.Writer) error) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o644),
-		renameio.WithTempDir(filepath.Dir(path)))
-	if err != nil {
-		return err
+	var w *limitedWriter
+	err := sitefiles.Write(path, func(f io.Writer) error {
+		w = &limitedWriter{w: f, lim: defaultLimits}
+		return write(w)
+	})
+	if err != nil && w != nil && w.err != nil {
+		return fmt.Errorf("%w; the previous file is kept", w.err)
 	}
-	defer f.Cleanup()
-	w := &limitedWriter{w: f, lim: defaultLimits}
-	if err := write(w); err != nil {
-		if w.err != nil {
-			return fmt.Errorf("%w; the previous file is kept", w.err)
-		}
-		return err
-	}
-	return f.CloseAtomicallyReplace()
+	return err
 }
 
 // RemoveLeftovers removes the temporary files that WriteFile left beside
-// path when a run was killed while writing (".load_data.csv" and digits).
-// Call it only while holding the lock that keeps other writers of path
-// away: it cannot tell a leftover from a file being written.
+// path when a run was killed while writing: sitefiles' own, and those of
+// older versions (".load_data.csv" and digits). Call it only while
+// holding the lock that keeps other writers of path away: it cannot tell
+// a leftover from a file being written.
 func RemoveLeftovers(path string) error {
 	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)
 	entries, err := os.ReadDir(dir)
@@ -300,7 +296,8 @@ func RemoveLeftovers(path string) error {
 	var errs []error
 	for _, e := range entries {
 		rest, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok || rest == "" || strings.Trim(rest, "0123456789") != "" || !e.Type().IsRegular() {
+		old := ok && rest != "" && strings.Trim(rest, "0123456789") == ""
+		if !e.Type().IsRegular() || !old && !sitefiles.IsLeftover(e.Name(), filepath.Base(path)) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {

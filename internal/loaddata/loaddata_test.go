@@ -263,7 +263,7 @@ func TestLimitedWriter(t *testing.T) {
 func TestRemoveLeftovers(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "load_data.csv")
-	for _, name := range []string{"load_data.csv", ".load_data.csv8674665223082153551", ".load_data.csv12",
+	for _, name := range []string{"load_data.csv", ".load_data.csv8674665223082153551", ".load_data.csv12", ".load_data.csv.0123456789abcdef.tmp", ".load_data.csv.0123.tmp",
 		".load_data.csv.keep", "load_data.csv.lock", ".load_data.csvx1", "index.html"} {
 		os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644)
 	}
@@ -276,7 +276,7 @@ func TestRemoveLeftovers(t *testing.T) {
 	for _, e := range entries {
 		left = append(left, e.Name())
 	}
-	want := []string{".load_data.csv.keep", ".load_data.csv77", ".load_data.csvx1", "index.html", "load_data.csv", "load_data.csv.lock"}
+	want := []string{".load_data.csv.0123.tmp", ".load_data.csv.keep", ".load_data.csv77", ".load_data.csvx1", "index.html", "load_data.csv", "load_data.csv.lock"}
 	if diff := cmp.Diff(want, left); diff != "" {
 		t.Errorf("files left (-want +got):\n%s", diff)
 	}

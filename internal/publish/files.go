@@ -3,6 +3,7 @@ package publish
 import (
 	"io"
 	"strings"
+	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/sitefiles"
@@ -23,10 +24,12 @@ type File struct {
 // pages go first, the file that links to them next, and only then are the
 // earlier pages removed: at no time does the served file link to a page
 // that is not there.
-func write(f File) error {
+func write(f File, now time.Time) error {
 	if f.Path == "" {
 		return nil
 	}
+	// what a run killed while writing left: an hour old, it is nobody's
+	_ = sitefiles.RemoveLeftovers(f.Path, now.Add(-time.Hour))
 	if err := sitefiles.WritePages(f.PagesDir, f.Pages); err != nil {
 		return withKey(err, f.Key, f.Path+" was not replaced either, nor the earlier pages removed")
 	}

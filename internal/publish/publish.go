@@ -67,7 +67,7 @@ func Publish(ctx context.Context, cfg Config, run Run) error {
 	errs := make([]error, len(files))
 	var wg sync.WaitGroup
 	for i, f := range files {
-		wg.Go(func() { errs[i] = write(f) })
+		wg.Go(func() { errs[i] = write(f, run.Now) })
 	}
 	wg.Wait()
 	return cli.Join(append(append([]error{rec.err}, errs...), tell(ctx, cfg, rec, run))...)

@@ -18,7 +18,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 )
 
 // fileMode is what every file is written with, whatever the umask: nginx
@@ -125,4 +127,41 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 		w.err = err
 	}
 	return n, err
+}
+
+// IsLeftover reports whether name is a temporary file that Write made for
+// the file target (".TARGET.<16 hex digits>.tmp"), left by a run killed
+// while writing.
+func IsLeftover(name, target string) bool {
+	base := target[:min(len(target), 200)]
+	rest, ok := strings.CutPrefix(name, "."+base+".")
+	if !ok {
+		return false
+	}
+	digits, ok := strings.CutSuffix(rest, ".tmp")
+	return ok && len(digits) == 16 && strings.Trim(digits, "0123456789abcdef") == ""
+}
+
+// RemoveLeftovers removes the temporary files of Write beside path that
+// are regular files last changed before olderThan: one being written by
+// another run now is newer.
+func RemoveLeftovers(path string, olderThan time.Time) error {
+	dir, target := filepath.Dir(path), filepath.Base(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !IsLeftover(e.Name(), target) {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || !fi.ModTime().Before(olderThan) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
