@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 )
 
 // Error is a file of the site that could not be written or removed, or a
@@ -41,6 +42,10 @@ func fileError(op, path string, err error) *Error {
 	case errors.Is(err, fs.ErrNotExist) && !isFolder(dir):
 		e.why = fmt.Sprintf("folder %s does not exist", dir)
 		e.hint = fmt.Sprintf("create it (sudo install -d -o %s %s) or change the path", userName(), dir)
+	case errno == syscall.EPERM && immutable(path, dir):
+		// chattr +i: no mode or owner lets anyone, root included, change it
+		e.why = fmt.Sprintf("%s is immutable or append-only (lsattr -d %[1]s)", immutableOne(path, dir))
+		e.hint = fmt.Sprintf("if that is not meant, sudo chattr -i -a %s", immutableOne(path, dir))
 	case errno == syscall.EACCES || errno == syscall.EPERM:
 		e.why, e.hint = permissionDenied(op, path)
 	case errno == syscall.ENOSPC:
@@ -54,6 +59,7 @@ func fileError(op, path string, err error) *Error {
 		e.hint = "remount it read-write, or change the path to a writable folder"
 	case errno == syscall.EISDIR || errno == syscall.EEXIST && isFolder(path): // os.Rename says EEXIST
 		e.why = "a folder of that name is in the way"
+		e.hint = fmt.Sprintf("move it away (mv %s %[1]s.old)", path)
 	case errno == syscall.ENOTDIR:
 		e.why = fmt.Sprintf("%s is not a folder", dir)
 	}
@@ -166,4 +172,38 @@ func myGroups() []string {
 		}
 	}
 	return names
+}
+
+// immutable reports whether path or its folder carries the immutable or
+// append-only attribute, the EPERM that no permission explains.
+func immutable(path, dir string) bool { return immutableOne(path, dir) != "" }
+
+// immutableOne is whichever of path and dir is immutable or append-only,
+// or "".
+func immutableOne(path, dir string) string {
+	for _, p := range []string{path, dir} {
+		if attrs, ok := fileAttrs(p); ok && attrs&(fsImmutable|fsAppend) != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// The inode flags of FS_IOC_GETFLAGS (linux/fs.h) that lsattr shows as i
+// and a.
+const (
+	fsImmutable   = 0x10
+	fsAppend      = 0x20
+	fsIocGetflags = 0x80086601
+)
+
+func fileAttrs(path string) (uint32, bool) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var attrs uint32
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), fsIocGetflags, uintptr(unsafe.Pointer(&attrs)))
+	return attrs, errno == 0
 }

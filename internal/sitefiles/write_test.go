@@ -83,6 +83,7 @@ func TestWrite(t *testing.T) {
 			file: "status.json", write: writeString("new"),
 			after:     tree{"status.json": "/", "status.json/keep": "kept"},
 			wantErr:   "cannot write DIR/status.json: a folder of that name is in the way",
+			wantHint:  "move it away (mv DIR/status.json DIR/status.json.old)",
 			wantCause: syscall.EEXIST},
 		{name: "the folder is a file", before: tree{"web": "a file"},
 			file: "web/index.html", write: writeString("new"),
