@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -61,10 +62,10 @@ func drop(ctx context.Context, box *notify.Outbox, nc notify.Config, run Run) er
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
-	for _, t := range sortedKeys(gone) {
+	for _, t := range slices.Sorted(maps.Keys(gone)) {
 		run.logf("notify: %d messages for %s dropped: it is no longer in [notify]", gone[t], notify.TargetName(t))
 	}
-	for _, t := range sortedKeys(old) {
+	for _, t := range slices.Sorted(maps.Keys(old)) {
 		run.logf("notify: %d messages for %s dropped: it refused them for %s", old[t], notify.TargetName(t), "7 days")
 	}
 	return nil
@@ -168,13 +169,4 @@ func (run Run) logf(format string, args ...any) {
 	if run.Log != nil {
 		fmt.Fprintf(run.Log, "%s: "+format+"\n", append([]any{run.Prog}, args...)...)
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
