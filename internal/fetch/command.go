@@ -195,7 +195,6 @@ func newClient(cfg *Config) (*remote.Client, error) {
 	}, nil
 }
 
-
 // lockFile takes an exclusive, non-blocking flock on path for a cron run.
 // The lock goes with the process, so a killed run never leaves a stale
 // lock behind.
