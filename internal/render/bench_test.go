@@ -409,3 +409,16 @@ func reportCPU(b *testing.B, start time.Duration) {
 	b.Helper()
 	b.ReportMetric(float64((cpuTime(b)-start).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
+
+// BenchmarkProm: metrics.prom of 1,000 hosts × 8 GPUs (prom_detail gpu).
+func BenchmarkProm(b *testing.B) {
+	rep := testReport(b, fleetRows(1000, 8), "")
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := Prom(&buf, rep); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "prom-bytes")
+}

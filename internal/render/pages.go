@@ -149,6 +149,12 @@ func splitGroup(r *Report, g *hostGroup) []*groupPage {
 	writeHosts(w, r, g.hosts, true, func() {
 		w.Flush()
 		ends = append(ends, buf.Len())
+		if len(ends) == 1 {
+			// room for as many cards again as the first, and a quarter:
+			// growing a buffer of megabytes by doubling cost more than
+			// writing the cards
+			buf.Grow(buf.Len() * len(g.hosts) * 5 / 4)
+		}
 	})
 	cards := buf.Bytes()
 	frame := len(groupPageHTML(r, &groupPage{group: g, n: 1, of: 1}))
@@ -210,12 +216,15 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 		v.Nav = append(v.Nav, navLink{N: i, Href: url.PathEscape(pagePath(pg.group.file, i)) + ".html", Here: i == pg.n})
 	}
 	v.Users, _ = usersView(sub.Cluster.Users, userHostsMax)
-	var buf bytes.Buffer
-	w := bufio.NewWriterSize(&buf, 64<<10)
+	// the page around the cards first, then the page in one piece: the
+	// cards are megabytes
+	var head, tail bytes.Buffer
+	w := bufio.NewWriterSize(&head, 16<<10)
 	if err := pageTmpl.ExecuteTemplate(w, "head", v); err != nil {
 		panic(err) // the template and its data are ours
 	}
-	w.Write(pg.cards)
+	w.Flush()
+	w.Reset(&tail)
 	if err := pageTmpl.ExecuteTemplate(w, "tail", v); err != nil {
 		panic(err)
 	}
@@ -223,7 +232,10 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 		panic(err)
 	}
 	w.Flush()
-	return buf.Bytes()
+	page := make([]byte, 0, head.Len()+len(pg.cards)+tail.Len())
+	page = append(page, head.Bytes()...)
+	page = append(page, pg.cards...)
+	return append(page, tail.Bytes()...)
 }
 
 // overview modes, from the most detailed to the smallest; the first whose
