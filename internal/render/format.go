@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"github.com/gpumon/gpumon/internal/publish"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -224,4 +225,14 @@ func reservationWith(r *reservations.Reservation, until func(time.Time) string) 
 		s += ": " + r.Comment
 	}
 	return s
+}
+
+// appendFloat appends v as strconv.AppendFloat(b, v, 'f', -1, 64) does,
+// faster for a whole number (most readings are: MiB, watts, °C, 0).
+func appendFloat(b []byte, v float64) []byte {
+	// below 2^53 a whole number's shortest form is its digits; -0 is "-0"
+	if v == math.Trunc(v) && math.Abs(v) < 1<<53 && (v != 0 || !math.Signbit(v)) {
+		return strconv.AppendInt(b, int64(v), 10)
+	}
+	return strconv.AppendFloat(b, v, 'f', -1, 64)
 }

@@ -3,7 +3,6 @@ package render
 import (
 	"bufio"
 	"io"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -110,7 +109,7 @@ func (b promWriter) sample(name string, labels []string, v float64) {
 		b.WriteByte('}')
 	}
 	b.WriteByte(' ')
-	b.Write(strconv.AppendFloat(b.AvailableBuffer(), v, 'f', -1, 64))
+	b.Write(appendFloat(b.AvailableBuffer(), v))
 	b.WriteByte('\n')
 }
 
