@@ -221,21 +221,38 @@ func statusUsers(c *cluster.Cluster) []StatusUser {
 }
 
 func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
-	sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
-		CPUs: intp(h.CPUs), Load1: nump(h.Load1), MemUsedMiB: nump(h.MemUsed), MemTotalMiB: nump(h.MemTotal),
-		Reservation: resvOf(h.Reserved), GPUs: make([]StatusGPU, 0, len(h.GPUs))}
+	var sh StatusHost
+	fillStatusHost(&sh, h, hist, &readings{})
+	return sh
+}
+
+// fillStatusHost makes *sh h's StatusHost, reusing its GPUs' and their
+// processes' slices and taking its readings from nums: JSON fills one
+// StatusHost host after host.
+func fillStatusHost(sh *StatusHost, h *cluster.Host, hist *history.Summary, nums *readings) {
+	gpus := sh.GPUs[:0]
+	if gpus == nil {
+		gpus = make([]StatusGPU, 0, len(h.GPUs))
+	}
+	*sh = StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
+		CPUs: nums.int(h.CPUs), Load1: nums.float(h.Load1), MemUsedMiB: nums.float(h.MemUsed), MemTotalMiB: nums.float(h.MemTotal),
+		Reservation: resvOf(h.Reserved), GPUs: gpus}
 	if !h.Time.IsZero() {
 		t := h.Time.UTC().Format(time.RFC3339)
 		sh.Timestamp = &t
 	}
 	sh.GPUName, sh.GPUShortName = sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Name }),
 		sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Short })
-	for _, g := range h.GPUs {
+	for i, g := range h.GPUs {
+		var procs []StatusProcess
+		if i < cap(gpus) {
+			procs = gpus[:cap(gpus)][i].Processes[:0] // the last host's
+		}
 		sg := StatusGPU{Index: nil, UUID: g.UUID, BusID: g.BusID,
 			State: g.State, Notes: g.Notes, Error: g.Error,
-			UtilPct: nump(g.Util), MemUtilPct: nump(g.MemUtil), MemUsedMiB: nump(g.MemUsed), MemTotalMiB: nump(g.MemTotal),
-			TempC: nump(g.Temp), PowerW: nump(g.Power), PowerLimitW: nump(g.PowerLimit), FanPct: nump(g.Fan),
-			Reservation: resvOf(g.Reservation), Processes: make([]StatusProcess, 0, len(g.Procs))}
+			UtilPct: nums.float(g.Util), MemUtilPct: nums.float(g.MemUtil), MemUsedMiB: nums.float(g.MemUsed), MemTotalMiB: nums.float(g.MemTotal),
+			TempC: nums.float(g.Temp), PowerW: nums.float(g.Power), PowerLimitW: nums.float(g.PowerLimit), FanPct: nums.float(g.Fan),
+			Reservation: resvOf(g.Reservation), Processes: procs}
 		if g.HasIndex {
 			i := g.Index
 			sg.Index = &i
@@ -247,8 +264,8 @@ func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 			sg.ShortName = &g.Short
 		}
 		for _, p := range g.Procs {
-			sg.Processes = append(sg.Processes, StatusProcess{PID: intp(p.PID), User: p.User, Command: p.Command,
-				MemMiB: nump(p.MemMiB), ElapsedS: intp(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
+			sg.Processes = append(sg.Processes, StatusProcess{PID: nums.int(p.PID), User: p.User, Command: p.Command,
+				MemMiB: nums.float(p.MemMiB), ElapsedS: nums.int(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
 				SlurmJob: p.SlurmJob, SlurmJobName: p.SlurmJobName, SlurmPartition: p.SlurmPartition,
 				Container: p.Container, ContainerName: p.ContainerName, Pod: p.Pod})
 		}
@@ -264,7 +281,35 @@ func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 			sh.LastKnownGPUs = append(sh.LastKnownGPUs, StatusKnownGPU{ID: g.ID, Name: g.Name})
 		}
 	}
-	return sh
+}
+
+// readings are what a StatusHost's readings point to, appended one after
+// another rather than allocated each: at 1,000 hosts, 100,000 of them. A
+// reading's value never changes once handed out; reset reuses the
+// slices for the next host once the last is written.
+type readings struct {
+	floats []float64
+	ints   []int64
+}
+
+func (r *readings) reset() { r.floats, r.ints = r.floats[:0], r.ints[:0] }
+
+// float is n's value, nil when not known.
+func (r *readings) float(n loaddata.Number) *float64 {
+	if !n.Valid {
+		return nil
+	}
+	r.floats = append(r.floats, n.Value)
+	return &r.floats[len(r.floats)-1]
+}
+
+// int is n's value, nil when not known.
+func (r *readings) int(n loaddata.Int) *int64 {
+	if !n.Valid {
+		return nil
+	}
+	r.ints = append(r.ints, n.Value)
+	return &r.ints[len(r.ints)-1]
 }
 
 // sharedName is what field gives for every GPU of gpus when it gives all
@@ -297,11 +342,14 @@ func JSON(w io.Writer, r *Report) error {
 	bw.Write(head[:len(head)-1]) // without its closing brace
 	bw.WriteString(`,"hosts":[`)
 	var b []byte
+	var sh StatusHost
+	var nums readings
 	for i, h := range r.Cluster.Hosts {
 		if i > 0 {
 			bw.WriteByte(',')
 		}
-		sh := statusHostOf(h, r.History)
+		nums.reset() // the last host is written
+		fillStatusHost(&sh, h, r.History, &nums)
 		var ok bool
 		if b, ok = appendStatusHost(b[:0], &sh); !ok {
 			var err error
@@ -328,22 +376,6 @@ func JSON(w io.Writer, r *Report) error {
 	}
 	bw.WriteString("}\n")
 	return bw.Flush()
-}
-
-func nump(n loaddata.Number) *float64 {
-	if !n.Valid {
-		return nil
-	}
-	v := n.Value
-	return &v
-}
-
-func intp(n loaddata.Int) *int64 {
-	if !n.Valid {
-		return nil
-	}
-	v := n.Value
-	return &v
 }
 
 func resvOf(r *reservations.Reservation) *StatusReservation {
