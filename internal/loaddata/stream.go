@@ -91,9 +91,21 @@ func fieldReader(f reflect.StructField) func(*Row, string, *interner) error {
 	at := func(row *Row) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(row), off) }
 	switch f.Type {
 	case reflect.TypeFor[Number]():
-		return func(row *Row, cell string, _ *interner) error { return (*Number)(at(row)).UnmarshalCSV(cell) }
+		return func(row *Row, cell string, _ *interner) error {
+			if v, ok := digits(cell); ok {
+				*(*Number)(at(row)) = Num(float64(v)) // exact: under 2^53
+				return nil
+			}
+			return (*Number)(at(row)).UnmarshalCSV(cell)
+		}
 	case reflect.TypeFor[Int]():
-		return func(row *Row, cell string, _ *interner) error { return (*Int)(at(row)).UnmarshalCSV(cell) }
+		return func(row *Row, cell string, _ *interner) error {
+			if v, ok := digits(cell); ok {
+				*(*Int)(at(row)) = IntOf(v)
+				return nil
+			}
+			return (*Int)(at(row)).UnmarshalCSV(cell)
+		}
 	case reflect.TypeFor[Flag]():
 		return func(row *Row, cell string, _ *interner) error { return (*Flag)(at(row)).UnmarshalCSV(cell) }
 	case reflect.TypeFor[hoststatus.Status]():
@@ -113,6 +125,23 @@ func fieldReader(f reflect.StructField) func(*Row, string, *interner) error {
 		}
 	}
 	panic(fmt.Sprintf("loaddata: Row.%s: cannot read a %s from a cell", f.Name, f.Type))
+}
+
+// digits is the value of a cell of 1 to 15 decimal digits alone, as
+// Number's and Int's UnmarshalCSV read it; ok false for any other cell,
+// which they read themselves. Most cells of a file are such numbers.
+func digits(cell string) (v int64, ok bool) {
+	if len(cell) == 0 || len(cell) > 15 {
+		return 0, false
+	}
+	for i := 0; i < len(cell); i++ {
+		c := cell[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return v, true
 }
 
 // stream is StreamFile for a reader; errors name the line and column.
