@@ -507,11 +507,13 @@ func (t *tally) addModel(h *Host, g *GPU) {
 // addUsers counts g's holding processes under their users: the GPU once for
 // each user, a process once per host however many GPUs it holds.
 func (t *tally) addUsers(h *Host, g *GPU) {
-	var seen map[string]bool // users g is counted for; with one process, none needed
-	if len(g.Procs) > 1 {
+	// users g is counted for: found among the processes before, unless
+	// there are many (a map per GPU cost more than the rest of the count)
+	var seen map[string]bool
+	if len(g.Procs) > 8 {
 		seen = make(map[string]bool, len(g.Procs))
 	}
-	for _, p := range g.Procs {
+	for i, p := range g.Procs {
 		if !p.Holds() {
 			continue
 		}
@@ -525,10 +527,12 @@ func (t *tally) addUsers(h *Host, g *GPU) {
 		if p.MemMiB.Valid {
 			u.MemMiB += p.MemMiB.Value
 		}
-		if !seen[p.User] {
-			if seen != nil {
+		if seen != nil {
+			if !seen[p.User] {
 				seen[p.User] = true
+				u.GPUs++
 			}
+		} else if !heldBy(g.Procs[:i], p.User) {
 			u.GPUs++
 		}
 		if len(u.Hosts) == 0 || u.Hosts[len(u.Hosts)-1] != h.Name {
@@ -543,6 +547,16 @@ func (t *tally) addUsers(h *Host, g *GPU) {
 			u.Containers = append(u.Containers, c)
 		}
 	}
+}
+
+// heldBy reports whether one of procs that holds its GPU is user's.
+func heldBy(procs []*Proc, user string) bool {
+	for _, p := range procs {
+		if p.Holds() && p.User == user {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *tally) user(name string) *User {
