@@ -20,7 +20,7 @@ import (
 // fleet only (fleet); see promHosts.
 func Prom(w io.Writer, r *Report) error {
 	c := r.Cluster
-	pw := &promWriter{bufio.NewWriterSize(w, 64<<10)}
+	pw := &promWriter{Writer: bufio.NewWriterSize(w, 64<<10)}
 	// uuid and name only on gpumon_gpu_state; join on host and gpu for the rest
 	each := func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64) {
 		pw.family(name, "gauge", help)
@@ -85,45 +85,48 @@ func Prom(w io.Writer, r *Report) error {
 
 // promWriter writes metrics.prom's lines. Its methods (not closures) let
 // a sample's labels stay on the stack: 60,000 samples at 1,000 hosts.
-type promWriter struct{ *bufio.Writer }
+type promWriter struct {
+	*bufio.Writer
+	line []byte // a sample's, made before it is written
+}
 
 // family writes a family's HELP and TYPE lines.
-func (b promWriter) family(name, typ, help string) {
+func (b *promWriter) family(name, typ, help string) {
 	b.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + typ + "\n")
 }
 
 // sample writes a sample: labels are names and values in turn.
-func (b promWriter) sample(name string, labels []string, v float64) {
-	b.WriteString(name)
+func (b *promWriter) sample(name string, labels []string, v float64) {
+	line := append(b.line[:0], name...)
 	if len(labels) > 0 {
-		b.WriteByte('{')
+		line = append(line, '{')
 		for i := 0; i < len(labels); i += 2 {
 			if i > 0 {
-				b.WriteByte(',')
+				line = append(line, ',')
 			}
-			b.WriteString(labels[i])
-			b.WriteString(`="`)
-			writeLabelValue(b.Writer, labels[i+1])
-			b.WriteByte('"')
+			line = append(line, labels[i]...)
+			line = append(line, `="`...)
+			line = appendLabelValue(line, labels[i+1])
+			line = append(line, '"')
 		}
-		b.WriteByte('}')
+		line = append(line, '}')
 	}
-	b.WriteByte(' ')
-	b.Write(appendFloat(b.AvailableBuffer(), v))
-	b.WriteByte('\n')
+	line = append(line, ' ')
+	line = append(appendFloat(line, v), '\n')
+	b.Write(line)
+	b.line = line
 }
 
-// writeLabelValue writes a label's value escaped as the format says, its
-// invalid UTF-8 replaced; most values need neither, and are written as
-// they are.
-func writeLabelValue(b *bufio.Writer, v string) {
+// appendLabelValue appends a label's value escaped as the format says,
+// its invalid UTF-8 replaced; most values need neither, and are appended
+// as they are.
+func appendLabelValue(b []byte, v string) []byte {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c >= utf8.RuneSelf || c == '\\' || c == '"' || c == '\n' {
-			b.WriteString(labelEscaper.Replace(strings.ToValidUTF8(v, "\uFFFD")))
-			return
+			return append(b, labelEscaper.Replace(strings.ToValidUTF8(v, "\uFFFD"))...)
 		}
 	}
-	b.WriteString(v)
+	return append(b, v...)
 }
 
 // promGPUs writes the series of each GPU (prom_detail = gpu).
