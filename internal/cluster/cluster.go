@@ -462,16 +462,15 @@ type tally struct {
 	gpuNames map[string]string
 	models   map[string]*Model
 	users    map[string]*User
-	procs    map[procKey]bool // a pid on several GPUs of a host is one process
-}
-
-type procKey struct {
-	host string
-	pid  int64
+	// the pids counted on procsOf's GPUs so far: a pid on several GPUs of
+	// a host is one process. add is given a host's GPUs one after
+	// another, so the host's pids alone are kept.
+	procsOf *Host
+	procs   map[int64]bool
 }
 
 func newTally(c *Cluster, gpuNames map[string]string) *tally {
-	return &tally{c: c, gpuNames: gpuNames, models: map[string]*Model{}, users: map[string]*User{}, procs: map[procKey]bool{}}
+	return &tally{c: c, gpuNames: gpuNames, models: map[string]*Model{}, users: map[string]*User{}, procs: map[int64]bool{}}
 }
 
 // add counts classified g of h: in the cluster's totals, its model and its
@@ -513,6 +512,14 @@ func (t *tally) addUsers(h *Host, g *GPU) {
 	if len(g.Procs) > 8 {
 		seen = make(map[string]bool, len(g.Procs))
 	}
+	if t.procsOf != h {
+		t.procsOf = h
+		if len(t.procs) > 64 {
+			t.procs = map[int64]bool{} // clear would sweep its size for every host after
+		} else {
+			clear(t.procs)
+		}
+	}
 	for i, p := range g.Procs {
 		if !p.Holds() {
 			continue
@@ -520,8 +527,8 @@ func (t *tally) addUsers(h *Host, g *GPU) {
 		u := t.user(p.User)
 		if !p.PID.Valid {
 			u.Procs++ // no pid: nothing to tell it apart by
-		} else if k := (procKey{h.Name, p.PID.Value}); !t.procs[k] {
-			t.procs[k] = true
+		} else if !t.procs[p.PID.Value] {
+			t.procs[p.PID.Value] = true
 			u.Procs++
 		}
 		if p.MemMiB.Valid {
