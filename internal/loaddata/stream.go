@@ -31,7 +31,11 @@ func StreamFile(path string, add func(*Row)) (int, error) {
 		return 0, err
 	}
 	defer f.Close()
-	n, err := stream(f, defaultLimits, add)
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	n, err := streamSized(f, defaultLimits, size, add)
 	if err != nil {
 		return n, fmt.Errorf("%s: %w", path, err)
 	}
@@ -146,6 +150,13 @@ func digits(cell string) (v int64, ok bool) {
 
 // stream is StreamFile for a reader; errors name the line and column.
 func stream(r io.Reader, lim limits, add func(*Row)) (int, error) {
+	return streamSized(r, lim, 0, add)
+}
+
+// streamSized is stream for a reader of about size bytes (0: not known),
+// which sizes the interner's map: growing it row by row cost more than
+// the rest of interning.
+func streamSized(r io.Reader, lim limits, size int64, add func(*Row)) (int, error) {
 	in := newBoundedReader(r, lim)
 	// csv.Reader reads ahead through this buffer: at most readAhead bytes
 	// past the record it is on.
@@ -164,7 +175,8 @@ func stream(r io.Reader, lim limits, add func(*Row)) (int, error) {
 		return 0, err
 	}
 	in.recordEnded(cr, header)
-	seen := map[string]string{}
+	// a string a GPU (its UUID) and few more: a row has some 250 bytes
+	seen := make(map[string]string, min(size/256, 1<<17))
 	interners := make([]interner, len(header)) // one a column, sharing seen
 	for i := range interners {
 		interners[i].m = seen
