@@ -212,6 +212,10 @@ type Builder struct {
 	lastT  time.Time
 	lastOK bool
 	short  map[string]string // full GPU name -> shortName
+	// the host of the last row, and its GPUs by gpuKey: a host's rows
+	// follow one another, found without hashing its name
+	last     *Host
+	lastGPUs map[string]*GPU
 	// where hosts, GPUs and processes are made: a block at a time rather
 	// than 15,000 allocations at 1,000 hosts
 	hostSlab slab[Host]
@@ -253,16 +257,17 @@ func (b *Builder) Add(r *loaddata.Row) {
 	if !ok {
 		return // an ok host without GPU cells: nothing to show
 	}
-	g := b.gpus[r.Host][key]
+	gpus := b.lastGPUs // h's
+	g := gpus[key]
 	if g != nil && r.GPUUUID != "" && g.UUID != "" && g.UUID != r.GPUUUID {
 		// nvidia-smi gave two GPUs one index (fetch warns on the host):
 		// keep them apart, each with its own processes
 		key += "|" + r.GPUUUID
-		g = b.gpus[r.Host][key]
+		g = gpus[key]
 	}
 	if g == nil {
 		g = b.newGPU(r)
-		b.gpus[r.Host][key] = g
+		gpus[key] = g
 		h.GPUs = append(h.GPUs, g)
 	}
 	if r.PID.Valid || r.Command != "" {
@@ -277,7 +282,11 @@ func (b *Builder) Add(r *loaddata.Row) {
 
 // host is r's host, made from its first row.
 func (b *Builder) host(r *loaddata.Row) *Host {
+	if b.last != nil && b.last.Name == r.Host {
+		return b.last
+	}
 	if h := b.hosts[r.Host]; h != nil {
+		b.last, b.lastGPUs = h, b.gpus[r.Host]
 		return h
 	}
 	h := b.hostSlab.new()
@@ -287,6 +296,7 @@ func (b *Builder) host(r *loaddata.Row) *Host {
 	b.hosts[r.Host] = h
 	b.gpus[r.Host] = map[string]*GPU{}
 	b.c.Hosts = append(b.c.Hosts, h)
+	b.last, b.lastGPUs = h, b.gpus[r.Host]
 	return h
 }
 
@@ -359,7 +369,7 @@ func (b *Builder) newGPU(r *loaddata.Row) *GPU {
 // the last Add.
 func (b *Builder) Cluster() *Cluster {
 	c, o := b.c, b.o
-	b.hosts, b.gpus = nil, nil
+	b.hosts, b.gpus, b.last, b.lastGPUs = nil, nil, nil, nil
 	resv := activeReservations(o.Reservations, o.Now)
 	t := newTally(c, o.GPUNames)
 	for _, h := range c.Hosts {
