@@ -212,6 +212,28 @@ type Builder struct {
 	lastT  time.Time
 	lastOK bool
 	short  map[string]string // full GPU name -> shortName
+	// the host of the last row, and its GPUs by gpuKey: a host's rows
+	// follow one another, found without hashing its name
+	last     *Host
+	lastGPUs map[string]*GPU
+	// where hosts, GPUs and processes are made: a block at a time rather
+	// than 15,000 allocations at 1,000 hosts
+	hostSlab slab[Host]
+	gpuSlab  slab[GPU]
+	procSlab slab[Proc]
+}
+
+// slab hands out new zero values of T from blocks of them.
+type slab[T any] struct{ free []T }
+
+// new is a new zero T.
+func (s *slab[T]) new() *T {
+	if len(s.free) == 0 {
+		s.free = make([]T, 128)
+	}
+	p := &s.free[0]
+	s.free = s.free[1:]
+	return p
 }
 
 // NewBuilder starts a cluster.
@@ -235,37 +257,46 @@ func (b *Builder) Add(r *loaddata.Row) {
 	if !ok {
 		return // an ok host without GPU cells: nothing to show
 	}
-	g := b.gpus[r.Host][key]
+	gpus := b.lastGPUs // h's
+	g := gpus[key]
 	if g != nil && r.GPUUUID != "" && g.UUID != "" && g.UUID != r.GPUUUID {
 		// nvidia-smi gave two GPUs one index (fetch warns on the host):
 		// keep them apart, each with its own processes
 		key += "|" + r.GPUUUID
-		g = b.gpus[r.Host][key]
+		g = gpus[key]
 	}
 	if g == nil {
 		g = b.newGPU(r)
-		b.gpus[r.Host][key] = g
+		gpus[key] = g
 		h.GPUs = append(h.GPUs, g)
 	}
 	if r.PID.Valid || r.Command != "" {
-		g.Procs = append(g.Procs, &Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
+		p := b.procSlab.new()
+		*p = Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
 			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Ignored(ignore.Process{Args: r.Command, UID: ignore.Unknown, MemMiB: memOr(r.ProcessMemMiB, ignore.Unknown)}, b.o.Ignore),
 			SlurmJob: r.SlurmJob, SlurmJobName: r.SlurmJobName, SlurmPartition: r.SlurmPartition,
-			Container: r.Container, ContainerName: r.ContainerName, Pod: r.Pod})
+			Container: r.Container, ContainerName: r.ContainerName, Pod: r.Pod}
+		g.Procs = append(g.Procs, p)
 	}
 }
 
 // host is r's host, made from its first row.
 func (b *Builder) host(r *loaddata.Row) *Host {
+	if b.last != nil && b.last.Name == r.Host {
+		return b.last
+	}
 	if h := b.hosts[r.Host]; h != nil {
+		b.last, b.lastGPUs = h, b.gpus[r.Host]
 		return h
 	}
-	h := &Host{Name: r.Host, Display: lookup(b.o.HostNames, r.Host, r.Host), Status: r.HostStatus,
+	h := b.hostSlab.new()
+	*h = Host{Name: r.Host, Display: lookup(b.o.HostNames, r.Host, r.Host), Status: r.HostStatus,
 		Error: r.HostError, CPUs: r.CPUs, Load1: r.Load1, MemUsed: r.HostMemUsedMiB, MemTotal: r.HostMemTotalMiB,
 		Count: map[string]int{}}
 	b.hosts[r.Host] = h
 	b.gpus[r.Host] = map[string]*GPU{}
 	b.c.Hosts = append(b.c.Hosts, h)
+	b.last, b.lastGPUs = h, b.gpus[r.Host]
 	return h
 }
 
@@ -321,7 +352,8 @@ var indexKeys = func() []string {
 
 // newGPU is r's GPU, from the first of its rows.
 func (b *Builder) newGPU(r *loaddata.Row) *GPU {
-	g := &GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
+	g := b.gpuSlab.new()
+	*g = GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
 		Util: r.GPUUtilPct, MemUtil: r.MemUtilPct, MemUsed: r.MemUsedMiB, MemTotal: r.MemTotalMiB,
 		Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct}
 	short, ok := b.short[g.Name]
@@ -337,7 +369,7 @@ func (b *Builder) newGPU(r *loaddata.Row) *GPU {
 // the last Add.
 func (b *Builder) Cluster() *Cluster {
 	c, o := b.c, b.o
-	b.hosts, b.gpus = nil, nil
+	b.hosts, b.gpus, b.last, b.lastGPUs = nil, nil, nil, nil
 	resv := activeReservations(o.Reservations, o.Now)
 	t := newTally(c, o.GPUNames)
 	for _, h := range c.Hosts {
@@ -440,16 +472,15 @@ type tally struct {
 	gpuNames map[string]string
 	models   map[string]*Model
 	users    map[string]*User
-	procs    map[procKey]bool // a pid on several GPUs of a host is one process
-}
-
-type procKey struct {
-	host string
-	pid  int64
+	// the pids counted on procsOf's GPUs so far: a pid on several GPUs of
+	// a host is one process. add is given a host's GPUs one after
+	// another, so the host's pids alone are kept.
+	procsOf *Host
+	procs   map[int64]bool
 }
 
 func newTally(c *Cluster, gpuNames map[string]string) *tally {
-	return &tally{c: c, gpuNames: gpuNames, models: map[string]*Model{}, users: map[string]*User{}, procs: map[procKey]bool{}}
+	return &tally{c: c, gpuNames: gpuNames, models: map[string]*Model{}, users: map[string]*User{}, procs: map[int64]bool{}}
 }
 
 // add counts classified g of h: in the cluster's totals, its model and its
@@ -485,28 +516,40 @@ func (t *tally) addModel(h *Host, g *GPU) {
 // addUsers counts g's holding processes under their users: the GPU once for
 // each user, a process once per host however many GPUs it holds.
 func (t *tally) addUsers(h *Host, g *GPU) {
-	var seen map[string]bool // users g is counted for; with one process, none needed
-	if len(g.Procs) > 1 {
+	// users g is counted for: found among the processes before, unless
+	// there are many (a map per GPU cost more than the rest of the count)
+	var seen map[string]bool
+	if len(g.Procs) > 8 {
 		seen = make(map[string]bool, len(g.Procs))
 	}
-	for _, p := range g.Procs {
+	if t.procsOf != h {
+		t.procsOf = h
+		if len(t.procs) > 64 {
+			t.procs = map[int64]bool{} // clear would sweep its size for every host after
+		} else {
+			clear(t.procs)
+		}
+	}
+	for i, p := range g.Procs {
 		if !p.Holds() {
 			continue
 		}
 		u := t.user(p.User)
 		if !p.PID.Valid {
 			u.Procs++ // no pid: nothing to tell it apart by
-		} else if k := (procKey{h.Name, p.PID.Value}); !t.procs[k] {
-			t.procs[k] = true
+		} else if !t.procs[p.PID.Value] {
+			t.procs[p.PID.Value] = true
 			u.Procs++
 		}
 		if p.MemMiB.Valid {
 			u.MemMiB += p.MemMiB.Value
 		}
-		if !seen[p.User] {
-			if seen != nil {
+		if seen != nil {
+			if !seen[p.User] {
 				seen[p.User] = true
+				u.GPUs++
 			}
+		} else if !heldBy(g.Procs[:i], p.User) {
 			u.GPUs++
 		}
 		if len(u.Hosts) == 0 || u.Hosts[len(u.Hosts)-1] != h.Name {
@@ -521,6 +564,16 @@ func (t *tally) addUsers(h *Host, g *GPU) {
 			u.Containers = append(u.Containers, c)
 		}
 	}
+}
+
+// heldBy reports whether one of procs that holds its GPU is user's.
+func heldBy(procs []*Proc, user string) bool {
+	for _, p := range procs {
+		if p.Holds() && p.User == user {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *tally) user(name string) *User {

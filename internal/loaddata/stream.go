@@ -10,6 +10,9 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"unsafe"
+
+	"github.com/gpumon/gpumon/internal/hoststatus"
 )
 
 // StreamFile reads path one row at a time and hands each row to add, so
@@ -28,7 +31,11 @@ func StreamFile(path string, add func(*Row)) (int, error) {
 		return 0, err
 	}
 	defer f.Close()
-	n, err := stream(f, defaultLimits, add)
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	n, err := streamSized(f, defaultLimits, size, add)
 	if err != nil {
 		return n, fmt.Errorf("%s: %w", path, err)
 	}
@@ -41,7 +48,9 @@ type column struct {
 	name  string
 	field int  // Row's field index
 	text  bool // a string, written quoted (quoteText)
-	read  func(field reflect.Value, cell string, in *interner) error
+	// read sets the column's field of row from cell: a closure made once
+	// per field, so that a row costs no reflection.
+	read func(row *Row, cell string, in *interner) error
 }
 
 // columns are Row's csv tags in order: the one list of load_data.csv's
@@ -57,7 +66,6 @@ type cellUnmarshaler interface {
 // read (or gocsv would write under another name) is a programming error,
 // found when the package loads.
 func columnsOf(t reflect.Type) []column {
-	unmarshaler := reflect.TypeFor[cellUnmarshaler]()
 	var cols []column
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -68,28 +76,87 @@ func columnsOf(t reflect.Type) []column {
 		if slices.ContainsFunc(cols, func(c column) bool { return c.name == name }) {
 			panic(fmt.Sprintf("loaddata: column %s is on two fields of Row", name))
 		}
-		c := column{name: name, field: i}
-		switch {
-		case reflect.PointerTo(f.Type).Implements(unmarshaler):
-			c.read = func(field reflect.Value, cell string, _ *interner) error {
-				return field.Addr().Interface().(cellUnmarshaler).UnmarshalCSV(cell)
-			}
-		case f.Type.Kind() == reflect.String:
-			c.text = true
-			c.read = func(field reflect.Value, cell string, in *interner) error {
-				field.SetString(in.get(unquoteText(cell)))
-				return nil
-			}
-		default:
-			panic(fmt.Sprintf("loaddata: Row.%s: cannot read a %s from a cell", f.Name, f.Type))
-		}
-		cols = append(cols, c)
+		cols = append(cols, column{name: name, field: i, text: isText(f.Type), read: fieldReader(f)})
 	}
 	return cols
 }
 
+// isText is whether a field of type t is text: a string that does not read
+// itself (hoststatus.Status does).
+func isText(t reflect.Type) bool {
+	return t.Kind() == reflect.String && !reflect.PointerTo(t).Implements(reflect.TypeFor[cellUnmarshaler]())
+}
+
+// fieldReader reads a cell into Row's field f. The field is found by its
+// offset in Row (unsafe.Add): reflect.Value per cell cost a third of
+// reading a file.
+func fieldReader(f reflect.StructField) func(*Row, string, *interner) error {
+	off := f.Offset
+	at := func(row *Row) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(row), off) }
+	switch f.Type {
+	case reflect.TypeFor[Number]():
+		return func(row *Row, cell string, _ *interner) error {
+			if v, ok := digits(cell); ok {
+				*(*Number)(at(row)) = Num(float64(v)) // exact: under 2^53
+				return nil
+			}
+			return (*Number)(at(row)).UnmarshalCSV(cell)
+		}
+	case reflect.TypeFor[Int]():
+		return func(row *Row, cell string, _ *interner) error {
+			if v, ok := digits(cell); ok {
+				*(*Int)(at(row)) = IntOf(v)
+				return nil
+			}
+			return (*Int)(at(row)).UnmarshalCSV(cell)
+		}
+	case reflect.TypeFor[Flag]():
+		return func(row *Row, cell string, _ *interner) error { return (*Flag)(at(row)).UnmarshalCSV(cell) }
+	case reflect.TypeFor[hoststatus.Status]():
+		return func(row *Row, cell string, _ *interner) error {
+			return (*hoststatus.Status)(at(row)).UnmarshalCSV(cell)
+		}
+	}
+	switch {
+	case reflect.PointerTo(f.Type).Implements(reflect.TypeFor[cellUnmarshaler]()):
+		return func(row *Row, cell string, _ *interner) error {
+			return reflect.NewAt(f.Type, at(row)).Interface().(cellUnmarshaler).UnmarshalCSV(cell)
+		}
+	case isText(f.Type):
+		return func(row *Row, cell string, in *interner) error {
+			*(*string)(at(row)) = in.get(unquoteText(cell))
+			return nil
+		}
+	}
+	panic(fmt.Sprintf("loaddata: Row.%s: cannot read a %s from a cell", f.Name, f.Type))
+}
+
+// digits is the value of a cell of 1 to 15 decimal digits alone, as
+// Number's and Int's UnmarshalCSV read it; ok false for any other cell,
+// which they read themselves. Most cells of a file are such numbers.
+func digits(cell string) (v int64, ok bool) {
+	if len(cell) == 0 || len(cell) > 15 {
+		return 0, false
+	}
+	for i := 0; i < len(cell); i++ {
+		c := cell[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return v, true
+}
+
 // stream is StreamFile for a reader; errors name the line and column.
 func stream(r io.Reader, lim limits, add func(*Row)) (int, error) {
+	return streamSized(r, lim, 0, add)
+}
+
+// streamSized is stream for a reader of about size bytes (0: not known),
+// which sizes the interner's map: growing it row by row cost more than
+// the rest of interning.
+func streamSized(r io.Reader, lim limits, size int64, add func(*Row)) (int, error) {
 	in := newBoundedReader(r, lim)
 	// csv.Reader reads ahead through this buffer: at most readAhead bytes
 	// past the record it is on.
@@ -108,9 +175,13 @@ func stream(r io.Reader, lim limits, add func(*Row)) (int, error) {
 		return 0, err
 	}
 	in.recordEnded(cr, header)
-	itn := &interner{m: map[string]string{}}
+	// a string a GPU (its UUID) and few more: a row has some 250 bytes
+	seen := make(map[string]string, min(size/256, 1<<17))
+	interners := make([]interner, len(header)) // one a column, sharing seen
+	for i := range interners {
+		interners[i].m = seen
+	}
 	var row Row
-	rv := reflect.ValueOf(&row).Elem()
 	n := 0
 	for {
 		rec, err := cr.Read()
@@ -126,7 +197,7 @@ func stream(r io.Reader, lim limits, add func(*Row)) (int, error) {
 			if c == nil {
 				continue
 			}
-			if err := c.read(rv.Field(c.field), s, itn); err != nil {
+			if err := c.read(&row, s, &interners[i]); err != nil {
 				line, _ := cr.FieldPos(i)
 				return n, fmt.Errorf("line %d (column %s): %w", line, header[i], err)
 			}
@@ -199,19 +270,26 @@ func csvError(err error, rec []string, fields int) error {
 
 // interner keeps one copy of each string: the CSV repeats host names,
 // models, users and commands on many rows, and a cell read by encoding/csv
-// shares memory with its whole line.
+// shares memory with its whole line. A column has its own interner (over
+// one map): its cell is most often the one above it, found without
+// hashing.
 type interner struct {
-	m map[string]string
+	m    map[string]string
+	last string
 }
 
 func (in *interner) get(s string) string {
 	if s == "" {
 		return ""
 	}
-	if v, ok := in.m[s]; ok {
-		return v
+	if s == in.last {
+		return in.last
 	}
-	v := strings.Clone(s)
-	in.m[v] = v
+	v, ok := in.m[s]
+	if !ok {
+		v = strings.Clone(s)
+		in.m[v] = v
+	}
+	in.last = v
 	return v
 }

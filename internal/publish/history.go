@@ -24,10 +24,10 @@ const MaxAhead = 5 * time.Minute
 // recording is the history part of a run: the store, open for the
 // notifications that read and write the same file, and what it says.
 type recording struct {
-	store    *history.Store // nil: history off, or it could not be opened
-	snap     *history.Snapshot
-	summary  *history.Summary // nil: nothing to show
-	recorded bool             // this run's snapshot is in the history
+	store    *history.Store    // nil: history off, or it could not be opened
+	snap     *history.Snapshot // nil: history off
+	summary  *history.Summary  // nil: nothing to show
+	recorded bool              // this run's snapshot is in the history
 	warnings []string
 	err      error
 }
@@ -36,10 +36,11 @@ type recording struct {
 // Whatever goes wrong, the files are still made: without history or with
 // the history recorded before, with a warning, and the error says which.
 func record(ctx context.Context, c history.Config, run Run) *recording {
-	rec := &recording{snap: history.FromCluster(run.Cluster)}
+	rec := &recording{}
 	if c.DB == "" {
-		return rec
+		return rec // no snapshot: nothing records it, and notify needs the store
 	}
+	rec.snap = history.FromCluster(run.Cluster)
 	fail := func(err error) *recording {
 		rec.warnings = append(rec.warnings, fmt.Sprintf("History (%s) is not shown: %s", c.DB, clip(err)))
 		rec.err = cli.WithHint(fmt.Errorf("history %s: %w", c.DB, err), "the other outputs show no history, and no notification goes out, until this is fixed; %s", historyFix(c.DB, err))

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,14 +276,18 @@ func BenchmarkRenderHistory(b *testing.B) {
 		return p
 	}
 	b.Run("command", func(b *testing.B) {
+		var cpu time.Duration
 		for b.Loop() {
 			b.StopTimer()
 			in := csvAt()
+			start := cpuTime(b)
 			b.StartTimer()
 			if err := Main(context.Background(), []string{"-c", ini, "-i", in}, io.Discard, io.Discard); err != nil {
 				b.Fatal(err)
 			}
+			cpu += cpuTime(b) - start
 		}
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
 		st, err := os.Stat(filepath.Join(dir, "index.html"))
 		if err != nil {
@@ -368,11 +373,13 @@ func TestPageSizeBudget(t *testing.T) {
 // and reports the size of each output and the time of one render.
 func benchCommand(b *testing.B, dir string, args []string) {
 	b.Helper()
+	cpu := cpuTime(b)
 	for b.Loop() {
 		if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu)
 	for _, f := range []struct{ name, unit string }{
 		{"index.html", "page-bytes"}, {"status.json", "json-bytes"}, {"metrics.prom", "prom-bytes"},
 	} {
@@ -383,4 +390,35 @@ func benchCommand(b *testing.B, dir string, args []string) {
 		b.ReportMetric(float64(st.Size()), f.unit)
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
+}
+
+// cpuTime is the process's CPU time so far (user and system, every
+// thread): on a shared machine a run's CPU time varies far less than its
+// wall time.
+func cpuTime(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time per run since start (cpuTime).
+func reportCPU(b *testing.B, start time.Duration) {
+	b.Helper()
+	b.ReportMetric(float64((cpuTime(b)-start).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkProm: metrics.prom of 1,000 hosts × 8 GPUs (prom_detail gpu).
+func BenchmarkProm(b *testing.B) {
+	rep := testReport(b, fleetRows(1000, 8), "")
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := Prom(&buf, rep); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "prom-bytes")
 }

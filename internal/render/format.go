@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"github.com/gpumon/gpumon/internal/publish"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -114,17 +115,32 @@ func gib(mib float64) string {
 	return strconv.FormatFloat(g, 'f', 0, 64)
 }
 
+// appendGib is gib appended to b.
+func appendGib(b []byte, mib float64) []byte {
+	g := mib / 1024
+	if g < 9.95 {
+		return strconv.AppendFloat(b, g, 'f', 1, 64)
+	}
+	return strconv.AppendFloat(b, g, 'f', 0, 64)
+}
+
 // memText is "30/80G", or "" when nothing is known.
-func memText(used, total loaddata.Number) string {
+func memText(used, total loaddata.Number) string { return string(appendMemText(nil, used, total)) }
+
+// appendMemText is memText appended to b.
+func appendMemText(b []byte, used, total loaddata.Number) []byte {
 	switch {
 	case used.Valid && total.Valid:
-		return gib(used.Value) + "/" + gib(total.Value) + "G"
+		b = appendGib(b, used.Value)
+		b = append(b, '/')
+		b = appendGib(b, total.Value)
+		return append(b, 'G')
 	case used.Valid:
-		return gib(used.Value) + "G used"
+		return append(appendGib(b, used.Value), "G used"...)
 	case total.Valid:
-		return "?/" + gib(total.Value) + "G"
+		return append(appendGib(append(b, "?/"...), total.Value), 'G')
 	}
-	return ""
+	return b
 }
 
 // memPct is the share of memory used, 0-100.
@@ -145,20 +161,29 @@ func num(n loaddata.Number, unit string) string {
 
 // sensors is "51°C · 412/700W · fan 30%", leaving out what is unknown.
 func sensors(g *cluster.GPU) string {
-	var parts []string
-	if s := num(g.Temp, "°C"); s != "" {
-		parts = append(parts, s)
+	var buf [64]byte
+	b := buf[:0]
+	const sep = " · "
+	if g.Temp.Valid {
+		b = append(appendFloat(b, g.Temp.Value), "°C"...)
 	}
-	switch {
-	case g.Power.Valid && g.PowerLimit.Valid:
-		parts = append(parts, fmt.Sprintf("%.0f/%.0fW", g.Power.Value, g.PowerLimit.Value))
-	case g.Power.Valid:
-		parts = append(parts, fmt.Sprintf("%.0fW", g.Power.Value))
+	if g.Power.Valid {
+		if len(b) > 0 {
+			b = append(b, sep...)
+		}
+		b = strconv.AppendFloat(b, g.Power.Value, 'f', 0, 64) // fmt's %.0f
+		if g.PowerLimit.Valid {
+			b = strconv.AppendFloat(append(b, '/'), g.PowerLimit.Value, 'f', 0, 64)
+		}
+		b = append(b, 'W')
 	}
-	if s := num(g.Fan, "%"); s != "" {
-		parts = append(parts, "fan "+s)
+	if g.Fan.Valid {
+		if len(b) > 0 {
+			b = append(b, sep...)
+		}
+		b = append(appendFloat(append(b, "fan "...), g.Fan.Value), '%')
 	}
-	return strings.Join(parts, " · ")
+	return string(b)
 }
 
 // userName shows a process owner ps could not name, and cuts a name too
@@ -224,4 +249,14 @@ func reservationWith(r *reservations.Reservation, until func(time.Time) string) 
 		s += ": " + r.Comment
 	}
 	return s
+}
+
+// appendFloat appends v as strconv.AppendFloat(b, v, 'f', -1, 64) does,
+// faster for a whole number (most readings are: MiB, watts, °C, 0).
+func appendFloat(b []byte, v float64) []byte {
+	// below 2^53 a whole number's shortest form is its digits; -0 is "-0"
+	if v == math.Trunc(v) && math.Abs(v) < 1<<53 && (v != 0 || !math.Signbit(v)) {
+		return strconv.AppendInt(b, int64(v), 10)
+	}
+	return strconv.AppendFloat(b, v, 'f', -1, 64)
 }

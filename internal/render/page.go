@@ -500,9 +500,8 @@ func writeCellStart(w *bufio.Writer, h *cluster.Host, g *cluster.GPU) {
 // its memory used, or why a GPU in MIG mode has no utilization; nothing
 // when its memory is not known.
 func writeMemLine(w *bufio.Writer, g *cluster.GPU, mig bool, scratch []byte) []byte {
-	mem := memText(g.MemUsed, g.MemTotal)
-	if mem == "" {
-		return scratch
+	if !g.MemUsed.Valid && !g.MemTotal.Valid {
+		return scratch // no memText
 	}
 	// the bar above the text is the style sheet's, from --m
 	if p := memPct(g.MemUsed, g.MemTotal); p > 0 {
@@ -513,11 +512,12 @@ func writeMemLine(w *bufio.Writer, g *cluster.GPU, mig bool, scratch []byte) []b
 	} else {
 		w.WriteString("<p>")
 	}
-	w.WriteString(mem) // numbers only
+	scratch = appendMemText(scratch[:0], g.MemUsed, g.MemTotal)
 	if g.Util.Valid {
-		w.WriteString(" · ")
-		w.WriteString(num(g.Util, "%"))
-	} else if mig {
+		scratch = append(appendFloat(append(scratch, " · "...), g.Util.Value), '%')
+	}
+	w.Write(scratch) // numbers only
+	if !g.Util.Valid && mig {
 		w.WriteString("<span class=mig>no util (MIG)</span>") // a line of its own
 	}
 	return scratch
@@ -588,8 +588,8 @@ func writeProcRow(w *bufio.Writer, p *cluster.Proc, jobs bool, scratch []byte) [
 	}
 	w.WriteString("<td>")
 	if p.MemMiB.Valid {
-		w.WriteString(gib(p.MemMiB.Value))
-		w.WriteString("G")
+		scratch = append(appendGib(scratch[:0], p.MemMiB.Value), 'G')
+		w.Write(scratch)
 	} else {
 		w.WriteString("?")
 	}

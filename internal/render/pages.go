@@ -44,7 +44,10 @@ type groupPage struct {
 	n, of int    // page n of the group's of
 	hosts []*cluster.Host
 	cards []byte // the hosts' cards (writeHosts)
-	html  []byte // the whole page
+	// room is the bytes before a group's first cards, where the page of a
+	// group of one page is made around them (groupPageHTML); else nil
+	room []byte
+	html []byte // the whole page
 }
 
 // pagePlan is what render writes: one page (pages nil), or the overview
@@ -144,18 +147,29 @@ func uniqueFile(base string, n int, used map[string]bool) string {
 // file.
 func splitGroup(r *Report, g *hostGroup) []*groupPage {
 	var buf bytes.Buffer
+	room := 0
+	if len(g.hosts) >= pageRoomHosts {
+		room = pageRoom
+		buf.Write(make([]byte, room))
+	}
 	w := bufio.NewWriterSize(&buf, 64<<10)
 	ends := make([]int, 0, len(g.hosts)) // each card's end in buf
 	writeHosts(w, r, g.hosts, true, func() {
 		w.Flush()
 		ends = append(ends, buf.Len())
+		if len(ends) == 1 {
+			// room for as many cards again as the first, and a quarter,
+			// and the page's end: growing a buffer of megabytes by
+			// doubling cost more than writing the cards
+			buf.Grow((buf.Len()-room)*len(g.hosts)*5/4 + room)
+		}
 	})
 	cards := buf.Bytes()
 	frame := len(groupPageHTML(r, &groupPage{group: g, n: 1, of: 1}))
 	limit := groupBudget - frame - 8<<10 // the page links and the users table
 	for try := 0; ; try++ {
 		var pages []*groupPage
-		start, from := 0, 0 // the page's first host and its first byte
+		start, from := 0, room // the page's first host and its first byte
 		for i, end := range ends {
 			if end-from > limit && i > start {
 				pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:i], cards: cards[from:ends[i-1]]})
@@ -163,6 +177,9 @@ func splitGroup(r *Report, g *hostGroup) []*groupPage {
 			}
 		}
 		pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:], cards: cards[from:]})
+		if room > 0 {
+			pages[0].room = cards[:room]
+		}
 		fits := true
 		for i, pg := range pages {
 			pg.n, pg.of = i+1, len(pages)
@@ -177,6 +194,15 @@ func splitGroup(r *Report, g *hostGroup) []*groupPage {
 		limit = limit * 8 / 10
 	}
 }
+
+// pageRoom is the room left before the cards of a group of at least
+// pageRoomHosts hosts for its page's beginning, where the group has one
+// page (groupPageHTML): copying megabytes of cards cost more than the
+// room. Smaller groups' pages are copied, not each given the room.
+const (
+	pageRoom      = 64 << 10
+	pageRoomHosts = 64
+)
 
 type navLink struct {
 	N    int
@@ -210,12 +236,15 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 		v.Nav = append(v.Nav, navLink{N: i, Href: url.PathEscape(pagePath(pg.group.file, i)) + ".html", Here: i == pg.n})
 	}
 	v.Users, _ = usersView(sub.Cluster.Users, userHostsMax)
-	var buf bytes.Buffer
-	w := bufio.NewWriterSize(&buf, 64<<10)
+	// the page around the cards first, then the page in one piece: the
+	// cards are megabytes
+	var head, tail bytes.Buffer
+	w := bufio.NewWriterSize(&head, 16<<10)
 	if err := pageTmpl.ExecuteTemplate(w, "head", v); err != nil {
 		panic(err) // the template and its data are ours
 	}
-	w.Write(pg.cards)
+	w.Flush()
+	w.Reset(&tail)
 	if err := pageTmpl.ExecuteTemplate(w, "tail", v); err != nil {
 		panic(err)
 	}
@@ -223,7 +252,17 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 		panic(err)
 	}
 	w.Flush()
-	return buf.Bytes()
+	if pg.room != nil && pg.of == 1 && head.Len() <= len(pg.room) {
+		// a group's one page, made where its cards lie: no copy of them
+		at := len(pg.room) - head.Len()
+		copy(pg.room[at:], head.Bytes())
+		page := pg.room[at : len(pg.room)+len(pg.cards)]
+		return append(page, tail.Bytes()...)
+	}
+	page := make([]byte, 0, head.Len()+len(pg.cards)+tail.Len())
+	page = append(page, head.Bytes()...)
+	page = append(page, pg.cards...)
+	return append(page, tail.Bytes()...)
 }
 
 // overview modes, from the most detailed to the smallest; the first whose

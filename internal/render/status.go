@@ -3,8 +3,14 @@ package render
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/history"
@@ -215,21 +221,38 @@ func statusUsers(c *cluster.Cluster) []StatusUser {
 }
 
 func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
-	sh := StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
-		CPUs: intp(h.CPUs), Load1: nump(h.Load1), MemUsedMiB: nump(h.MemUsed), MemTotalMiB: nump(h.MemTotal),
-		Reservation: resvOf(h.Reserved), GPUs: make([]StatusGPU, 0, len(h.GPUs))}
+	var sh StatusHost
+	fillStatusHost(&sh, h, hist, &readings{})
+	return sh
+}
+
+// fillStatusHost makes *sh h's StatusHost, reusing its GPUs' and their
+// processes' slices and taking its readings from nums: JSON fills one
+// StatusHost host after host.
+func fillStatusHost(sh *StatusHost, h *cluster.Host, hist *history.Summary, nums *readings) {
+	gpus := sh.GPUs[:0]
+	if gpus == nil {
+		gpus = make([]StatusGPU, 0, len(h.GPUs))
+	}
+	*sh = StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
+		CPUs: nums.int(h.CPUs), Load1: nums.float(h.Load1), MemUsedMiB: nums.float(h.MemUsed), MemTotalMiB: nums.float(h.MemTotal),
+		Reservation: resvOf(h.Reserved), GPUs: gpus}
 	if !h.Time.IsZero() {
 		t := h.Time.UTC().Format(time.RFC3339)
 		sh.Timestamp = &t
 	}
 	sh.GPUName, sh.GPUShortName = sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Name }),
 		sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Short })
-	for _, g := range h.GPUs {
+	for i, g := range h.GPUs {
+		var procs []StatusProcess
+		if i < cap(gpus) {
+			procs = gpus[:cap(gpus)][i].Processes[:0] // the last host's
+		}
 		sg := StatusGPU{Index: nil, UUID: g.UUID, BusID: g.BusID,
 			State: g.State, Notes: g.Notes, Error: g.Error,
-			UtilPct: nump(g.Util), MemUtilPct: nump(g.MemUtil), MemUsedMiB: nump(g.MemUsed), MemTotalMiB: nump(g.MemTotal),
-			TempC: nump(g.Temp), PowerW: nump(g.Power), PowerLimitW: nump(g.PowerLimit), FanPct: nump(g.Fan),
-			Reservation: resvOf(g.Reservation), Processes: make([]StatusProcess, 0, len(g.Procs))}
+			UtilPct: nums.float(g.Util), MemUtilPct: nums.float(g.MemUtil), MemUsedMiB: nums.float(g.MemUsed), MemTotalMiB: nums.float(g.MemTotal),
+			TempC: nums.float(g.Temp), PowerW: nums.float(g.Power), PowerLimitW: nums.float(g.PowerLimit), FanPct: nums.float(g.Fan),
+			Reservation: resvOf(g.Reservation), Processes: procs}
 		if g.HasIndex {
 			i := g.Index
 			sg.Index = &i
@@ -241,8 +264,8 @@ func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 			sg.ShortName = &g.Short
 		}
 		for _, p := range g.Procs {
-			sg.Processes = append(sg.Processes, StatusProcess{PID: intp(p.PID), User: p.User, Command: p.Command,
-				MemMiB: nump(p.MemMiB), ElapsedS: intp(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
+			sg.Processes = append(sg.Processes, StatusProcess{PID: nums.int(p.PID), User: p.User, Command: p.Command,
+				MemMiB: nums.float(p.MemMiB), ElapsedS: nums.int(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
 				SlurmJob: p.SlurmJob, SlurmJobName: p.SlurmJobName, SlurmPartition: p.SlurmPartition,
 				Container: p.Container, ContainerName: p.ContainerName, Pod: p.Pod})
 		}
@@ -258,7 +281,35 @@ func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
 			sh.LastKnownGPUs = append(sh.LastKnownGPUs, StatusKnownGPU{ID: g.ID, Name: g.Name})
 		}
 	}
-	return sh
+}
+
+// readings are what a StatusHost's readings point to, appended one after
+// another rather than allocated each: at 1,000 hosts, 100,000 of them. A
+// reading's value never changes once handed out; reset reuses the
+// slices for the next host once the last is written.
+type readings struct {
+	floats []float64
+	ints   []int64
+}
+
+func (r *readings) reset() { r.floats, r.ints = r.floats[:0], r.ints[:0] }
+
+// float is n's value, nil when not known.
+func (r *readings) float(n loaddata.Number) *float64 {
+	if !n.Valid {
+		return nil
+	}
+	r.floats = append(r.floats, n.Value)
+	return &r.floats[len(r.floats)-1]
+}
+
+// int is n's value, nil when not known.
+func (r *readings) int(n loaddata.Int) *int64 {
+	if !n.Valid {
+		return nil
+	}
+	r.ints = append(r.ints, n.Value)
+	return &r.ints[len(r.ints)-1]
 }
 
 // sharedName is what field gives for every GPU of gpus when it gives all
@@ -290,13 +341,21 @@ func JSON(w io.Writer, r *Report) error {
 	}
 	bw.Write(head[:len(head)-1]) // without its closing brace
 	bw.WriteString(`,"hosts":[`)
+	var b []byte
+	var sh StatusHost
+	var nums readings
 	for i, h := range r.Cluster.Hosts {
 		if i > 0 {
 			bw.WriteByte(',')
 		}
-		b, err := json.Marshal(statusHostOf(h, r.History))
-		if err != nil {
-			return err
+		nums.reset() // the last host is written
+		fillStatusHost(&sh, h, r.History, &nums)
+		var ok bool
+		if b, ok = appendStatusHost(b[:0], &sh); !ok {
+			var err error
+			if b, err = json.Marshal(sh); err != nil { // its error, then
+				return err
+			}
 		}
 		bw.Write(b)
 	}
@@ -317,22 +376,6 @@ func JSON(w io.Writer, r *Report) error {
 	}
 	bw.WriteString("}\n")
 	return bw.Flush()
-}
-
-func nump(n loaddata.Number) *float64 {
-	if !n.Valid {
-		return nil
-	}
-	v := n.Value
-	return &v
-}
-
-func intp(n loaddata.Int) *int64 {
-	if !n.Valid {
-		return nil
-	}
-	v := n.Value
-	return &v
 }
 
 func resvOf(r *reservations.Reservation) *StatusReservation {
@@ -457,4 +500,310 @@ func withHistoryUsers(users []StatusUser, h *history.Summary) []StatusUser {
 		}
 	}
 	return users
+}
+
+// status.json's hosts are most of its bytes (3 MB at 1,000 hosts × 8
+// GPUs) and encoding/json's reflection most of its time: they are
+// appended by hand, byte for byte as encoding/json writes them (a test
+// and FuzzStatusJSON compare the two). statusKeys holds the encoder to
+// the structs' json tags: a field added to one of them without the
+// encoder stops the program when it starts.
+
+// statusKeys are the json tags of the structs appendStatusHost writes,
+// field by field, as it writes them.
+var statusKeys = map[reflect.Type][]string{
+	reflect.TypeFor[StatusHost](): {"name", "display_name", "up", "status", "error,omitempty", "timestamp", "cpus", "load1",
+		"mem_used_mib", "mem_total_mib", "reservation,omitempty", "gpu_name,omitempty", "gpu_short_name,omitempty", "gpus",
+		"down_since,omitempty", "last_known_gpus,omitzero"},
+	reflect.TypeFor[StatusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "bus_id", "state", "notes,omitempty",
+		"error,omitempty", "util_pct", "mem_util_pct", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w",
+		"power_limit_w", "fan_pct", "reservation,omitempty", "processes,omitempty"},
+	reflect.TypeFor[StatusProcess](): {"pid", "user", "command", "mem_mib", "elapsed_s", "preemptible,omitempty", "ignored,omitempty",
+		"slurm_job,omitempty", "slurm_job_name,omitempty", "slurm_partition,omitempty", "container,omitempty",
+		"container_name,omitempty", "pod,omitempty"},
+	reflect.TypeFor[StatusReservation](): {"name", "until", "comment"},
+	reflect.TypeFor[StatusKnownGPU]():    {"id", "name"},
+}
+
+var _ = checkStatusKeys()
+
+func checkStatusKeys() bool {
+	for t, keys := range statusKeys {
+		var tags []string
+		for i := range t.NumField() {
+			tags = append(tags, t.Field(i).Tag.Get("json"))
+		}
+		if !slices.Equal(tags, keys) {
+			panic(fmt.Sprintf("render: %s's json tags are %q; appendStatusHost writes %q", t, tags, keys))
+		}
+	}
+	return true
+}
+
+// appendStatusHost appends h as json.Marshal writes it; ok false where it
+// cannot (a number that is not finite, which json.Marshal refuses).
+func appendStatusHost(b []byte, h *StatusHost) (_ []byte, ok bool) {
+	ok = true
+	b = append(b, `{"name":`...)
+	b = appendJSONString(b, h.Name)
+	b = append(b, `,"display_name":`...)
+	b = appendJSONString(b, h.Display)
+	b = append(b, `,"up":`...)
+	b = strconv.AppendBool(b, h.Up)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, h.Status)
+	if h.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, h.Error)
+	}
+	b = append(b, `,"timestamp":`...)
+	b = appendJSONStringp(b, h.Timestamp)
+	b = append(b, `,"cpus":`...)
+	b = appendJSONIntp(b, h.CPUs)
+	b = append(b, `,"load1":`...)
+	b = appendJSONFloatp(b, h.Load1, &ok)
+	b = append(b, `,"mem_used_mib":`...)
+	b = appendJSONFloatp(b, h.MemUsedMiB, &ok)
+	b = append(b, `,"mem_total_mib":`...)
+	b = appendJSONFloatp(b, h.MemTotalMiB, &ok)
+	if h.Reservation != nil {
+		b = append(b, `,"reservation":`...)
+		b = appendStatusReservation(b, h.Reservation)
+	}
+	if h.GPUName != "" {
+		b = append(b, `,"gpu_name":`...)
+		b = appendJSONString(b, h.GPUName)
+	}
+	if h.GPUShortName != "" {
+		b = append(b, `,"gpu_short_name":`...)
+		b = appendJSONString(b, h.GPUShortName)
+	}
+	b = append(b, `,"gpus":`...)
+	if h.GPUs == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range h.GPUs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendStatusGPU(b, &h.GPUs[i], &ok)
+		}
+		b = append(b, ']')
+	}
+	if h.DownSince != nil {
+		b = append(b, `,"down_since":`...)
+		b = appendJSONString(b, *h.DownSince)
+	}
+	if h.LastKnownGPUs != nil {
+		b = append(b, `,"last_known_gpus":[`...)
+		for i, g := range h.LastKnownGPUs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"id":`...)
+			b = appendJSONString(b, g.ID)
+			b = append(b, `,"name":`...)
+			b = appendJSONString(b, g.Name)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), ok
+}
+
+// appendStatusGPU appends g as json.Marshal writes it; *ok false for a
+// number that is not finite.
+func appendStatusGPU(b []byte, g *StatusGPU, ok *bool) []byte {
+	b = append(b, `{"index":`...)
+	if g.Index == nil {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, int64(*g.Index), 10)
+	}
+	b = append(b, `,"uuid":`...)
+	b = appendJSONString(b, g.UUID)
+	if g.Name != nil {
+		b = append(b, `,"name":`...)
+		b = appendJSONString(b, *g.Name)
+	}
+	if g.ShortName != nil {
+		b = append(b, `,"short_name":`...)
+		b = appendJSONString(b, *g.ShortName)
+	}
+	b = append(b, `,"bus_id":`...)
+	b = appendJSONString(b, g.BusID)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, g.State)
+	if len(g.Notes) > 0 {
+		b = append(b, `,"notes":[`...)
+		for i, n := range g.Notes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, n)
+		}
+		b = append(b, ']')
+	}
+	if g.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, g.Error)
+	}
+	for _, f := range []struct {
+		key string
+		v   *float64
+	}{{`,"util_pct":`, g.UtilPct}, {`,"mem_util_pct":`, g.MemUtilPct}, {`,"mem_used_mib":`, g.MemUsedMiB},
+		{`,"mem_total_mib":`, g.MemTotalMiB}, {`,"temperature_c":`, g.TempC}, {`,"power_w":`, g.PowerW},
+		{`,"power_limit_w":`, g.PowerLimitW}, {`,"fan_pct":`, g.FanPct}} {
+		b = append(b, f.key...)
+		b = appendJSONFloatp(b, f.v, ok)
+	}
+	if g.Reservation != nil {
+		b = append(b, `,"reservation":`...)
+		b = appendStatusReservation(b, g.Reservation)
+	}
+	if len(g.Processes) > 0 {
+		b = append(b, `,"processes":[`...)
+		for i := range g.Processes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendStatusProcess(b, &g.Processes[i], ok)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// appendStatusProcess appends p as json.Marshal writes it; *ok false for
+// a number that is not finite.
+func appendStatusProcess(b []byte, p *StatusProcess, ok *bool) []byte {
+	b = append(b, `{"pid":`...)
+	b = appendJSONIntp(b, p.PID)
+	b = append(b, `,"user":`...)
+	b = appendJSONString(b, p.User)
+	b = append(b, `,"command":`...)
+	b = appendJSONString(b, p.Command)
+	b = append(b, `,"mem_mib":`...)
+	b = appendJSONFloatp(b, p.MemMiB, ok)
+	b = append(b, `,"elapsed_s":`...)
+	b = appendJSONIntp(b, p.ElapsedS)
+	if p.Preemptible {
+		b = append(b, `,"preemptible":true`...)
+	}
+	if p.Ignored {
+		b = append(b, `,"ignored":true`...)
+	}
+	for _, f := range []struct{ key, v string }{{`,"slurm_job":`, p.SlurmJob}, {`,"slurm_job_name":`, p.SlurmJobName},
+		{`,"slurm_partition":`, p.SlurmPartition}, {`,"container":`, p.Container},
+		{`,"container_name":`, p.ContainerName}, {`,"pod":`, p.Pod}} {
+		if f.v != "" {
+			b = append(b, f.key...)
+			b = appendJSONString(b, f.v)
+		}
+	}
+	return append(b, '}')
+}
+
+func appendStatusReservation(b []byte, r *StatusReservation) []byte {
+	b = append(b, `{"name":`...)
+	b = appendJSONString(b, r.Name)
+	b = append(b, `,"until":`...)
+	b = appendJSONStringp(b, r.Until)
+	b = append(b, `,"comment":`...)
+	b = appendJSONString(b, r.Comment)
+	return append(b, '}')
+}
+
+func appendJSONStringp(b []byte, s *string) []byte {
+	if s == nil {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, *s)
+}
+
+func appendJSONIntp(b []byte, n *int64) []byte {
+	if n == nil {
+		return append(b, "null"...)
+	}
+	return strconv.AppendInt(b, *n, 10)
+}
+
+// appendJSONFloatp appends *f as encoding/json writes a float64 (ES6's
+// number to string), null for nil; *ok false for a number not finite.
+func appendJSONFloatp(b []byte, f *float64, ok *bool) []byte {
+	if f == nil {
+		return append(b, "null"...)
+	}
+	v := *f
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		*ok = false
+		return b
+	}
+	if abs := math.Abs(v); abs == 0 || (abs >= 1e-6 && abs < 1e21) {
+		return appendFloat(b, v)
+	}
+	b = strconv.AppendFloat(b, v, 'e', -1, 64)
+	// e-09 to e-9, as encoding/json
+	n := len(b)
+	if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		b[n-2] = b[n-1]
+		b = b[:n-1]
+	}
+	return b
+}
+
+// appendJSONString appends s quoted as encoding/json does (HTML escaped:
+// <, > and & as \u003c...; invalid UTF-8 as \ufffd; U+2028 and U+2029
+// escaped).
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
