@@ -416,7 +416,7 @@ func BenchmarkProm(b *testing.B) {
 	var buf bytes.Buffer
 	for b.Loop() {
 		buf.Reset()
-		if err := Prom(&buf, rep); err != nil {
+		if err := writeProm(&buf, rep); err != nil {
 			b.Fatal(err)
 		}
 	}

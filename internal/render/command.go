@@ -94,7 +94,7 @@ func mainAt(ctx context.Context, args []string, stdout, stderr io.Writer, clock 
 	if err != nil {
 		return err
 	}
-	err = TextWith(stdout, rep, TextOptions{Color: opts.color == "always" || opts.color == "auto" && isTerminal(stdout),
+	err = writeTextWith(stdout, rep, textOptions{Color: opts.color == "always" || opts.color == "auto" && isTerminal(stdout),
 		Free: opts.free, Width: terminalWidth(stdout)})
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func siteFiles(rep *Report, p paths) []publish.File {
 	rep.linkFiles(p)
 	plan := planPages(rep)
 	page := publish.File{Path: p.html, Key: "[render] html (or -o)", Write: func(w io.Writer) error { return HTML(w, rep) },
-		PagesDir: filepath.Join(filepath.Dir(p.html), GroupsDir)}
+		PagesDir: filepath.Join(filepath.Dir(p.html), groupsDir)}
 	if plan.pages != nil {
 		page.Write = func(w io.Writer) error { _, err := w.Write(plan.index); return err }
 		for _, pg := range plan.pages {
@@ -336,8 +336,8 @@ func siteFiles(rep *Report, p paths) []publish.File {
 		}
 	}
 	return []publish.File{
-		{Path: p.json, Key: "[render] json", Write: func(w io.Writer) error { return JSON(w, rep) }},
-		{Path: p.prom, Key: "[render] prom", Write: func(w io.Writer) error { return Prom(w, rep) }},
+		{Path: p.json, Key: "[render] json", Write: func(w io.Writer) error { return writeJSON(w, rep) }},
+		{Path: p.prom, Key: "[render] prom", Write: func(w io.Writer) error { return writeProm(w, rep) }},
 		page,
 	}
 }

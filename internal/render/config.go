@@ -53,7 +53,7 @@ type Config struct {
 	History history.Config
 	Notify  notify.Config
 
-	Groups []GroupRule // [groups], in the file's order
+	Groups []groupRule // [groups], in the file's order
 
 	PromDetail string // metrics.prom's series: PromGPU, PromHost or PromFleet
 
@@ -73,7 +73,7 @@ func DefaultConfig() *Config {
 		StaleAfter: DefaultStaleAfter,
 		Refresh:    DefaultRefresh,
 		FreeMemMiB: DefaultFreeMemMiB,
-		PromDetail: PromGPU,
+		PromDetail: promGPU,
 		Ignore:     ignore.With(),
 		History:    history.DefaultConfig(),
 		Notify:     notify.DefaultConfig(),
@@ -160,7 +160,7 @@ func readRender(sec inifile.Section, c *Config) error {
 	c.Reservations, _ = sec.Path("reservations")
 	if v, ok := sec.String("prom_detail"); ok {
 		switch v {
-		case PromGPU, PromHost, PromFleet:
+		case promGPU, promHost, promFleet:
 			c.PromDetail = v
 		default:
 			return sec.ErrorAt("prom_detail", "%q: want gpu, host or fleet", v)
@@ -172,9 +172,9 @@ func readRender(sec inifile.Section, c *Config) error {
 // metrics.prom's detail ([render] prom_detail): a series per GPU, per
 // host, or for the fleet only.
 const (
-	PromGPU   = "gpu"
-	PromHost  = "host"
-	PromFleet = "fleet"
+	promGPU   = "gpu"
+	promHost  = "host"
+	promFleet = "fleet"
 )
 
 // pathOr returns the key's path and true when the key is there (even
@@ -215,15 +215,15 @@ func readNames(sec inifile.Section, m map[string]string) error {
 	return nil
 }
 
-// GroupRule is one line of [groups]: a group's name and its hosts, ranges
+// groupRule is one line of [groups]: a group's name and its hosts, ranges
 // expanded as fetch expands its hosts (hostrange).
-type GroupRule struct {
+type groupRule struct {
 	Name  string
 	Hosts []string
 }
 
 // readGroups reads [groups] (name = host ranges) in the file's order.
-func readGroups(sec inifile.Section, dst *[]GroupRule) error {
+func readGroups(sec inifile.Section, dst *[]groupRule) error {
 	for _, k := range sec.Keys() {
 		v, _ := sec.String(k)
 		name := strings.TrimSpace(k)
@@ -234,7 +234,7 @@ func readGroups(sec inifile.Section, dst *[]GroupRule) error {
 		if err != nil {
 			return sec.ErrorAt(k, "%v", err)
 		}
-		*dst = append(*dst, GroupRule{Name: name, Hosts: hosts})
+		*dst = append(*dst, groupRule{Name: name, Hosts: hosts})
 	}
 	return nil
 }

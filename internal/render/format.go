@@ -28,10 +28,10 @@ type Report struct {
 	History  *history.Summary // nil when history is off or could not be read
 }
 
-// Age is how old the newest reading is; negative when unknown: no time,
+// age is how old the newest reading is; negative when unknown: no time,
 // or a time ahead of this machine's clock (a clock set wrong: such data
 // would otherwise never be stale).
-func (r *Report) Age() time.Duration {
+func (r *Report) age() time.Duration {
 	if r.Cluster.DataTime.IsZero() || r.Cluster.DataTime.Sub(r.Now) > publish.MaxAhead {
 		return -1
 	}
@@ -57,9 +57,9 @@ func (r *Report) unknownAgeText() string {
 	return noTimeText
 }
 
-// Stale reports whether the data is older than stale_after (or has no time).
-func (r *Report) Stale() bool {
-	a := r.Age()
+// stale reports whether the data is older than stale_after (or has no time).
+func (r *Report) stale() bool {
+	a := r.age()
 	return a < 0 || a > r.Config.StaleAfter
 }
 

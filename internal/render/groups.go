@@ -23,7 +23,7 @@ const groupsWarnMax = 5
 // the prefix of their names, in the order of each prefix's first host.
 // The warnings say what [groups] named that is not in the data, and which
 // hosts it named twice.
-func groupHosts(c *cluster.Cluster, rules []GroupRule) ([]*hostGroup, []string) {
+func groupHosts(c *cluster.Cluster, rules []groupRule) ([]*hostGroup, []string) {
 	g := ruleGroups(c, rules)
 	prefixed := map[string]*hostGroup{}
 	for _, h := range c.Hosts {
@@ -61,7 +61,7 @@ type ruledGroups struct {
 }
 
 // ruleGroups applies [groups] to the cluster's hosts.
-func ruleGroups(c *cluster.Cluster, rules []GroupRule) *ruledGroups {
+func ruleGroups(c *cluster.Cluster, rules []groupRule) *ruledGroups {
 	byName := make(map[string]*cluster.Host, len(c.Hosts))
 	for _, h := range c.Hosts {
 		byName[h.Name] = h

@@ -68,7 +68,7 @@ func TestHistoryThroughRender(t *testing.T) {
 			}
 		}
 	}
-	var st Status
+	var st status
 	data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var u struct{ Users []UsageRow }
+	var u struct{ Users []usageRow }
 	if err := json.Unmarshal([]byte(out), &u); err != nil || len(u.Users) < 2 || u.Users[0].GPUHours != 1 {
 		t.Errorf("usage after import: %v %s", err, out)
 	}
@@ -158,7 +158,7 @@ func TestBrokenHistoryKeepsThePage(t *testing.T) {
 	if !bytes.Contains(page, []byte("History (")) {
 		t.Errorf("the page does not say why history is missing; stderr:\n%s", stderr)
 	}
-	var st Status
+	var st status
 	data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
 	if err := json.Unmarshal(data, &st); err != nil || st.History != nil || st.Summary.GPUs == 0 {
 		t.Errorf("status.json without history: %v, history %+v, %d GPUs", err, st.History, st.Summary.GPUs)
@@ -178,7 +178,7 @@ func TestHistoryFaults(t *testing.T) {
 	}
 	alice := func(t *testing.T, dir string) float64 {
 		t.Helper()
-		var st Status
+		var st status
 		data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
 		if err := json.Unmarshal(data, &st); err != nil {
 			t.Fatal(err)
@@ -282,7 +282,7 @@ func TestDataFromTheFuture(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ahead of this machine's clock") {
 		t.Errorf("render of data from 9999: %v, want an error saying it was not recorded", err)
 	}
-	var st Status
+	var st status
 	raw, _ := os.ReadFile(filepath.Join(dir, "status.json"))
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatal(err)

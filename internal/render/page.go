@@ -157,7 +157,7 @@ func pageViewOf(r *Report) *pageView {
 		LiveText:       liveText(cfg.LiveEvery),
 		StaleAfterS:    int(cfg.StaleAfter / time.Second),
 		StaleAfterText: settingText(cfg.StaleAfter),
-		Stale:          r.Stale(),
+		Stale:          r.stale(),
 		NoTimeText:     r.unknownAgeText(),
 		Free:           c.Count[cluster.Free],
 		Busy:           c.Count[cluster.Busy],
@@ -170,7 +170,7 @@ func pageViewOf(r *Report) *pageView {
 		JSONLink:       r.JSONLink,
 		PromLink:       r.PromLink,
 	}
-	if a := r.Age(); a >= 0 {
+	if a := r.age(); a >= 0 {
 		if !c.DataTime.IsZero() { // the script ages only a time it can trust
 			v.DataTime = c.DataTime.UTC().Format(time.RFC3339)
 		}

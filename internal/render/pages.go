@@ -22,8 +22,8 @@ const (
 	onePageHosts = 200
 )
 
-// GroupsDir is the folder beside index.html that holds the group pages.
-const GroupsDir = "groups"
+// groupsDir is the folder beside index.html that holds the group pages.
+const groupsDir = "groups"
 
 // finderHostsMax is how many hosts the free-GPU finder names for a model;
 // the rest are "+N more hosts", linked to the group pages that have them.
@@ -318,7 +318,7 @@ func overviewHTML(r *Report, p *pagePlan) []byte {
 
 // pageHref is a group page's link from index.html, with a host's anchor.
 func pageHref(pg *groupPage, h *cluster.Host) string {
-	s := GroupsDir + "/" + url.PathEscape(pg.file) + ".html"
+	s := groupsDir + "/" + url.PathEscape(pg.file) + ".html"
 	if h != nil {
 		s += "#" + url.PathEscape(h.Name)
 	}

@@ -51,7 +51,7 @@ func TestGroupPrefix(t *testing.T) {
 // unknown hosts warned about and ignored, the rest by prefix.
 func TestGroupHosts(t *testing.T) {
 	c := hostsOf("gpu01", "gpu02", "gpu03", "dgx-a1", "dgx-a2", "old7")
-	rules := []GroupRule{
+	rules := []groupRule{
 		{Name: "lab A", Hosts: []string{"gpu01", "gpu02", "ghost1", "ghost2"}},
 		{Name: "lab B", Hosts: []string{"gpu02", "old7"}},
 		{Name: "empty", Hosts: []string{"ghost3"}},
@@ -253,7 +253,7 @@ func TestGroupPagesWrittenAndRemoved(t *testing.T) {
 		}
 	}
 	run(fleetRows(1500, 8))
-	groups := filepath.Join(dir, GroupsDir)
+	groups := filepath.Join(dir, groupsDir)
 	names := func() []string {
 		es, _ := os.ReadDir(groups)
 		var out []string
@@ -313,11 +313,11 @@ func TestGroupsConfig(t *testing.T) {
 func TestPromDetail(t *testing.T) {
 	rows := readRows(t, "testdata/load_data.csv")
 	out := map[string]string{}
-	for _, d := range []string{PromGPU, PromHost, PromFleet} {
+	for _, d := range []string{promGPU, promHost, promFleet} {
 		rep := testReport(t, rows, "")
 		rep.Config.PromDetail = d
 		var b strings.Builder
-		if err := Prom(&b, rep); err != nil {
+		if err := writeProm(&b, rep); err != nil {
 			t.Fatal(err)
 		}
 		out[d] = b.String()
@@ -329,18 +329,18 @@ func TestPromDetail(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(out[PromGPU], `gpumon_gpu_state{host="`) {
+	if !strings.Contains(out[promGPU], `gpumon_gpu_state{host="`) {
 		t.Error("prom_detail = gpu: no gpumon_gpu_state")
 	}
-	if strings.Contains(out[PromHost], `gpu="`) || !strings.Contains(out[PromHost], `gpumon_host_gpus{host="`) ||
-		!strings.Contains(out[PromHost], `gpumon_host_up{host="`) || !strings.Contains(out[PromHost], `gpumon_host_gpu_memory_used_bytes{host="`) {
-		t.Errorf("prom_detail = host:\n%s", out[PromHost])
+	if strings.Contains(out[promHost], `gpu="`) || !strings.Contains(out[promHost], `gpumon_host_gpus{host="`) ||
+		!strings.Contains(out[promHost], `gpumon_host_up{host="`) || !strings.Contains(out[promHost], `gpumon_host_gpu_memory_used_bytes{host="`) {
+		t.Errorf("prom_detail = host:\n%s", out[promHost])
 	}
-	if strings.Contains(out[PromFleet], `host="`) || !strings.Contains(out[PromFleet], `gpumon_hosts{status="ok"}`) {
-		t.Errorf("prom_detail = fleet:\n%s", out[PromFleet])
+	if strings.Contains(out[promFleet], `host="`) || !strings.Contains(out[promFleet], `gpumon_hosts{status="ok"}`) {
+		t.Errorf("prom_detail = fleet:\n%s", out[promFleet])
 	}
-	if len(out[PromFleet]) >= len(out[PromHost]) || len(out[PromHost]) >= len(out[PromGPU]) {
-		t.Errorf("sizes gpu %d, host %d, fleet %d: want each smaller", len(out[PromGPU]), len(out[PromHost]), len(out[PromFleet]))
+	if len(out[promFleet]) >= len(out[promHost]) || len(out[promHost]) >= len(out[promGPU]) {
+		t.Errorf("sizes gpu %d, host %d, fleet %d: want each smaller", len(out[promGPU]), len(out[promHost]), len(out[promFleet]))
 	}
 }
 
@@ -355,7 +355,7 @@ func TestBigFleetNamesAreEscaped(t *testing.T) {
 		}
 	}
 	rep := testReport(t, rows, "")
-	rep.Config.Groups = []GroupRule{{Name: `<i>lab</i> "a"`, Hosts: []string{evil + "7", "gpu0001"}}}
+	rep.Config.Groups = []groupRule{{Name: `<i>lab</i> "a"`, Hosts: []string{evil + "7", "gpu0001"}}}
 	p := planPages(rep)
 	if p.pages == nil {
 		t.Fatal("no group pages")

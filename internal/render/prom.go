@@ -12,13 +12,13 @@ import (
 	"github.com/gpumon/gpumon/internal/history"
 )
 
-// Prom writes metrics.prom in the Prometheus text format, for
+// writeProm writes metrics.prom in the Prometheus text format, for
 // node_exporter's textfile collector. Every family has HELP and TYPE lines;
 // label values are escaped as the format says (\\, \" and \n). A reading
 // that is not known has no sample. [render] prom_detail chooses the
 // series: one per GPU (gpu, the default), per host (host) or for the
 // fleet only (fleet); see promHosts.
-func Prom(w io.Writer, r *Report) error {
+func writeProm(w io.Writer, r *Report) error {
 	c := r.Cluster
 	pw := &promWriter{Writer: bufio.NewWriterSize(w, 64<<10)}
 	// uuid and name only on gpumon_gpu_state; join on host and gpu for the rest
@@ -39,11 +39,11 @@ func Prom(w io.Writer, r *Report) error {
 	}
 	pw.family("gpumon_render_timestamp_seconds", "gauge", "When render wrote this file (Unix seconds).")
 	pw.sample("gpumon_render_timestamp_seconds", nil, float64(r.Now.UnixMilli())/1000)
-	detail := PromGPU
+	detail := promGPU
 	if r.Config != nil && r.Config.PromDetail != "" {
 		detail = r.Config.PromDetail
 	}
-	if detail == PromFleet {
+	if detail == promFleet {
 		pw.family("gpumon_hosts", "gauge", "Hosts by the status of the last fetch (ok: answered).")
 		byStatus := map[string]int{}
 		var order []string
@@ -60,7 +60,7 @@ func Prom(w io.Writer, r *Report) error {
 		pw.family("gpumon_host_up", "gauge", "1 if the host answered the last fetch, 0 if not (status says why).")
 	}
 	for _, h := range c.Hosts {
-		if detail == PromFleet {
+		if detail == promFleet {
 			break
 		}
 		up := 0.0
@@ -74,9 +74,9 @@ func Prom(w io.Writer, r *Report) error {
 		pw.sample("gpumon_gpus", []string{"state", s}, float64(c.Count[s]))
 	}
 	switch detail {
-	case PromHost:
+	case promHost:
 		promHosts(pw, c)
-	case PromGPU:
+	case promGPU:
 		promGPUs(pw, each, c)
 	}
 	promUsers(pw, r)

@@ -231,7 +231,7 @@ func TestGroupsLinkRefused(t *testing.T) {
 				os.WriteFile(filepath.Join(d, "index.html"), []byte("old"), 0o644)
 				os.WriteFile(filepath.Join(d, "about.html"), []byte("about"), 0o644)
 			}
-			if err := os.Symlink(tt.target, filepath.Join(www, GroupsDir)); err != nil {
+			if err := os.Symlink(tt.target, filepath.Join(www, groupsDir)); err != nil {
 				t.Fatal(err)
 			}
 			csv := filepath.Join(dir, "load_data.csv")
@@ -288,7 +288,7 @@ func TestEarlierPagesStayWithTheirIndex(t *testing.T) {
 		index, _ := os.ReadFile(filepath.Join(www, "index.html"))
 		var missing []string
 		for _, m := range regexp.MustCompile(`href=groups/([a-z0-9_-]+\.html)`).FindAllStringSubmatch(string(index), -1) {
-			if _, err := os.Stat(filepath.Join(www, GroupsDir, m[1])); err != nil {
+			if _, err := os.Stat(filepath.Join(www, groupsDir, m[1])); err != nil {
 				missing = append(missing, m[1])
 			}
 		}
@@ -308,7 +308,7 @@ func TestEarlierPagesStayWithTheirIndex(t *testing.T) {
 	if err := render(fleetRows(50, 8)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(www, GroupsDir)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(www, groupsDir)); !os.IsNotExist(err) {
 		t.Errorf("the group pages stay once the index no longer links to them (%v)", err)
 	}
 }

@@ -73,12 +73,12 @@ func TestGolden(t *testing.T) {
 		name  string
 		write func(w *bytes.Buffer) error
 	}{
-		{"status.json.golden", func(w *bytes.Buffer) error { return JSON(w, rep) }},
-		{"metrics.prom.golden", func(w *bytes.Buffer) error { return Prom(w, rep) }},
-		{"table.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, false) }},
-		{"table-color.txt.golden", func(w *bytes.Buffer) error { return Text(w, rep, true) }},
-		{"status-attrib.json.golden", func(w *bytes.Buffer) error { return JSON(w, attrib) }},
-		{"table-attrib.txt.golden", func(w *bytes.Buffer) error { return Text(w, attrib, false) }},
+		{"status.json.golden", func(w *bytes.Buffer) error { return writeJSON(w, rep) }},
+		{"metrics.prom.golden", func(w *bytes.Buffer) error { return writeProm(w, rep) }},
+		{"table.txt.golden", func(w *bytes.Buffer) error { return writeText(w, rep, false) }},
+		{"table-color.txt.golden", func(w *bytes.Buffer) error { return writeText(w, rep, true) }},
+		{"status-attrib.json.golden", func(w *bytes.Buffer) error { return writeJSON(w, attrib) }},
+		{"table-attrib.txt.golden", func(w *bytes.Buffer) error { return writeText(w, attrib, false) }},
 	} {
 		t.Run(o.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -228,7 +228,7 @@ func TestXSS(t *testing.T) {
 	// the text table keeps escape sequences off the terminal
 	rows[0].Command = "x\x1b]0;pwned\x07\x1b[2J"
 	b.Reset()
-	Text(&b, testReport(t, rows, ""), false)
+	writeText(&b, testReport(t, rows, ""), false)
 	if strings.ContainsAny(b.String(), "\x1b\x07") {
 		t.Errorf("control characters reach the terminal: %q", b.String())
 	}
@@ -245,11 +245,11 @@ func TestPromtool(t *testing.T) {
 	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: `we"ird\host` + "\n", HostStatus: hoststatus.OK,
 		GPUIndex: loaddata.IntOf(0), GPUName: `A "quoted" \ name`, MemUsedMiB: loaddata.Num(10), MemTotalMiB: loaddata.Num(100),
 		PID: loaddata.IntOf(9), User: `us"er\`, Command: "x"})
-	for _, detail := range []string{PromGPU, PromHost, PromFleet} {
+	for _, detail := range []string{promGPU, promHost, promFleet} {
 		var b bytes.Buffer
 		rep := testReport(t, rows, "testdata/reservations.json")
 		rep.Config.PromDetail = detail
-		if err := Prom(&b, rep); err != nil {
+		if err := writeProm(&b, rep); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(promtool, "check", "metrics")
@@ -311,7 +311,7 @@ func TestMainWritesAtomically(t *testing.T) {
 	if diff := cmp.Diff([]string{"history.db", "index.html", "load_data.csv", "metrics.prom", "status.json"}, names); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)
 	}
-	var st Status
+	var st status
 	data, _ := os.ReadFile(filepath.Join(dir, "status.json"))
 	if err := json.Unmarshal(data, &st); err != nil || st.Version != StatusVersion || st.Summary.GPUs != 8 {
 		t.Errorf("status.json: %v %+v", err, st.Summary)
@@ -441,16 +441,16 @@ func TestUserProcessesCountOnce(t *testing.T) {
 	if err := HTML(&page, rep); err != nil {
 		t.Fatal(err)
 	}
-	if err := JSON(&js, rep); err != nil {
+	if err := writeJSON(&js, rep); err != nil {
 		t.Fatal(err)
 	}
-	if err := Prom(&prom, rep); err != nil {
+	if err := writeProm(&prom, rep); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(page.String(), "<tr><td>alice</td><td>12</td><td>809 GiB</td><td>5</td>") {
 		t.Errorf("the users table does not show alice with 12 GPUs and 5 processes:\n%s", page.String()[strings.Index(page.String(), `<table id="users">`):])
 	}
-	var st Status
+	var st status
 	if err := json.Unmarshal(js.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -486,19 +486,19 @@ func TestSummaryModelsCapped(t *testing.T) {
 		t.Errorf("summary:\n%s\nwant:\n%s", regexp.MustCompile(`(?s)<p id="summary">.*?</p>`).FindString(b.String()), want)
 	}
 	b.Reset()
-	Text(&b, rep, false)
+	writeText(&b, rep, false)
 	if !strings.Contains(b.String(), "Model C: 3 free of 3 · +2 more: 3 free of 3 ·") {
 		t.Errorf("table summary: %s", strings.SplitN(b.String(), "\n", 2)[0])
 	}
 }
 
 // statusOf is status.json's content built whole: what JSON streams.
-func statusOf(r *Report) *Status {
+func statusOf(r *Report) *status {
 	c := r.Cluster
 	s := statusHead(r)
-	st := &Status{Version: s.Version, Generated: s.Generated, DataTime: s.DataTime, AgeSeconds: s.AgeSeconds,
+	st := &status{Version: s.Version, Generated: s.Generated, DataTime: s.DataTime, AgeSeconds: s.AgeSeconds,
 		Stale: s.Stale, StaleAfterS: s.StaleAfterS, Summary: s.Summary,
-		Hosts: make([]StatusHost, 0, len(c.Hosts)), Users: statusUsers(c),
+		Hosts: make([]statusHost, 0, len(c.Hosts)), Users: statusUsers(c),
 		Warnings: append([]string{}, r.Warnings...), States: cluster.States,
 		IdleHeld: statusIdleHeld(r.History), History: statusHistory(r.History)}
 	st.Users = withHistoryUsers(st.Users, r.History)
@@ -519,7 +519,7 @@ func TestJSONStreamedIsEncodingJSON(t *testing.T) {
 		testReport(t, markupRows(`<"&'>`), ""),
 	} {
 		var got, want bytes.Buffer
-		if err := JSON(&got, rep); err != nil {
+		if err := writeJSON(&got, rep); err != nil {
 			t.Fatal(err)
 		}
 		if err := json.NewEncoder(&want).Encode(statusOf(rep)); err != nil {
@@ -543,7 +543,7 @@ func TestUnknownDataTime(t *testing.T) {
 	if err := HTML(&page, rep); err != nil {
 		t.Fatal(err)
 	}
-	if err := Text(&text, rep, false); err != nil {
+	if err := writeText(&text, rep, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct{ name, out, want string }{
@@ -638,9 +638,9 @@ func TestOlderCSVRenders(t *testing.T) {
 		write func(w *bytes.Buffer, r *Report) error
 	}{
 		{"page", func(w *bytes.Buffer, r *Report) error { return HTML(w, r) }},
-		{"status.json", func(w *bytes.Buffer, r *Report) error { return JSON(w, r) }},
-		{"metrics.prom", func(w *bytes.Buffer, r *Report) error { return Prom(w, r) }},
-		{"text", func(w *bytes.Buffer, r *Report) error { return Text(w, r, false) }},
+		{"status.json", func(w *bytes.Buffer, r *Report) error { return writeJSON(w, r) }},
+		{"metrics.prom", func(w *bytes.Buffer, r *Report) error { return writeProm(w, r) }},
+		{"text", func(w *bytes.Buffer, r *Report) error { return writeText(w, r, false) }},
 	} {
 		var got, want bytes.Buffer
 		if err := o.write(&got, a); err != nil {
@@ -671,7 +671,7 @@ func TestOlderCSVRenders(t *testing.T) {
 		}
 	}
 	var js bytes.Buffer
-	JSON(&js, a)
+	writeJSON(&js, a)
 	procs := statusProcesses(t, js.Bytes())
 	for _, p := range procs {
 		for _, k := range []string{"slurm_job", "slurm_job_name", "slurm_partition", "container", "container_name", "pod"} {
@@ -695,10 +695,10 @@ func TestMetricsHaveNoJobs(t *testing.T) {
 		r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod = "", "", "", "", "", ""
 	}
 	var got, want bytes.Buffer
-	if err := Prom(&got, testReport(t, rows, "")); err != nil {
+	if err := writeProm(&got, testReport(t, rows, "")); err != nil {
 		t.Fatal(err)
 	}
-	if err := Prom(&want, testReport(t, bare, "")); err != nil {
+	if err := writeProm(&want, testReport(t, bare, "")); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want.String(), got.String()); diff != "" {

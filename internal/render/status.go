@@ -25,28 +25,28 @@ import (
 // version 1 repeated some 16 MB of "", false, null and model names.
 const StatusVersion = 2
 
-// Status is status.json: the cluster for scripts. A reading that is not
+// status is status.json: the cluster for scripts. A reading that is not
 // known is null, never 0. Times are RFC 3339 in UTC.
-type Status struct {
-	Version     int              `json:"version"`
-	Generated   string           `json:"generated"`   // when render ran
-	DataTime    *string          `json:"data_time"`   // the CSV's newest timestamp
-	AgeSeconds  *float64         `json:"age_seconds"` // generated - data_time
-	Stale       bool             `json:"stale"`       // age over stale_after, or no time
-	StaleAfterS float64          `json:"stale_after_seconds"`
-	Live        *StatusLive      `json:"live,omitempty"` // fetch -every wrote it
-	Summary     StatusSummary    `json:"summary"`
-	Hosts       []StatusHost     `json:"hosts"`
-	Users       []StatusUser     `json:"users"`
-	Warnings    []string         `json:"warnings"`
-	States      []string         `json:"states"` // the values "state" takes
-	IdleHeld    []StatusIdleHeld `json:"idle_held"`
-	History     *StatusHistory   `json:"history"`
+type status struct {
+	Version     int                 `json:"version"`
+	Generated   string              `json:"generated"`   // when render ran
+	DataTime    *string             `json:"data_time"`   // the CSV's newest timestamp
+	AgeSeconds  *float64            `json:"age_seconds"` // generated - data_time
+	Stale       bool                `json:"stale"`       // age over stale_after, or no time
+	StaleAfterS float64             `json:"stale_after_seconds"`
+	Live        *liveStatus         `json:"live,omitempty"` // fetch -every wrote it
+	Summary     statusSummary       `json:"summary"`
+	Hosts       []statusHost        `json:"hosts"`
+	Users       []statusUser        `json:"users"`
+	Warnings    []string            `json:"warnings"`
+	States      []string            `json:"states"` // the values "state" takes
+	IdleHeld    []statusIdleHeldGPU `json:"idle_held"`
+	History     *statusHistoryView  `json:"history"`
 }
 
-// StatusSummary counts GPUs by state; GPUs of hosts that are down are not
+// statusSummary counts GPUs by state; GPUs of hosts that are down are not
 // known and not counted.
-type StatusSummary struct {
+type statusSummary struct {
 	GPUs      int           `json:"gpus"`
 	Free      int           `json:"free"`
 	Busy      int           `json:"busy"`
@@ -54,23 +54,23 @@ type StatusSummary struct {
 	Failed    int           `json:"failed"`
 	Hosts     int           `json:"hosts"`
 	HostsDown int           `json:"hosts_down"`
-	Models    []StatusModel `json:"models"`
+	Models    []statusModel `json:"models"`
 }
 
-// StatusModel counts one GPU model's GPUs. Every known GPU counts under a
+// statusModel counts one GPU model's GPUs. Every known GPU counts under a
 // model, so the totals add up to summary.gpus: a lost GPU (no name) under
 // its host's model, or under the name "" when that is not known either.
-type StatusModel struct {
+type statusModel struct {
 	Name   string `json:"name"` // short name; "" for GPUs of unknown model
 	Free   int    `json:"free"`
 	Failed int    `json:"failed"`
 	Total  int    `json:"total"` // failed GPUs included
 }
 
-// StatusHost is one host. Keys marked omitempty or omitzero are left out
+// statusHost is one host. Keys marked omitempty or omitzero are left out
 // when empty (schema version 2): most hosts have no error, reservation or
 // history of being down, and each such key cost every host its bytes.
-type StatusHost struct {
+type statusHost struct {
 	Name        string             `json:"name"`
 	Display     string             `json:"display_name"`
 	Up          bool               `json:"up"`
@@ -81,30 +81,30 @@ type StatusHost struct {
 	Load1       *float64           `json:"load1"`
 	MemUsedMiB  *float64           `json:"mem_used_mib"`
 	MemTotalMiB *float64           `json:"mem_total_mib"`
-	Reservation *StatusReservation `json:"reservation,omitempty"` // a whole-host reservation
+	Reservation *statusReservation `json:"reservation,omitempty"` // a whole-host reservation
 	// The name and short name that every GPU of the host has, when they
 	// all have the same (left out otherwise): its GPUs then leave out
 	// theirs. A host of 8 identical GPUs would repeat them 8 times.
 	GPUName      string      `json:"gpu_name,omitempty"`
 	GPUShortName string      `json:"gpu_short_name,omitempty"`
-	GPUs         []StatusGPU `json:"gpus"` // empty for a host that is down
+	GPUs         []statusGPU `json:"gpus"` // empty for a host that is down
 	// For a host that is down, from the history (left out without it):
 	// since when (the first failed snapshot since it last answered; left
 	// out when it never answered in the history), and its GPUs as last
 	// seen ([] when none was seen: omitzero keeps an empty list).
 	DownSince     *string          `json:"down_since,omitempty"`
-	LastKnownGPUs []StatusKnownGPU `json:"last_known_gpus,omitzero"`
+	LastKnownGPUs []statusKnownGPU `json:"last_known_gpus,omitzero"`
 }
 
-// StatusKnownGPU is a GPU of a down host as last seen.
-type StatusKnownGPU struct {
+// statusKnownGPU is a GPU of a down host as last seen.
+type statusKnownGPU struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 }
 
-// StatusGPU is one GPU. Its readings are always there (null when not
+// statusGPU is one GPU. Its readings are always there (null when not
 // known); notes, error, reservation and processes are left out when empty.
-type StatusGPU struct {
+type statusGPU struct {
 	Index *int   `json:"index"` // null for a GPU the driver lost (see bus_id)
 	UUID  string `json:"uuid"`
 	// nil (left out): the host's gpu_name / gpu_short_name; a GPU of a
@@ -123,16 +123,16 @@ type StatusGPU struct {
 	PowerW      *float64           `json:"power_w"`
 	PowerLimitW *float64           `json:"power_limit_w"`
 	FanPct      *float64           `json:"fan_pct"`
-	Reservation *StatusReservation `json:"reservation,omitempty"`
-	Processes   []StatusProcess    `json:"processes,omitempty"`
+	Reservation *statusReservation `json:"reservation,omitempty"`
+	Processes   []statusProcess    `json:"processes,omitempty"`
 }
 
-// StatusProcess is one process on a GPU. Preemptible and ignored processes
+// statusProcess is one process on a GPU. Preemptible and ignored processes
 // do not make their GPU busy. Who it runs for is load_data.csv's six
 // columns, whole and under their names there. Those six and the two flags
 // are left out when "" or false: on most fleets nearly every process has
 // none of them, and at 10,000 hosts writing them cost 8 MB.
-type StatusProcess struct {
+type statusProcess struct {
 	PID            *int64   `json:"pid"`
 	User           string   `json:"user"`
 	Command        string   `json:"command"`
@@ -148,16 +148,16 @@ type StatusProcess struct {
 	Pod            string   `json:"pod,omitempty"`
 }
 
-// StatusReservation is a current reservation.
-type StatusReservation struct {
+// statusReservation is a current reservation.
+type statusReservation struct {
 	Name    string  `json:"name"`
 	Until   *string `json:"until"` // null: no end date
 	Comment string  `json:"comment"`
 }
 
-// StatusUser is what one user holds (preemptible and ignored processes not
+// statusUser is what one user holds (preemptible and ignored processes not
 // counted).
-type StatusUser struct {
+type statusUser struct {
 	User      string   `json:"user"` // "" when ps could not tell
 	GPUs      int      `json:"gpus"`
 	MemMiB    float64  `json:"mem_mib"`
@@ -168,8 +168,8 @@ type StatusUser struct {
 	SlurmJobs  []string `json:"slurm_jobs"`
 	Containers []string `json:"containers"`
 	// GPU-hours over the last 24h, 7d and 30d; null without history
-	GPUHoursByWindow *StatusHours `json:"gpu_hours"`
-	IdleGPUHours     *StatusHours `json:"idle_gpu_hours"`
+	GPUHoursByWindow *statusHours `json:"gpu_hours"`
+	IdleGPUHours     *statusHours `json:"idle_gpu_hours"`
 }
 
 // statusPrefix is Status up to its hosts, in the same order.
@@ -180,8 +180,8 @@ type statusPrefix struct {
 	AgeSeconds  *float64      `json:"age_seconds"`
 	Stale       bool          `json:"stale"`
 	StaleAfterS float64       `json:"stale_after_seconds"`
-	Live        *StatusLive   `json:"live,omitempty"`
-	Summary     StatusSummary `json:"summary"`
+	Live        *liveStatus   `json:"live,omitempty"`
+	Summary     statusSummary `json:"summary"`
 }
 
 func statusHead(r *Report) *statusPrefix {
@@ -189,52 +189,52 @@ func statusHead(r *Report) *statusPrefix {
 	s := &statusPrefix{
 		Version:     StatusVersion,
 		Generated:   r.Now.UTC().Format(time.RFC3339),
-		Stale:       r.Stale(),
+		Stale:       r.stale(),
 		StaleAfterS: r.Config.StaleAfter.Seconds(),
 		Live:        statusLive(r.Config.LiveEvery),
-		Summary: StatusSummary{GPUs: c.GPUs, Free: c.Count[cluster.Free], Busy: c.Count[cluster.Busy],
+		Summary: statusSummary{GPUs: c.GPUs, Free: c.Count[cluster.Free], Busy: c.Count[cluster.Busy],
 			Reserved: c.Count[cluster.Reserved], Failed: c.Count[cluster.Failed], Hosts: len(c.Hosts), HostsDown: c.Down,
-			Models: []StatusModel{}},
+			Models: []statusModel{}},
 	}
 	if !c.DataTime.IsZero() {
 		t := c.DataTime.UTC().Format(time.RFC3339)
 		s.DataTime = &t
-		if age := r.Age(); age >= 0 { // null when dated ahead of this clock
+		if age := r.age(); age >= 0 { // null when dated ahead of this clock
 			a := age.Seconds()
 			s.AgeSeconds = &a
 		}
 	}
 	for _, m := range c.Models {
-		s.Summary.Models = append(s.Summary.Models, StatusModel{Name: m.Name, Free: m.Free, Failed: m.Failed, Total: m.Total})
+		s.Summary.Models = append(s.Summary.Models, statusModel{Name: m.Name, Free: m.Free, Failed: m.Failed, Total: m.Total})
 	}
 	return s
 }
 
-func statusUsers(c *cluster.Cluster) []StatusUser {
-	users := make([]StatusUser, 0, len(c.Users))
+func statusUsers(c *cluster.Cluster) []statusUser {
+	users := make([]statusUser, 0, len(c.Users))
 	for _, u := range c.Users {
-		users = append(users, StatusUser{User: u.Name, GPUs: u.GPUs, MemMiB: u.MemMiB, Processes: u.Procs,
+		users = append(users, statusUser{User: u.Name, GPUs: u.GPUs, MemMiB: u.MemMiB, Processes: u.Procs,
 			Hosts: append([]string{}, u.Hosts...), SlurmJobs: append([]string{}, u.Jobs...),
 			Containers: append([]string{}, u.Containers...)})
 	}
 	return users
 }
 
-func statusHostOf(h *cluster.Host, hist *history.Summary) StatusHost {
-	var sh StatusHost
+func statusHostOf(h *cluster.Host, hist *history.Summary) statusHost {
+	var sh statusHost
 	fillStatusHost(&sh, h, hist, &readings{})
 	return sh
 }
 
 // fillStatusHost makes *sh h's StatusHost, reusing its GPUs' and their
 // processes' slices and taking its readings from nums: JSON fills one
-// StatusHost host after host.
-func fillStatusHost(sh *StatusHost, h *cluster.Host, hist *history.Summary, nums *readings) {
+// statusHost host after host.
+func fillStatusHost(sh *statusHost, h *cluster.Host, hist *history.Summary, nums *readings) {
 	gpus := sh.GPUs[:0]
 	if gpus == nil {
-		gpus = make([]StatusGPU, 0, len(h.GPUs))
+		gpus = make([]statusGPU, 0, len(h.GPUs))
 	}
-	*sh = StatusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
+	*sh = statusHost{Name: h.Name, Display: h.Display, Up: h.Up(), Status: string(h.Status), Error: h.Error,
 		CPUs: nums.int(h.CPUs), Load1: nums.float(h.Load1), MemUsedMiB: nums.float(h.MemUsed), MemTotalMiB: nums.float(h.MemTotal),
 		Reservation: resvOf(h.Reserved), GPUs: gpus}
 	if !h.Time.IsZero() {
@@ -244,11 +244,11 @@ func fillStatusHost(sh *StatusHost, h *cluster.Host, hist *history.Summary, nums
 	sh.GPUName, sh.GPUShortName = sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Name }),
 		sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Short })
 	for i, g := range h.GPUs {
-		var procs []StatusProcess
+		var procs []statusProcess
 		if i < cap(gpus) {
 			procs = gpus[:cap(gpus)][i].Processes[:0] // the last host's
 		}
-		sg := StatusGPU{Index: nil, UUID: g.UUID, BusID: g.BusID,
+		sg := statusGPU{Index: nil, UUID: g.UUID, BusID: g.BusID,
 			State: g.State, Notes: g.Notes, Error: g.Error,
 			UtilPct: nums.float(g.Util), MemUtilPct: nums.float(g.MemUtil), MemUsedMiB: nums.float(g.MemUsed), MemTotalMiB: nums.float(g.MemTotal),
 			TempC: nums.float(g.Temp), PowerW: nums.float(g.Power), PowerLimitW: nums.float(g.PowerLimit), FanPct: nums.float(g.Fan),
@@ -264,7 +264,7 @@ func fillStatusHost(sh *StatusHost, h *cluster.Host, hist *history.Summary, nums
 			sg.ShortName = &g.Short
 		}
 		for _, p := range g.Procs {
-			sg.Processes = append(sg.Processes, StatusProcess{PID: nums.int(p.PID), User: p.User, Command: p.Command,
+			sg.Processes = append(sg.Processes, statusProcess{PID: nums.int(p.PID), User: p.User, Command: p.Command,
 				MemMiB: nums.float(p.MemMiB), ElapsedS: nums.int(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
 				SlurmJob: p.SlurmJob, SlurmJobName: p.SlurmJobName, SlurmPartition: p.SlurmPartition,
 				Container: p.Container, ContainerName: p.ContainerName, Pod: p.Pod})
@@ -276,9 +276,9 @@ func fillStatusHost(sh *StatusHost, h *cluster.Host, hist *history.Summary, nums
 			t := time.Unix(d.DownSince, 0).UTC().Format(time.RFC3339)
 			sh.DownSince = &t
 		}
-		sh.LastKnownGPUs = []StatusKnownGPU{}
+		sh.LastKnownGPUs = []statusKnownGPU{}
 		for _, g := range d.GPUs {
-			sh.LastKnownGPUs = append(sh.LastKnownGPUs, StatusKnownGPU{ID: g.ID, Name: g.Name})
+			sh.LastKnownGPUs = append(sh.LastKnownGPUs, statusKnownGPU{ID: g.ID, Name: g.Name})
 		}
 	}
 }
@@ -327,10 +327,10 @@ func sharedName(gpus []*cluster.GPU, field func(*cluster.GPU) string) string {
 	return name
 }
 
-// JSON writes status.json, one host at a time: the whole of it is never in
+// writeJSON writes status.json, one host at a time: the whole of it is never in
 // memory. The bytes are what encoding/json would write for the whole
 // Status (a test checks that).
-func JSON(w io.Writer, r *Report) error {
+func writeJSON(w io.Writer, r *Report) error {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
 		bw = bufio.NewWriterSize(w, 64<<10)
@@ -342,7 +342,7 @@ func JSON(w io.Writer, r *Report) error {
 	bw.Write(head[:len(head)-1]) // without its closing brace
 	bw.WriteString(`,"hosts":[`)
 	var b []byte
-	var sh StatusHost
+	var sh statusHost
 	var nums readings
 	for i, h := range r.Cluster.Hosts {
 		if i > 0 {
@@ -378,11 +378,11 @@ func JSON(w io.Writer, r *Report) error {
 	return bw.Flush()
 }
 
-func resvOf(r *reservations.Reservation) *StatusReservation {
+func resvOf(r *reservations.Reservation) *statusReservation {
 	if r == nil {
 		return nil
 	}
-	s := &StatusReservation{Name: r.Name, Comment: r.Comment}
+	s := &statusReservation{Name: r.Name, Comment: r.Comment}
 	if !r.Until.IsZero() {
 		t := r.Until.UTC().Format(time.RFC3339)
 		s.Until = &t
@@ -398,17 +398,17 @@ func downOf(h *cluster.Host, hist *history.Summary) *history.HostState {
 	return hist.Down[h.Name]
 }
 
-// StatusLive says that fetch's live mode made the file, and how often it
+// liveStatus says that fetch's live mode made the file, and how often it
 // polls.
-type StatusLive struct {
+type liveStatus struct {
 	EveryS float64 `json:"every_s"`
 }
 
-func statusLive(every time.Duration) *StatusLive {
+func statusLive(every time.Duration) *liveStatus {
 	if every <= 0 {
 		return nil
 	}
-	return &StatusLive{EveryS: every.Seconds()}
+	return &liveStatus{EveryS: every.Seconds()}
 }
 
 // liveText is the page's "15s" for live mode, "" otherwise.
@@ -420,18 +420,18 @@ func liveText(every time.Duration) string {
 }
 
 // statusUserHours is a user's GPU-hours per window for status.json.
-type StatusHours struct {
+type statusHours struct {
 	H24 float64 `json:"24h"`
 	D7  float64 `json:"7d"`
 	D30 float64 `json:"30d"`
 }
 
-func hoursOf(m map[string]float64) *StatusHours {
-	return &StatusHours{H24: round(m["24h"], 3), D7: round(m["7d"], 3), D30: round(m["30d"], 3)}
+func hoursOf(m map[string]float64) *statusHours {
+	return &statusHours{H24: round(m["24h"], 3), D7: round(m["7d"], 3), D30: round(m["30d"], 3)}
 }
 
-// StatusIdleHeld is one GPU idle-held now.
-type StatusIdleHeld struct {
+// statusIdleHeldGPU is one GPU idle-held now.
+type statusIdleHeldGPU struct {
 	Host       string   `json:"host"`
 	GPU        string   `json:"gpu"`
 	Users      []string `json:"users"`
@@ -440,30 +440,30 @@ type StatusIdleHeld struct {
 	MemUsedMiB float64  `json:"mem_used_mib"`
 }
 
-// StatusHistory says what history there is; null in status.json when
+// statusHistoryView says what history there is; null in status.json when
 // history is off or could not be read.
-type StatusHistory struct {
+type statusHistoryView struct {
 	First     *string `json:"first"`
 	Snapshots int     `json:"snapshots"`
 }
 
-func statusIdleHeld(h *history.Summary) []StatusIdleHeld {
-	out := []StatusIdleHeld{}
+func statusIdleHeld(h *history.Summary) []statusIdleHeldGPU {
+	out := []statusIdleHeldGPU{}
 	if h == nil {
 		return out
 	}
 	for _, sp := range h.IdleHeld {
-		out = append(out, StatusIdleHeld{Host: sp.Host, GPU: sp.GPU, Users: append([]string{}, sp.Users...),
+		out = append(out, statusIdleHeldGPU{Host: sp.Host, GPU: sp.GPU, Users: append([]string{}, sp.Users...),
 			Since: time.Unix(sp.Start, 0).UTC().Format(time.RFC3339), Hours: round(float64(sp.Seconds())/3600, 3), MemUsedMiB: sp.MemMiB})
 	}
 	return out
 }
 
-func statusHistory(h *history.Summary) *StatusHistory {
+func statusHistory(h *history.Summary) *statusHistoryView {
 	if h == nil {
 		return nil
 	}
-	s := &StatusHistory{Snapshots: h.Snapshots}
+	s := &statusHistoryView{Snapshots: h.Snapshots}
 	if !h.First.IsZero() {
 		t := h.First.UTC().Format(time.RFC3339)
 		s.First = &t
@@ -473,7 +473,7 @@ func statusHistory(h *history.Summary) *StatusHistory {
 
 // withHistoryUsers adds to the current users everyone with GPU-hours in
 // the last 30 days (holding no GPU now), and each one's hours.
-func withHistoryUsers(users []StatusUser, h *history.Summary) []StatusUser {
+func withHistoryUsers(users []statusUser, h *history.Summary) []statusUser {
 	if h == nil {
 		return users
 	}
@@ -487,7 +487,7 @@ func withHistoryUsers(users []StatusUser, h *history.Summary) []StatusUser {
 			if uh.GPUHours["30d"] == 0 && uh.IdleHours["30d"] == 0 {
 				continue
 			}
-			users = append(users, StatusUser{User: uh.User, Hosts: []string{}})
+			users = append(users, statusUser{User: uh.User, Hosts: []string{}})
 			i = len(users) - 1
 			idx[uh.User] = i
 		}
@@ -496,7 +496,7 @@ func withHistoryUsers(users []StatusUser, h *history.Summary) []StatusUser {
 	}
 	for i := range users {
 		if users[i].GPUHoursByWindow == nil {
-			users[i].GPUHoursByWindow, users[i].IdleGPUHours = &StatusHours{}, &StatusHours{}
+			users[i].GPUHoursByWindow, users[i].IdleGPUHours = &statusHours{}, &statusHours{}
 		}
 	}
 	return users
@@ -512,17 +512,17 @@ func withHistoryUsers(users []StatusUser, h *history.Summary) []StatusUser {
 // statusKeys are the json tags of the structs appendStatusHost writes,
 // field by field, as it writes them.
 var statusKeys = map[reflect.Type][]string{
-	reflect.TypeFor[StatusHost](): {"name", "display_name", "up", "status", "error,omitempty", "timestamp", "cpus", "load1",
+	reflect.TypeFor[statusHost](): {"name", "display_name", "up", "status", "error,omitempty", "timestamp", "cpus", "load1",
 		"mem_used_mib", "mem_total_mib", "reservation,omitempty", "gpu_name,omitempty", "gpu_short_name,omitempty", "gpus",
 		"down_since,omitempty", "last_known_gpus,omitzero"},
-	reflect.TypeFor[StatusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "bus_id", "state", "notes,omitempty",
+	reflect.TypeFor[statusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "bus_id", "state", "notes,omitempty",
 		"error,omitempty", "util_pct", "mem_util_pct", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w",
 		"power_limit_w", "fan_pct", "reservation,omitempty", "processes,omitempty"},
-	reflect.TypeFor[StatusProcess](): {"pid", "user", "command", "mem_mib", "elapsed_s", "preemptible,omitempty", "ignored,omitempty",
+	reflect.TypeFor[statusProcess](): {"pid", "user", "command", "mem_mib", "elapsed_s", "preemptible,omitempty", "ignored,omitempty",
 		"slurm_job,omitempty", "slurm_job_name,omitempty", "slurm_partition,omitempty", "container,omitempty",
 		"container_name,omitempty", "pod,omitempty"},
-	reflect.TypeFor[StatusReservation](): {"name", "until", "comment"},
-	reflect.TypeFor[StatusKnownGPU]():    {"id", "name"},
+	reflect.TypeFor[statusReservation](): {"name", "until", "comment"},
+	reflect.TypeFor[statusKnownGPU]():    {"id", "name"},
 }
 
 var _ = checkStatusKeys()
@@ -542,7 +542,7 @@ func checkStatusKeys() bool {
 
 // appendStatusHost appends h as json.Marshal writes it; ok false where it
 // cannot (a number that is not finite, which json.Marshal refuses).
-func appendStatusHost(b []byte, h *StatusHost) (_ []byte, ok bool) {
+func appendStatusHost(b []byte, h *statusHost) (_ []byte, ok bool) {
 	ok = true
 	b = append(b, `{"name":`...)
 	b = appendJSONString(b, h.Name)
@@ -614,7 +614,7 @@ func appendStatusHost(b []byte, h *StatusHost) (_ []byte, ok bool) {
 
 // appendStatusGPU appends g as json.Marshal writes it; *ok false for a
 // number that is not finite.
-func appendStatusGPU(b []byte, g *StatusGPU, ok *bool) []byte {
+func appendStatusGPU(b []byte, g *statusGPU, ok *bool) []byte {
 	b = append(b, `{"index":`...)
 	if g.Index == nil {
 		b = append(b, "null"...)
@@ -677,7 +677,7 @@ func appendStatusGPU(b []byte, g *StatusGPU, ok *bool) []byte {
 
 // appendStatusProcess appends p as json.Marshal writes it; *ok false for
 // a number that is not finite.
-func appendStatusProcess(b []byte, p *StatusProcess, ok *bool) []byte {
+func appendStatusProcess(b []byte, p *statusProcess, ok *bool) []byte {
 	b = append(b, `{"pid":`...)
 	b = appendJSONIntp(b, p.PID)
 	b = append(b, `,"user":`...)
@@ -705,7 +705,7 @@ func appendStatusProcess(b []byte, p *StatusProcess, ok *bool) []byte {
 	return append(b, '}')
 }
 
-func appendStatusReservation(b []byte, r *StatusReservation) []byte {
+func appendStatusReservation(b []byte, r *statusReservation) []byte {
 	b = append(b, `{"name":`...)
 	b = appendJSONString(b, r.Name)
 	b = append(b, `,"until":`...)

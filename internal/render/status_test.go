@@ -35,14 +35,14 @@ func TestStatusSizeBudget(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	if err := JSON(&b, testReport(t, rows, "")); err != nil {
+	if err := writeJSON(&b, testReport(t, rows, "")); err != nil {
 		t.Fatal(err)
 	}
 	if b.Len() > statusBudget10k {
 		t.Errorf("status.json of %d hosts × %d GPUs is %d bytes, over its budget of %d", hosts, gpus, b.Len(), statusBudget10k)
 	}
 	t.Logf("%d bytes, %d under the budget", b.Len(), statusBudget10k-b.Len())
-	var st Status
+	var st status
 	if err := json.Unmarshal(b.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestStatusOmittedKeysReappear(t *testing.T) {
 				file = resv(tt.resv)
 			}
 			var js bytes.Buffer
-			if err := JSON(&js, testReport(t, rows, file)); err != nil {
+			if err := writeJSON(&js, testReport(t, rows, file)); err != nil {
 				t.Fatal(err)
 			}
 			want := map[string][]any{"host.gpu_name": h100, "host.gpu_short_name": {"H100 80GB HBM3"}}
@@ -241,7 +241,7 @@ func FuzzStatusJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		rep := testReport(t, markupRows(s), "")
 		var got, want bytes.Buffer
-		if err := JSON(&got, rep); err != nil {
+		if err := writeJSON(&got, rep); err != nil {
 			t.Fatal(err)
 		}
 		if !json.Valid(got.Bytes()) {
@@ -291,7 +291,7 @@ func BenchmarkStatusJSON(b *testing.B) {
 				var buf bytes.Buffer
 				for b.Loop() {
 					buf.Reset()
-					if err := JSON(&buf, rep); err != nil {
+					if err := writeJSON(&buf, rep); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -43,24 +43,24 @@ const (
 // the line names the job's users instead.
 const idleJobNote = "idle-time job running"
 
-// TextOptions are -text's settings.
-type TextOptions struct {
+// textOptions are -text's settings.
+type textOptions struct {
 	Color bool // ANSI colours; the words say the same without them
 	Free  bool // only free GPUs, and the hosts that have some (-free)
 	Width int  // columns a line may take; 0 is no limit
 }
 
-// Text writes the cluster for a terminal at no width limit: see TextWith.
-func Text(w io.Writer, r *Report, color bool) error {
-	return TextWith(w, r, TextOptions{Color: color})
+// writeText writes the cluster for a terminal at no width limit: see writeTextWith.
+func writeText(w io.Writer, r *Report, color bool) error {
+	return writeTextWith(w, r, textOptions{Color: color})
 }
 
-// TextWith writes the cluster for a terminal, as gpustat does: the summary,
+// writeTextWith writes the cluster for a terminal, as gpustat does: the summary,
 // then per host a header line (model, load, CPUs, RAM) and a line per GPU
 // (index, name, temperature, utilization, memory, and who holds it), or one
 // line for a host that is down. No line is wider than o.Width: the users
 // are cut first, with "…".
-func TextWith(w io.Writer, r *Report, o TextOptions) error {
+func writeTextWith(w io.Writer, r *Report, o textOptions) error {
 	b := bufio.NewWriter(w)
 	writeTextSummary(b, r, o)
 	t := newTextTable(r, o)
@@ -123,12 +123,12 @@ type hostLines struct {
 
 // textTable is the hosts' part of the output, with its column widths.
 type textTable struct {
-	o                                       TextOptions
+	o                                       textOptions
 	hosts                                   []hostLines
 	host, id, name, temp, util, used, total int // widest of each column
 }
 
-func newTextTable(r *Report, o TextOptions) *textTable {
+func newTextTable(r *Report, o textOptions) *textTable {
 	t := &textTable{o: o}
 	for _, h := range r.Cluster.Hosts {
 		if o.Free && (!h.Up() || h.Count[cluster.Free] == 0) {
@@ -455,7 +455,7 @@ func reading(v float64, ok bool) string {
 // writeTextSummary writes the lines above the hosts: the counts per model,
 // the data's age, the stale warning, the page's warnings and the users. A
 // width wraps the summary between its items and cuts the other lines.
-func writeTextSummary(b *bufio.Writer, r *Report, o TextOptions) {
+func writeTextSummary(b *bufio.Writer, r *Report, o textOptions) {
 	c := r.Cluster
 	items := []string{fmt.Sprintf("%d free of %d GPUs", c.Count[cluster.Free], c.GPUs)}
 	models, more := modelsView(c.Models)
@@ -468,7 +468,7 @@ func writeTextSummary(b *bufio.Writer, r *Report, o TextOptions) {
 	if c.Down > 0 {
 		items = append(items, fmt.Sprintf("%d host%s down", c.Down, plural(c.Down)))
 	}
-	age := r.Age()
+	age := r.age()
 	if age >= 0 {
 		items = append(items, "data "+ageText(age)+" old")
 	} else {
@@ -477,7 +477,7 @@ func writeTextSummary(b *bufio.Writer, r *Report, o TextOptions) {
 	for _, line := range wrapItems(items, o.Width) {
 		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
 	}
-	if r.Stale() {
+	if r.stale() {
 		line := "STALE: " + r.unknownAgeText()
 		if age >= 0 {
 			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))

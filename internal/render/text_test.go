@@ -65,7 +65,7 @@ func TestTextWarningsAreOneLine(t *testing.T) {
 			rep := testReport(t, readRows(t, "testdata/load_data.csv"), "")
 			rep.Warnings = []string{tt.warning}
 			var b bytes.Buffer
-			if err := Text(&b, rep, false); err != nil {
+			if err := writeText(&b, rep, false); err != nil {
 				t.Fatal(err)
 			}
 			out := b.String()
@@ -86,21 +86,21 @@ func TestTextGolden(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
 	tests := []struct {
 		name   string
-		o      TextOptions
+		o      textOptions
 		golden string
 	}{
-		{"80 columns", TextOptions{Width: 80}, "table-w80.txt.golden"},
-		{"120 columns", TextOptions{Width: 120}, "table-w120.txt.golden"},
-		{"no limit", TextOptions{}, "table.txt.golden"},
-		{"no limit, colour", TextOptions{Color: true}, "table-color.txt.golden"},
-		{"40 columns", TextOptions{Width: 40}, "table-w40.txt.golden"},
-		{"free", TextOptions{Free: true}, "table-free.txt.golden"},
-		{"free, 80 columns, colour", TextOptions{Free: true, Width: 80, Color: true}, "table-free-w80-color.txt.golden"},
+		{"80 columns", textOptions{Width: 80}, "table-w80.txt.golden"},
+		{"120 columns", textOptions{Width: 120}, "table-w120.txt.golden"},
+		{"no limit", textOptions{}, "table.txt.golden"},
+		{"no limit, colour", textOptions{Color: true}, "table-color.txt.golden"},
+		{"40 columns", textOptions{Width: 40}, "table-w40.txt.golden"},
+		{"free", textOptions{Free: true}, "table-free.txt.golden"},
+		{"free, 80 columns, colour", textOptions{Free: true, Width: 80, Color: true}, "table-free-w80-color.txt.golden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := TextWith(&b, rep, tt.o); err != nil {
+			if err := writeTextWith(&b, rep, tt.o); err != nil {
 				t.Fatal(err)
 			}
 			testenv.Golden(t, filepath.Join("testdata", tt.golden), b.Bytes())
@@ -115,7 +115,7 @@ var sgr = regexp.MustCompile(`\x1b\[(?:[0-9;]*)m`)
 // checkText checks what every -text output must be: valid UTF-8 without
 // controls but our colours (and those only with o.Color), every line no
 // wider than o.Width.
-func checkText(t *testing.T, out string, o TextOptions) {
+func checkText(t *testing.T, out string, o textOptions) {
 	t.Helper()
 	plain := out
 	if o.Color {
@@ -146,11 +146,11 @@ func TestTextLines(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
 	tests := []struct {
 		name string
-		o    TextOptions
+		o    textOptions
 		want []string // lines, as regular expressions
 		not  []string
 	}{
-		{"all", TextOptions{}, []string{
+		{"all", textOptions{}, []string{
 			`^gpu01 +H100 80GB HBM3 x4  load 3\.5  cpus 64  ram 117/503 GB$`,
 			`^\[1\] H100 80GB HBM3 \| 31°C  98% \|  60/80 GB  \| alice\(39G\) bob\(21G\)$`,
 			`^\[2\] .* \| reserved by carol until 2026-11-30 18:00: ICML deadline$`,
@@ -161,15 +161,15 @@ func TestTextLines(t *testing.T) {
 			`^\[\?\] .* \| failed \(0000:9a:00\.0\): GPU is lost; reboot the system to recover this GPU$`,
 			`^users: alice 2 GPUs 46G · \(unknown\) 1 GPU 2\.2G · bob 1 GPU 21G$`,
 		}, []string{`root`, `Xorg`}},
-		{"free", TextOptions{Free: true}, []string{
+		{"free", textOptions{Free: true}, []string{
 			`^gpu01 +H100`, `^\[0\] .* \| free$`, `^\[3\] .* \| free · idle job`, `^ws01 `,
 			`^3 free of 8 GPUs · `,
 		}, []string{`^\[[12]\]`, `gpu03`, `MIG box`, `^users:`, `reserved`, `failed`}},
-		{"80 columns: no GPU name, the users cut", TextOptions{Width: 80}, []string{
+		{"80 columns: no GPU name, the users cut", textOptions{Width: 80}, []string{
 			`^\[1\] 38°C 100% \| 2\.0/8\.0 GB \| busy · memory in use but no process visible \(anoth…$`,
 			`^  1 host down · data 4 min old$`,
 		}, nil},
-		{"40 columns", TextOptions{Width: 40}, []string{
+		{"40 columns", textOptions{Width: 40}, []string{
 			`^\[1\] 31°C  98% \|  60/80 GB  \| alice\(39G\)…$`,
 			`^gpu01 +H100 80GB HBM3 x4  load 3\.5$`,
 		}, nil},
@@ -177,7 +177,7 @@ func TestTextLines(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := TextWith(&b, rep, tt.o); err != nil {
+			if err := writeTextWith(&b, rep, tt.o); err != nil {
 				t.Fatal(err)
 			}
 			for _, re := range tt.want {
@@ -204,7 +204,7 @@ func TestTextFreeNone(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	if err := TextWith(&b, testReport(t, busy, ""), TextOptions{Free: true}); err != nil {
+	if err := writeTextWith(&b, testReport(t, busy, ""), textOptions{Free: true}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(b.String(), "\nno free GPU\n") {
@@ -261,10 +261,10 @@ func TestTextHostile(t *testing.T) {
 			[]string{"山田太郎(67G)", strings.Repeat("王", userNameMax/2-1) + "…(67G)"}, 4096},
 	}
 	for _, tt := range tests {
-		for _, o := range []TextOptions{{}, {Width: 80}, {Width: 120, Color: true}, {Width: 30, Free: true}} {
+		for _, o := range []textOptions{{}, {Width: 80}, {Width: 120, Color: true}, {Width: 30, Free: true}} {
 			t.Run(fmt.Sprintf("%s/%+v", tt.name, o), func(t *testing.T) {
 				var b bytes.Buffer
-				if err := TextWith(&b, testReport(t, tt.rows, ""), o); err != nil {
+				if err := writeTextWith(&b, testReport(t, tt.rows, ""), o); err != nil {
 					t.Fatal(err)
 				}
 				checkText(t, b.String(), o)
@@ -295,9 +295,9 @@ func TestTextWideRunes(t *testing.T) {
 	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "gpu01", HostStatus: hoststatus.Error, HostError: "x"})
 	for _, width := range []int{0, 80, 41, 40} {
 		t.Run(strconv.Itoa(width), func(t *testing.T) {
-			o := TextOptions{Width: width}
+			o := textOptions{Width: width}
 			var b bytes.Buffer
-			if err := TextWith(&b, testReport(t, rows, ""), o); err != nil {
+			if err := writeTextWith(&b, testReport(t, rows, ""), o); err != nil {
 				t.Fatal(err)
 			}
 			checkText(t, b.String(), o)
@@ -405,7 +405,7 @@ func TestFreeFlag(t *testing.T) {
 	if err := Main(context.Background(), []string{"-free"}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	checkText(t, stdout.String(), TextOptions{Width: 60})
+	checkText(t, stdout.String(), textOptions{Width: 60})
 	if !regexp.MustCompile(`(?m)^\[0\] .*\| free$`).MatchString(stdout.String()) || strings.Contains(stdout.String(), "alice(") {
 		t.Errorf("-free:\n%s", stdout.String())
 	}
@@ -419,7 +419,7 @@ func TestFreeFlag(t *testing.T) {
 func TestTextContainers(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/attrib.csv"), "")
 	var b bytes.Buffer
-	if err := TextWith(&b, rep, TextOptions{}); err != nil {
+	if err := writeTextWith(&b, rep, textOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, re := range []string{

@@ -160,8 +160,8 @@ func noUsage(ctx context.Context, w io.Writer, store *history.Store, from, to, n
 	return err
 }
 
-// UsageRow is one line of `render -usage -format json`.
-type UsageRow struct {
+// usageRow is one line of `render -usage -format json`.
+type usageRow struct {
 	User          string  `json:"user"`
 	GPUHours      float64 `json:"gpu_hours"`
 	IdleHeldHours float64 `json:"idle_held_gpu_hours"`
@@ -169,10 +169,10 @@ type UsageRow struct {
 	Share         float64 `json:"share"` // of the fleet's known GPU-hours, 0 to 1
 }
 
-func usageRows(rows []history.Usage) []UsageRow {
-	out := make([]UsageRow, 0, len(rows))
+func usageRows(rows []history.Usage) []usageRow {
+	out := make([]usageRow, 0, len(rows))
 	for _, u := range rows {
-		out = append(out, UsageRow{User: u.User, GPUHours: round(u.GPUHours, 3), IdleHeldHours: round(u.IdleHeldHours, 3),
+		out = append(out, usageRow{User: u.User, GPUHours: round(u.GPUHours, 3), IdleHeldHours: round(u.IdleHeldHours, 3),
 			PeakGPUs: u.PeakGPUs, Share: round(u.Share, 4)})
 	}
 	return out
@@ -189,7 +189,7 @@ func usageJSON(w io.Writer, rows []history.Usage, from, to time.Time) error {
 	return enc.Encode(struct {
 		From  string     `json:"from"`
 		To    string     `json:"to"`
-		Users []UsageRow `json:"users"`
+		Users []usageRow `json:"users"`
 	}{from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), usageRows(rows)})
 }
 
