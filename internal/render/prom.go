@@ -3,6 +3,8 @@ package render
 import (
 	"bufio"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -223,11 +225,11 @@ func promHistory(pw *promWriter, h *history.Summary) {
 	}
 	t := h.Totals
 	pw.family("gpumon_user_gpu_seconds_total", "counter", "GPU-seconds the user held since history began (a GPU held by n users counts 1/n to each).")
-	for _, u := range sortedKeys(t.User) {
+	for _, u := range slices.Sorted(maps.Keys(t.User)) {
 		pw.sample("gpumon_user_gpu_seconds_total", []string{"user", u}, t.User[u])
 	}
 	pw.family("gpumon_user_idle_held_gpu_seconds_total", "counter", "GPU-seconds the user held a GPU idle (utilization at or under idle_util_pct for idle_after or longer).")
-	for _, u := range sortedKeys(t.IdleHeld) {
+	for _, u := range slices.Sorted(maps.Keys(t.IdleHeld)) {
 		pw.sample("gpumon_user_idle_held_gpu_seconds_total", []string{"user", u}, t.IdleHeld[u])
 	}
 	pw.family("gpumon_gpu_state_seconds_total", "counter", "GPU-seconds in each state since history began (down: the last known GPUs of hosts that did not answer).")

@@ -238,12 +238,3 @@ func usageText(w io.Writer, rows []history.Usage, from, to time.Time) error {
 	}
 	return b.Flush()
 }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
