@@ -53,6 +53,9 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
 	$(GO) test -run '^$$' -bench . ./internal/nvsmi
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/render
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/loaddata
+	$(GO) test -run '^$$' -bench . ./internal/sitefiles
+	$(GO) test -run '^$$' -bench 'BenchmarkLive/render' -benchtime 30x ./cmd/fetch
 	$(GO) test -run '^$$' -bench Record -benchtime 10x ./internal/history
 	$(GO) test -run '^$$' -bench Size -benchtime 1x ./internal/history
 	$(GO) test -run '^$$' -bench Advance -benchtime 5x -benchmem ./internal/notify
