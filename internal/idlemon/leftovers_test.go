@@ -355,3 +355,64 @@ cmd = (setsid perl -e '$SIG{TERM} = "IGNORE"; open(F, "<", "%s") or die; open(W,
 		t.Errorf("the renamed worker %d outlived idlemon", worker)
 	}
 }
+
+// The same worker, first seen while its parent still ran in the job's
+// tree, leaves the tree (its parent exits) and then rewrites its title
+// before idlemon looks again: remembered when it was seen in the tree, it
+// stays the job's.
+func TestWorkerLeavesTreeThenRewritesTitle(t *testing.T) {
+	e := newEnv(t, 1)
+	sshdtest.EnsureUser(t, "idlejob")
+	ready, release, rename, renamed := e.path("ready"), e.path("release"), e.path("rename"), e.path("renamed")
+	stop := e.start(fmt.Sprintf(`interval_seconds = 3600
+min_idle_seconds = 0
+grace_seconds = 0.2
+user = idlejob
+[process-title]
+gpus = 0
+cmd = (setsid perl -e '$SIG{TERM} = "IGNORE"; open(F, "<", "%s") or die; open(W, ">", "%s.tmp"); print W "$$"; close W; rename("%s.tmp", "%s"); select(undef, undef, undef, 0.005) until -e "%s"; $0 = "worker " . "x" x 4000; open(W, ">", "%s"); print W "done"; close W; sleep 600' </dev/null >/dev/null 2>&1 & until [ -e %s ]; do sleep 0.01; done); exec sleep 600
+`, e.devs[0], ready, ready, ready, rename, renamed, release), options{})
+	worker := readPIDFile(t, ready)
+	e.waitState("the worker listed as the job's", patience, func(f *idlestate.File) bool {
+		return slices.Contains(jobInfo(f, "process-title").PIDs, worker)
+	})
+	inTree := parentOf(t, worker)
+	if err := os.WriteFile(release, nil, 0o644); err != nil { // its parent leaves the job's tree
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(patience); parentOf(t, worker) == inTree; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker's parent %d is still there after %s", inTree, patience)
+		}
+	}
+	if err := os.WriteFile(rename, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, renamed, patience)
+	opened := time.Now()
+	if fh, err := os.Open(e.devs[0]); err == nil {
+		fh.Close()
+	}
+	f := e.waitState("a scan after the rename", patience, func(f *idlestate.File) bool { return f.Updated.After(opened) })
+	if n := e.countLog("stopped job"); n != 0 || !slices.Contains(jobInfo(f, "process-title").PIDs, worker) {
+		t.Errorf("the worker that left the tree and renamed itself is no longer the job's: %+v", jobInfo(f, "process-title"))
+	}
+	stop()
+	if pidAlive(worker) {
+		t.Errorf("the worker %d outlived idlemon", worker)
+	}
+}
+
+// parentOf is pid's parent, 0 when it cannot be read.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+	var state string
+	var ppid int
+	fmt.Sscanf(rest, "%s %d", &state, &ppid)
+	return ppid
+}

@@ -68,6 +68,12 @@ func (d *daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 func (d *daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 	for i, r := range d.runs {
 		if r.job != nil && snap.Within(pid, []int{r.job.PID}, map[int]bool{r.job.PID: true}) {
+			// Remembered too: a worker seen only while its parent was
+			// still in the job's tree may leave it (its parent exits, it
+			// goes to init) and overwrite its mark before the next scan.
+			if p := snap.Proc(pid); p != nil {
+				d.known[[2]uint64{uint64(pid), p.Start}] = r.job.Mark.Nonce
+			}
 			return i
 		}
 	}
