@@ -37,7 +37,8 @@ untouched, when nothing could be written.
   -every D  live mode: stay running, keep one SSH connection per host, poll
             every D (at least 5s), and after each round write the CSV and
             run the render step (page, status.json, metrics.prom, history,
-            notifications) in this process; SIGINT or SIGTERM stops it
+            notifications) in this process; SIGINT or SIGTERM stops it,
+            SIGHUP is ignored (restart it to read the config again)
   -version  print the version and exit
 `
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -288,7 +289,7 @@ func TestEarlierPagesStayWithTheirIndex(t *testing.T) {
 		index, _ := os.ReadFile(filepath.Join(www, "index.html"))
 		var missing []string
 		for _, m := range regexp.MustCompile(`href=groups/([a-z0-9_-]+\.html)`).FindAllStringSubmatch(string(index), -1) {
-			if _, err := os.Stat(filepath.Join(www, groupsDir, m[1])); err != nil {
+			if _, err := os.Stat(filepath.Join(www, groupsDir, m[1])); err != nil && !slices.Contains(missing, m[1]) {
 				missing = append(missing, m[1])
 			}
 		}

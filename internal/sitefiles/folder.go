@@ -21,7 +21,7 @@ type Page struct {
 }
 
 // manifestName is the file in a page folder that records the pages
-// SyncFolder wrote there: only those are ever removed. Hidden, like the
+// syncFolder wrote there: only those are ever removed. Hidden, like the
 // temporary files, so that nobody takes it for a page.
 const manifestName = ".gpumon-pages"
 
@@ -31,15 +31,6 @@ const maxManifest = 1 << 20
 
 // parallelWrites is how many pages are written at once.
 const parallelWrites = 8
-
-// SyncFolder makes dir hold exactly these pages among the files it made
-// there: WritePages, then, if every page was written, PrunePages.
-func SyncFolder(dir string, pages []Page) error {
-	if err := WritePages(dir, pages); err != nil {
-		return err
-	}
-	return PrunePages(dir, pages)
-}
 
 // WritePages writes pages into dir, each as by Write, and records them as
 // the folder's own (before they exist: a run killed halfway leaves no file

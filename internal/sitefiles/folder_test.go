@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// run is one SyncFolder of web/groups in a test.
+// run is one syncFolder of web/groups in a test.
 type run struct {
 	tamper  tree     // built in the web folder first: what an admin or an intruder did
 	pages   []string // each page's body is "<name> #<run number>"
@@ -99,7 +99,7 @@ func TestSyncFolder(t *testing.T) {
 				for _, name := range r.pages {
 					pages = append(pages, Page{Name: name, Body: fmt.Appendf(nil, "%s #%d", name, i+1)})
 				}
-				err := SyncFolder(filepath.Join(web, "groups"), pages)
+				err := syncFolder(filepath.Join(web, "groups"), pages)
 				if got := strings.ReplaceAll(errText(err), web, "DIR"); got != r.wantErr {
 					t.Errorf("run %d: error %q, want %q", i+1, got, r.wantErr)
 				}
@@ -123,7 +123,7 @@ func TestSyncFolderRefuses(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		web      tree
-		groups   string // SyncFolder's folder, in the web folder
+		groups   string // syncFolder's folder, in the web folder
 		wantErr  string // with DIR for the web folder
 		wantHint string
 		// with no pages there is nothing to do, nor anything wrong: a
@@ -158,7 +158,7 @@ func TestSyncFolderRefuses(t *testing.T) {
 				web := filepath.Join(base, "web")
 				build(t, web, c.web)
 				before := snapshot(t, base)
-				err := SyncFolder(filepath.Join(web, c.groups), pages)
+				err := syncFolder(filepath.Join(web, c.groups), pages)
 				if diff := cmp.Diff(before, snapshot(t, base)); diff != "" {
 					t.Errorf("files changed (-before +after):\n%s", diff)
 				}
@@ -192,7 +192,7 @@ func TestSyncFolderRefusesBadNames(t *testing.T) {
 	for _, name := range []string{"", ".", "..", "../index.html", "/etc/passwd", "sub/a.html", ".gpumon-pages", ".hidden", "#a", "a\nb.html", strings.Repeat("a", 256)} {
 		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
 			web := t.TempDir()
-			err := SyncFolder(filepath.Join(web, "groups"), []Page{{Name: "a.html"}, {Name: name}})
+			err := syncFolder(filepath.Join(web, "groups"), []Page{{Name: "a.html"}, {Name: name}})
 			if err == nil {
 				t.Error("no error")
 			}
@@ -203,11 +203,11 @@ func TestSyncFolderRefusesBadNames(t *testing.T) {
 	}
 }
 
-// The folder SyncFolder makes is 0755 whatever the umask: nginx reads it.
+// The folder syncFolder makes is 0755 whatever the umask: nginx reads it.
 func TestSyncFolderMode(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "groups")
 	old := syscall.Umask(0o077)
-	err := SyncFolder(dir, []Page{{Name: "a.html"}})
+	err := syncFolder(dir, []Page{{Name: "a.html"}})
 	syscall.Umask(old)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +223,7 @@ func TestSyncFolderMode(t *testing.T) {
 // whole: the next run still removes what it recorded.
 func TestSyncFolderRecordSurvivesAFullDisk(t *testing.T) {
 	dir := filepath.Join(mountTmpfs(t, "64k"), "groups")
-	if err := SyncFolder(dir, []Page{{Name: "a.html"}, {Name: "b.html"}, {Name: "c.html"}}); err != nil {
+	if err := syncFolder(dir, []Page{{Name: "a.html"}, {Name: "b.html"}, {Name: "c.html"}}); err != nil {
 		t.Fatal(err)
 	}
 	fill(t, filepath.Dir(dir))
@@ -233,7 +233,7 @@ func TestSyncFolderRecordSurvivesAFullDisk(t *testing.T) {
 	for i := range 100 {
 		more = append(more, Page{Name: fmt.Sprintf("group-%03d-of-a-fleet-that-grew-and-grew-again.html", i)})
 	}
-	err := SyncFolder(dir, more)
+	err := syncFolder(dir, more)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("error %v, want ENOSPC", err)
 	}
@@ -242,7 +242,7 @@ func TestSyncFolderRecordSurvivesAFullDisk(t *testing.T) {
 		t.Errorf("folder on a full disk (-want +got):\n%s", diff)
 	}
 	os.Remove(filepath.Join(filepath.Dir(dir), "filler"))
-	if err := SyncFolder(dir, []Page{{Name: "a.html"}}); err != nil {
+	if err := syncFolder(dir, []Page{{Name: "a.html"}}); err != nil {
 		t.Fatal(err)
 	}
 	want = tree{"a.html": "", ".gpumon-pages": manifest("a.html")}
@@ -262,7 +262,7 @@ func BenchmarkSyncFolder(b *testing.B) {
 	}
 	b.SetBytes(int64(len(pages) * len(body)))
 	for b.Loop() {
-		if err := SyncFolder(dir, pages); err != nil {
+		if err := syncFolder(dir, pages); err != nil {
 			b.Fatal(err)
 		}
 	}

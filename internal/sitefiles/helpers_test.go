@@ -155,3 +155,13 @@ func fill(t testing.TB, dir string) {
 		}
 	}
 }
+
+// syncFolder is what a run does with a folder of pages, the linking file
+// left out: it makes dir hold exactly these pages among the files it made
+// there: WritePages, then, if every page was written, PrunePages.
+func syncFolder(dir string, pages []Page) error {
+	if err := WritePages(dir, pages); err != nil {
+		return err
+	}
+	return PrunePages(dir, pages)
+}
