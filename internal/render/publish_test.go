@@ -1,7 +1,6 @@
 package render
 
 import (
-	"bytes"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"net/http/httptest"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -79,8 +77,8 @@ func TestOutputsFailAlone(t *testing.T) {
 	}
 	breakers := []breaker{
 		{"missing folder", false, func(t *testing.T, dir string) { os.RemoveAll(dir) }, "does not exist"},
-		{"read-only folder", true, readOnly, "read-only"},
-		{"full file system", true, fill, "is full"},
+		{"read-only folder", true, func(t *testing.T, dir string) { testenv.MountReadOnly(t, dir) }, "read-only"},
+		{"full file system", true, func(t *testing.T, dir string) { testenv.FillFileSystem(t, dir) }, "is full"},
 	}
 	start := time.Now().Truncate(time.Hour).Add(-time.Hour)
 	for _, out := range []string{"page", "status.json", "metrics.prom", "history"} {
@@ -92,7 +90,7 @@ func TestOutputsFailAlone(t *testing.T) {
 				s := newSite(t)
 				folder := map[string]string{"page": "www", "status.json": "data", "metrics.prom": "prom", "history": "hist"}[out]
 				if b.name == "full file system" {
-					tinyFS(t, s.path(folder))
+					testenv.MountTmpfs(t, s.path(folder), "1m")
 				}
 				if err, stderr := s.run(t, start, 0); err != nil {
 					t.Fatalf("first run: %v\n%s", err, stderr)
@@ -162,49 +160,6 @@ func TestNotifyFailsAlone(t *testing.T) {
 	for name, b := range s.read(t) {
 		if b == before[name] {
 			t.Errorf("%s was not rewritten when the webhook refused", name)
-		}
-	}
-}
-
-// readOnly makes dir a read-only bind mount of itself: what is there stays
-// readable, nothing can be written.
-func readOnly(t *testing.T, dir string) {
-	t.Helper()
-	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		t.Fatalf("bind mount %s: %v", dir, err)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-		t.Fatalf("remount %s read-only: %v", dir, err)
-	}
-}
-
-// tinyFS mounts a 1 MiB tmpfs on dir.
-func tinyFS(t *testing.T, dir string) {
-	t.Helper()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=0755"); err != nil {
-		t.Fatalf("mount tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-}
-
-// fill fills dir's file system (a tinyFS) to the last byte.
-func fill(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := bytes.Repeat([]byte{'x'}, 4096)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			break
-		}
-	}
-	for {
-		if _, err := f.Write(chunk[:1]); err != nil {
-			return
 		}
 	}
 }

@@ -3,6 +3,7 @@ package sitefiles
 import (
 	"errors"
 	"fmt"
+	"github.com/gpumon/gpumon/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,11 +223,11 @@ func TestSyncFolderMode(t *testing.T) {
 // A record that cannot be rewritten (a full file system) is the old one,
 // whole: the next run still removes what it recorded.
 func TestSyncFolderRecordSurvivesAFullDisk(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "64k"), "groups")
+	dir := filepath.Join(testenv.MountTmpfs(t, t.TempDir(), "64k"), "groups")
 	if err := syncFolder(dir, []Page{{Name: "a.html"}, {Name: "b.html"}, {Name: "c.html"}}); err != nil {
 		t.Fatal(err)
 	}
-	fill(t, filepath.Dir(dir))
+	testenv.FillFileSystem(t, filepath.Dir(dir))
 	// a record bigger than the page of memory the old one frees when it is
 	// truncated: rewritten in place, it would be cut short
 	more := []Page{{Name: "a.html"}}

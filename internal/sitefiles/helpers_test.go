@@ -9,10 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-
-	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // tree is what a folder holds, by path relative to it: a file's content,
@@ -100,60 +97,6 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// mountTmpfs mounts a tmpfs of size (e.g. "64k") on a new folder, for the
-// test alone; it needs root.
-func mountTmpfs(t testing.TB, size string) string {
-	t.Helper()
-	testenv.NeedRoot(t)
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
-		testenv.Need(t, "cannot mount a tmpfs: "+err.Error())
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// mountReadOnly makes dir read-only (a read-only bind mount of itself) until
-// the test ends; it needs root.
-func mountReadOnly(t testing.TB, dir string) {
-	t.Helper()
-	testenv.NeedRoot(t)
-	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		testenv.Need(t, "cannot bind-mount: "+err.Error())
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	if err := syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
-		t.Fatalf("remount %s read-only: %v", dir, err)
-	}
-}
-
-// fill writes a file in dir until its file system is full.
-func fill(t testing.TB, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
 }
 
 // syncFolder is what a run does with a folder of pages, the linking file

@@ -173,7 +173,7 @@ func TestWritePanics(t *testing.T) {
 // A full file system keeps the old file, leaves no temporary file, and
 // says so.
 func TestWriteFull(t *testing.T) {
-	dir := mountTmpfs(t, "64k")
+	dir := testenv.MountTmpfs(t, t.TempDir(), "64k")
 	build(t, dir, tree{"metrics.prom": "old"})
 	err := Write(filepath.Join(dir, "metrics.prom"), writeString(strings.Repeat("gpumon_gpu_utilization 1\n", 10000)))
 	if diff := cmp.Diff(tree{"metrics.prom": "old"}, snapshot(t, dir)); diff != "" {
@@ -194,7 +194,7 @@ func TestWriteFull(t *testing.T) {
 func TestWriteReadOnly(t *testing.T) {
 	dir := t.TempDir()
 	build(t, dir, tree{"status.json": "old"})
-	mountReadOnly(t, dir)
+	testenv.MountReadOnly(t, dir)
 	err := Write(filepath.Join(dir, "status.json"), writeString("new"))
 	if diff := cmp.Diff(tree{"status.json": "old"}, snapshot(t, dir)); diff != "" {
 		t.Errorf("folder after Write (-want +got):\n%s", diff)

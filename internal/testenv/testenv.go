@@ -10,12 +10,14 @@ package testenv
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -133,4 +135,62 @@ func GrepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// MountTmpfs mounts a tmpfs of size (e.g. "64k", "1m") on dir until the
+// test ends, and returns dir; it needs root.
+func MountTmpfs(t testing.TB, dir, size string) string {
+	t.Helper()
+	NeedRoot(t)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
+		Need(t, "cannot mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// MountReadOnly makes dir read-only (a read-only bind mount of itself)
+// until the test ends: what is there stays readable, nothing can be
+// written; it needs root.
+func MountReadOnly(t testing.TB, dir string) {
+	t.Helper()
+	NeedRoot(t)
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		Need(t, "cannot bind-mount: "+err.Error())
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	if err := syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount %s read-only: %v", dir, err)
+	}
+}
+
+// FillFileSystem writes a file in dir until its file system has not a
+// byte left.
+func FillFileSystem(t testing.TB, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := make([]byte, 4096)
+	for _, n := range []int{len(block), 1} { // blocks, then the last bytes
+		for {
+			_, err := f.Write(block[:n])
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
