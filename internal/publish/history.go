@@ -27,7 +27,6 @@ type recording struct {
 	store    *history.Store    // nil: history off, or it could not be opened
 	snap     *history.Snapshot // nil: history off
 	summary  *history.Summary  // nil: nothing to show
-	recorded bool              // this run's snapshot is in the history
 	warnings []string
 	err      error
 }
@@ -65,7 +64,6 @@ func record(ctx context.Context, c history.Config, run Run) *recording {
 		return fail(err)
 	}
 	rec.summary = sum
-	rec.recorded = notRecorded == nil
 	if notRecorded != nil {
 		rec.warnings = append(rec.warnings, fmt.Sprintf("History (%s): this snapshot was not recorded: %s", c.DB, clip(notRecorded)))
 		rec.err = cli.WithHint(fmt.Errorf("history %s: this snapshot was not recorded: %w", c.DB, notRecorded),
