@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/ignore"
@@ -54,6 +55,7 @@ type Options struct {
 	HostNames    map[string]string // lower-case host -> display name
 	GPUNames     map[string]string // lower-case full name -> short name
 	Now          time.Time         // for reservations' end dates
+	Health       health.Policy     // [health]: what makes a GPU failed or degraded
 }
 
 // Cluster is everything one CSV says.
@@ -83,6 +85,7 @@ type Host struct {
 	Reserved  *reservations.Reservation // a whole-host reservation, for a down host's card
 	Count     map[string]int
 	ModelName string // the GPUs' full name when they all share it
+	KernelLog string // load_data.csv's kernel_log: where XIDs were read, or why not
 }
 
 // Up reports whether the host answered.
@@ -109,10 +112,22 @@ type GPU struct {
 	Power       loaddata.Number
 	PowerLimit  loaddata.Number
 	Fan         loaddata.Number
-	Procs       []*Proc
-	State       string
-	Notes       []string
-	Reservation *reservations.Reservation // current, whatever the state
+	// The health readings (load_data.csv's health columns) and what the
+	// [health] policy made of them (Options.Health): a failed Health makes
+	// the GPU Failed; a degraded one leaves its state and warns.
+	PState              loaddata.Int
+	ECCMode             string
+	ECCUncorrected      loaddata.Number
+	RetiredPagesPending loaddata.Tri
+	RemappedRowsPending loaddata.Tri
+	RemappedRowsFailure loaddata.Tri
+	ClockEvents         string
+	XIDs                string
+	Health              health.Health
+	Procs               []*Proc
+	State               string
+	Notes               []string
+	Reservation         *reservations.Reservation // current, whatever the state
 }
 
 // ID is the GPU's index, else its bus id (a lost GPU has no index), else "?".
@@ -137,6 +152,7 @@ type Proc struct {
 	Command     string
 	MemMiB      loaddata.Number
 	ElapsedS    loaddata.Int
+	SMPct       loaddata.Number // its own SM utilization (pmon); not known under MIG
 	Preemptible bool
 	Ignored     bool
 
@@ -272,7 +288,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 	}
 	if r.PID.Valid || r.Command != "" {
 		p := b.procSlab.new()
-		*p = Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB,
+		*p = Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB, SMPct: r.ProcessSMPct,
 			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Ignored(ignore.Process{Args: r.Command, UID: ignore.Unknown, MemMiB: memOr(r.ProcessMemMiB, ignore.Unknown)}, b.o.Ignore),
 			SlurmJob: r.SlurmJob, SlurmJobName: r.SlurmJobName, SlurmPartition: r.SlurmPartition,
 			Container: r.Container, ContainerName: r.ContainerName, Pod: r.Pod}
@@ -292,7 +308,7 @@ func (b *Builder) host(r *loaddata.Row) *Host {
 	h := b.hostSlab.new()
 	*h = Host{Name: r.Host, Display: lookup(b.o.HostNames, r.Host, r.Host), Status: r.HostStatus,
 		Error: r.HostError, CPUs: r.CPUs, Load1: r.Load1, MemUsed: r.HostMemUsedMiB, MemTotal: r.HostMemTotalMiB,
-		Count: map[string]int{}}
+		KernelLog: r.KernelLog, Count: map[string]int{}}
 	b.hosts[r.Host] = h
 	b.gpus[r.Host] = map[string]*GPU{}
 	b.c.Hosts = append(b.c.Hosts, h)
@@ -355,7 +371,10 @@ func (b *Builder) newGPU(r *loaddata.Row) *GPU {
 	g := b.gpuSlab.new()
 	*g = GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
 		Util: r.GPUUtilPct, MemUtil: r.MemUtilPct, MemUsed: r.MemUsedMiB, MemTotal: r.MemTotalMiB,
-		Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct}
+		Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct,
+		PState: r.PState, ECCMode: r.ECCMode, ECCUncorrected: r.ECCUncorrected,
+		RetiredPagesPending: r.RetiredPagesPending, RemappedRowsPending: r.RemappedRowsPending,
+		RemappedRowsFailure: r.RemappedRowsFailure, ClockEvents: r.ClockEvents, XIDs: r.XIDs}
 	short, ok := b.short[g.Name]
 	if !ok {
 		short = shortName(g.Name, b.o.GPUNames)

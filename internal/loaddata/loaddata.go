@@ -52,6 +52,23 @@ type Row struct {
 	PowerLimitW Number `csv:"power_limit_w"`
 	FanPct      Number `csv:"fan_pct"`
 
+	// The GPU's health readings, as the host's driver gave them (empty
+	// where it gave none, or the driver has no such field): render's
+	// [health] policy decides what they mean (package health).
+	// ClockEvents is the active clock event (throttle) reasons, named
+	// (health.ClockEventNames), space-separated, "none" when none is
+	// active. XIDs is the XID codes the kernel logged for this GPU since
+	// the last poll, ascending, comma-separated; whether the log could be
+	// read is the host's kernel_log cell.
+	PState              Int    `csv:"pstate"`
+	ECCMode             string `csv:"ecc_mode"`
+	ECCUncorrected      Number `csv:"ecc_uncorrected"`
+	RetiredPagesPending Tri    `csv:"retired_pages_pending"`
+	RemappedRowsPending Tri    `csv:"remapped_rows_pending"`
+	RemappedRowsFailure Tri    `csv:"remapped_rows_failure"`
+	ClockEvents         string `csv:"clock_events"`
+	XIDs                string `csv:"xids"`
+
 	PID             Int    `csv:"pid"`
 	User            string `csv:"user"`
 	Command         string `csv:"command"`
@@ -60,6 +77,9 @@ type Row struct {
 	// Preemptible marks a process of idlemon's idle-time job: it leaves the
 	// moment anyone else opens the GPU, so the GPU counts as free.
 	Preemptible Flag `csv:"preemptible"`
+	// ProcessSMPct is the process's own SM utilization (nvidia-smi pmon):
+	// empty where the driver gives none (MIG, pmon off or failed).
+	ProcessSMPct Number `csv:"process_sm_pct"`
 
 	// Who the process runs for, from its cgroup (empty when not known):
 	// the Slurm job (as squeue prints it: "1233_5" for an array task) with
@@ -78,6 +98,9 @@ type Row struct {
 	Load1           Number `csv:"load1"`
 	HostMemUsedMiB  Number `csv:"host_mem_used_mib"`
 	HostMemTotalMiB Number `csv:"host_mem_total_mib"`
+	// KernelLog says where the host's XIDs were read: "journal",
+	// "dmesg", "unreadable: <why>", or empty when not asked.
+	KernelLog string `csv:"kernel_log"`
 }
 
 // Number is a reading that may be missing; missing is an empty cell.
@@ -166,6 +189,41 @@ func (f *Flag) UnmarshalCSV(s string) error {
 		*f = false
 	default:
 		return fmt.Errorf("%q is not yes or empty", s)
+	}
+	return nil
+}
+
+// Tri is a yes/no reading that may be missing: "yes", "no" or empty.
+type Tri struct {
+	Value bool
+	Valid bool
+}
+
+// TriOf returns a present reading.
+func TriOf(v bool) Tri { return Tri{Value: v, Valid: true} }
+
+// MarshalCSV writes "yes", "no" or nothing.
+func (t Tri) MarshalCSV() (string, error) {
+	switch {
+	case !t.Valid:
+		return "", nil
+	case t.Value:
+		return "yes", nil
+	}
+	return "no", nil
+}
+
+// UnmarshalCSV keeps an empty cell apart from "no".
+func (t *Tri) UnmarshalCSV(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		*t = Tri{}
+	case "yes", "true", "1":
+		*t = TriOf(true)
+	case "no", "false", "0":
+		*t = TriOf(false)
+	default:
+		return fmt.Errorf("%q is not yes, no or empty", s)
 	}
 	return nil
 }

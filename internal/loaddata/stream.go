@@ -245,6 +245,9 @@ func headerColumns(header []string) ([]*column, error) {
 var optional = map[string]bool{
 	"slurm_job": true, "slurm_job_name": true, "slurm_partition": true,
 	"container": true, "container_name": true, "pod": true,
+	"pstate": true, "ecc_mode": true, "ecc_uncorrected": true, "retired_pages_pending": true,
+	"remapped_rows_pending": true, "remapped_rows_failure": true, "clock_events": true, "xids": true,
+	"process_sm_pct": true, "kernel_log": true,
 }
 
 // csvError names the line of a syntax error. encoding/csv's Column is a

@@ -56,6 +56,20 @@ const (
 	SectionPodman  = ContainersPodman
 	SectionHost    = "host"
 	SectionIdlemon = "idlemon"
+	// SectionDriverGPUs is the names in /proc/driver/nvidia/gpus (the
+	// PCI addresses of the GPUs the driver lists, "0000:3b:00.0"), one a
+	// line; a non-zero exit where the folder cannot be read.
+	SectionDriverGPUs = "driver_gpus"
+	// SectionPmon is `nvidia-smi pmon -c 1 -s u` as printed, where
+	// Request.ProcessUtil asks for it and there is a GPU process.
+	SectionPmon = "pmon"
+	// SectionKernelLog is the kernel's XID lines since Request.KernelLogSince
+	// seconds ago: a first line "source journal" (journalctl -k -o
+	// short-unix) or "source dmesg" (dmesg -k, with a second line
+	// "uptime SECONDS" to place its boot-relative times), then the lines
+	// that hold "NVRM: Xid", the newest last, at most maxXIDLines. A
+	// non-zero exit, with the reason as the body, where neither can be read.
+	SectionKernelLog = "kernel_log"
 )
 
 const (
@@ -95,6 +109,15 @@ type Request struct {
 	// ContainersPodman, or "" for none (the default: its socket is
 	// root-equivalent, see config.example.ini).
 	Containers string
+	// HealthFields are asked of nvidia-smi --query-gpu after GPUFields;
+	// those the host's driver does not know are dropped on the host (it
+	// refuses a whole query for one unknown field), not the query.
+	HealthFields []string
+	// ProcessUtil asks for each process's own utilization (SectionPmon).
+	ProcessUtil bool
+	// KernelLogSince asks for the kernel log's XID lines of the last so
+	// many seconds (SectionKernelLog); 0 asks for none.
+	KernelLogSince int
 }
 
 // The values of Request.Containers that ask something.
