@@ -35,9 +35,9 @@ import (
 
 // Bounds on what one host's kernel log can make fetch hold.
 const (
-	MaxEvents = 256  // distinct (GPU, XID) pairs kept; the rest are counted in Skipped
-	MaxLine   = 1024 // bytes of a line read; the rest of a longer line is ignored
-	MaxDetail = 200  // bytes kept of an event's text
+	maxEvents = 256  // distinct (GPU, XID) pairs kept; the rest are counted in Skipped
+	maxLine   = 1024 // bytes of a line read; the rest of a longer line is ignored
+	maxDetail = 200  // bytes kept of an event's text
 	maxCode   = 9999 // XIDs run to about 170 today
 )
 
@@ -68,7 +68,7 @@ type Report struct {
 	// Repeated counts the lines that repeated an XID already in Events.
 	Repeated int
 	// Skipped counts the lines not used: not an XID line, unreadable, or
-	// past MaxEvents.
+	// past maxEvents.
 	Skipped int
 }
 
@@ -97,7 +97,7 @@ func Parse(body []byte) (Report, error) {
 			rep.Repeated++
 			continue
 		}
-		if len(rep.Events) == MaxEvents {
+		if len(rep.Events) == maxEvents {
 			rep.Skipped++
 			continue
 		}
@@ -136,8 +136,8 @@ func parseHead(lines []string) (rep Report, rest []string, uptime float64, err e
 
 // parseLine reads one journal or dmesg line holding an XID.
 func parseLine(source, line string, uptime float64) (Event, bool) {
-	if len(line) > MaxLine {
-		line = line[:MaxLine]
+	if len(line) > maxLine {
+		line = line[:maxLine]
 	}
 	var (
 		msg   string
@@ -267,7 +267,7 @@ func cleanDetail(s string) string {
 		}
 	}
 	s = strings.TrimSuffix(s, ".")
-	return hosttext.Clip(hosttext.Printable(s), MaxDetail)
+	return hosttext.Clip(hosttext.Printable(s), maxDetail)
 }
 
 // CanonicalBusID writes a PCI address the way the kernel names the device,

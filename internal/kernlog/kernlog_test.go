@@ -188,13 +188,13 @@ func TestParse(t *testing.T) {
 			want: Report{Source: SourceDmesg, Events: []Event{aged(fallen, 10)}},
 		},
 		{
-			name: "a line past MaxLine is read to MaxLine",
-			in:   journal("1.0 h kernel: NVRM: Xid (PCI:0000:01:00): 13, " + strings.Repeat("x", 3*MaxLine)),
-			want: Report{Source: SourceJournal, Events: []Event{ev("0000:01:00.0", 13, strings.Repeat("x", MaxDetail-3)+"…")}},
+			name: "a line past maxLine is read to maxLine",
+			in:   journal("1.0 h kernel: NVRM: Xid (PCI:0000:01:00): 13, " + strings.Repeat("x", 3*maxLine)),
+			want: Report{Source: SourceJournal, Events: []Event{ev("0000:01:00.0", 13, strings.Repeat("x", maxDetail-3)+"…")}},
 		},
 		{
-			name: "an address cut off by MaxLine is skipped",
-			in:   journal("1.0 " + strings.Repeat("h", MaxLine) + " kernel: " + xid79),
+			name: "an address cut off by maxLine is skipped",
+			in:   journal("1.0 " + strings.Repeat("h", maxLine) + " kernel: " + xid79),
 			want: Report{Source: SourceJournal, Skipped: 1},
 		},
 	}
@@ -231,17 +231,17 @@ func TestFlood(t *testing.T) {
 		t.Errorf("Parse (-want +got):\n%s", diff)
 	}
 
-	// Distinct pairs past MaxEvents are counted, not kept.
+	// Distinct pairs past maxEvents are counted, not kept.
 	lines = nil
-	for i := range MaxEvents + 10 {
+	for i := range maxEvents + 10 {
 		lines = append(lines, fmt.Sprintf("1.0 h kernel: NVRM: Xid (PCI:0000:%02x:00): %d, x", i%256, 1+i/256))
 	}
 	got, err = Parse(journal(lines...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Events) != MaxEvents || got.Skipped != 10 {
-		t.Errorf("%d events, %d skipped; want %d and 10", len(got.Events), got.Skipped, MaxEvents)
+	if len(got.Events) != maxEvents || got.Skipped != 10 {
+		t.Errorf("%d events, %d skipped; want %d and 10", len(got.Events), got.Skipped, maxEvents)
 	}
 }
 
@@ -320,7 +320,7 @@ func FuzzParse(f *testing.F) {
 		if rep.Source != SourceJournal && rep.Source != SourceDmesg {
 			t.Fatalf("source %q", rep.Source)
 		}
-		if len(rep.Events) > MaxEvents || rep.Skipped < 0 || rep.Repeated < 0 {
+		if len(rep.Events) > maxEvents || rep.Skipped < 0 || rep.Repeated < 0 {
 			t.Fatalf("%d events, %d skipped, %d repeated", len(rep.Events), rep.Skipped, rep.Repeated)
 		}
 		nonBlank := 0
@@ -341,7 +341,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("event %+v: bad code or listed twice", e)
 			}
 			seen[eventKey{e.BusID, e.Code}] = true
-			if len(e.Detail) > MaxDetail || strings.ContainsAny(e.Detail, "\n\r\x1b\x00") {
+			if len(e.Detail) > maxDetail || strings.ContainsAny(e.Detail, "\n\r\x1b\x00") {
 				t.Fatalf("detail %q", e.Detail)
 			}
 			if e.AgeKnown != (rep.Source == SourceDmesg) || e.Age < 0 {
@@ -361,4 +361,20 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("line %q changed the events:\n%s", line, diff)
 		}
 	})
+}
+
+func BenchmarkParse(b *testing.B) {
+	var lines []string
+	for i := range 256 {
+		lines = append(lines, fmt.Sprintf("[%6d.000000] NVRM: Xid (PCI:0000:%02x:00): %d, pid='<unknown>', name=<unknown>, Graphics Exception: ESR 0x52e7b0=0x101000e", 1000+i, 0x18+i%8, 13+i%3))
+	}
+	body := dmesg("5000", lines...)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		rep, err := Parse(body)
+		if err != nil || len(rep.Events) != 24 {
+			b.Fatalf("err %v, %d events", err, len(rep.Events))
+		}
+	}
 }

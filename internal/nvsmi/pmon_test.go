@@ -300,3 +300,19 @@ func FuzzParsePmon(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkParsePmon(b *testing.B) {
+	rows := []string{pmonHeader590}
+	for i := range 32 {
+		rows = append(rows, fmt.Sprintf("    %d      %d     C     %d      7      -      -      -      -    python3", i/4, 10000+i, i*3))
+	}
+	out := lines(rows...)
+	b.SetBytes(int64(len(out)))
+	b.ReportAllocs()
+	for b.Loop() {
+		rep, err := ParsePmon(out)
+		if err != nil || len(rep.Samples) != 32 {
+			b.Fatalf("err %v, %d samples", err, len(rep.Samples))
+		}
+	}
+}
