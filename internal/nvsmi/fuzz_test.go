@@ -208,6 +208,7 @@ func FuzzParseGPUs(f *testing.F) {
 	for _, s := range healthSeeds() {
 		f.Add(s, "0xFFFFFFFFFFFFFFFF", "P0")
 	}
+	f.Add(h100(f, "query-health"), "Yes", "P15")
 	f.Fuzz(func(t *testing.T, data []byte, tok, name string) {
 		rep, err := ParseGPUs(data)
 		checkParseErr(t, err)
