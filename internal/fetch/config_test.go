@@ -147,3 +147,49 @@ func TestRenderSectionsDoNotBreakFetch(t *testing.T) {
 func decodeConfig(r io.Reader, name string) (*Config, error) {
 	return inifile.DecodeReader(r, name, configFrom)
 }
+
+// readHealthKeysOf reads src's [common] as configFrom does, but for the
+// three keys alone: package configini, whose layout configFrom checks
+// first, is not this package's to change.
+func readHealthKeysOf(t *testing.T, src string) (*Config, error) {
+	t.Helper()
+	return inifile.DecodeReader(strings.NewReader(src), "/etc/gpumon/config.ini", func(f *inifile.File) (*Config, error) {
+		c := &Config{ProcessUtil: true, KernelLog: true, PollInterval: defaultPollInterval, Timeout: defaultTimeout}
+		return c, readHealthKeys(f.Section("common"), c)
+	})
+}
+
+func TestHealthKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name, src                    string
+		processUtil, kernelLog       bool
+		interval, window, windowLive time.Duration
+	}{
+		{"defaults", "[common]\n", true, true, 5 * time.Minute, 5*time.Minute + 20*time.Second, 20*time.Second + 20*time.Second},
+		{"both off", "[common]\nprocess_util = no\nkernel_log = off\n", false, false, 5 * time.Minute, 0, 0},
+		{"cron every 2 minutes", "[common]\nprocess_util = yes\npoll_interval = 2m\n", true, true, 2 * time.Minute, 2*time.Minute + 20*time.Second, 40 * time.Second},
+		{"seconds", "[common]\npoll_interval = 90\n", true, true, 90 * time.Second, 110 * time.Second, 40 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := readHealthKeysOf(t, tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []any{c.ProcessUtil, c.KernelLog, c.PollInterval, c.KernelLogWindow(c.PollInterval), c.KernelLogWindow(20 * time.Second)}
+			want := []any{tc.processUtil, tc.kernelLog, tc.interval, tc.window, tc.windowLive}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("process_util, kernel_log, poll_interval, window, live window at 20s (-want +got):\n%s", diff)
+			}
+		})
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"[common]\nprocess_util = sometimes\n", `config.ini:2: process_util: "sometimes" is not a boolean`},
+		{"[common]\nkernel_log = journal\n", `config.ini:2: kernel_log: "journal" is not a boolean`},
+		{"[common]\n\npoll_interval = 0\n", `config.ini:3: poll_interval: "0" is not a duration from 1s to 24h`},
+		{"[common]\npoll_interval = weekly\n", `config.ini:2: poll_interval: "weekly" is not a duration`},
+	} {
+		if _, err := readHealthKeysOf(t, tc.src); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}
