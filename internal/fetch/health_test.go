@@ -2,6 +2,8 @@ package fetch
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -249,6 +251,37 @@ func TestBuildHealthBadReadings(t *testing.T) {
 			want := healthCellsOf{BusID: "00000000:18:00.0"}
 			if diff := cmp.Diff(want, healthOf(r.Rows[0])); diff != "" {
 				t.Errorf("GPU 0 (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The probe's answers on a real H100 (driver 580, testdata/h100-580):
+// health cells, the process's own SM %, the kernel log's cell.
+func TestBuildRealH100(t *testing.T) {
+	idle := healthCellsOf{BusID: "00000000:00:06.0", PState: loaddata.IntOf(0), ECCMode: "enabled", ECCUncorrected: loaddata.Num(0),
+		RemapPending: loaddata.TriOf(false), RemapFailed: loaddata.TriOf(false), ClockEvents: "gpu_idle", KernelLog: "dmesg"}
+	for _, tc := range []struct {
+		file string
+		want healthCellsOf
+	}{
+		{"probe-idle.txt", idle},
+		{"probe-load.txt", idle.with(func(c *healthCellsOf) { c.PID, c.SMPct, c.ClockEvents = 1514, loaddata.Num(99), "none" })},
+		{"probe-nonroot.txt", idle.with(func(c *healthCellsOf) {
+			c.KernelLog = "unreadable: no journalctl; dmesg: read kernel buffer failed: Operation not permitted"
+		})},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			out, err := os.ReadFile(filepath.Join("testdata", "h100-580", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := buildResult("gpu01", "devcheck", out, nil, at)
+			if r.Status != hoststatus.OK || r.Error != "" || len(r.Rows) != 1 {
+				t.Fatalf("status %q %q, %d rows", r.Status, r.Error, len(r.Rows))
+			}
+			if diff := cmp.Diff(tc.want, healthOf(r.Rows[0])); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}
