@@ -1,11 +1,15 @@
 // Package probe is the one round trip fetch makes to a GPU host: a POSIX sh
-// script that runs nvidia-smi (twice), ps for the GPU processes only, reads
-// their /proc/PID/cgroup, asks squeue (and, where configured, docker or
-// podman ps) about the jobs and containers those name, and reads the host's
-// CPU count, load and memory; and the framing of its output. ParseOutput
-// splits the answer into sections; ParsePS and ParseHost read the sections
-// the script makes itself (nvsmi reads nvidia-smi's, package attrib the
-// cgroups, squeue and ps records).
+// script that runs nvidia-smi (twice: the GPUs with their health readings,
+// then the processes; on a driver that refuses a health field, twice more
+// to find and drop it), nvidia-smi pmon in the background beside the rest,
+// ps for the GPU processes only, reads their /proc/PID/cgroup, asks squeue
+// (and, where configured, docker or podman ps) about the jobs and
+// containers those name, reads the host's CPU count, load and memory, the
+// GPUs the driver lists and the kernel log's XID lines; and the framing of
+// its output. ParseOutput splits the answer into sections; ParsePS and
+// ParseHost read the sections the script makes itself (nvsmi reads
+// nvidia-smi's, package attrib the cgroups, squeue and ps records, kernlog
+// the kernel log's).
 //
 // Text a user chooses reaches the output in two kinds of places: the
 // commands that ps prints, one process a line, control characters
@@ -269,6 +273,22 @@ const (
 // record with the nonce and puts the name last. docker or podman ps runs
 // once, only where Request.Containers names it and a cgroup names a
 // container.
+//
+// pmon takes about one sampling interval, so it starts first, in the
+// background, and its framed section waits in a mktemp file (0600; fd 5
+// is opened before the fork, so the file is never made again after the
+// traps removed it) until the end, when the script waits for it and
+// prints it where a GPU process exists. Its output, under timeout and head
+// -c like any command's, goes to the file only: a session cut meanwhile
+// leaves pmon to its timeout and the shell to die, traps run, at its next
+// write. Without mktemp, pmon runs in line at the end. The health fields
+// cost nothing on a driver that knows them all; one that refuses the
+// query is asked --help-query-gpu once, and the fields it lists (a case
+// match on the quoted name; of the two clock names, the first) are asked
+// again. The kernel log's lines are filtered on the host (grep -F, tail
+// -n, cut -b) and a journal is read only by an account its groups allow
+// (id -Gn): for any other, journalctl would show that account's own
+// messages without a word.
 const scriptBody = `export LC_ALL=C
 PATH="$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $T"; else TO=; fi
