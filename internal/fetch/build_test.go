@@ -3,6 +3,7 @@ package fetch
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -411,6 +412,16 @@ func FuzzBuild(f *testing.F) {
 	f.Add(hostOutput{gpus: "No devices were found", gpusRC: 6}.bytes("n"))
 	f.Add([]byte("@@gpumon:n begin gpus\nindex\n0\n@@gpumon:n end gpus 0\n@@gpumon:n done\n"))
 	f.Add(attributedHost.bytes("n"))
+	real, err := os.ReadFile(filepath.Join("testdata", "h100-580", "probe-load.txt"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(bytes.ReplaceAll(real, []byte("@@gpumon:devcheck"), []byte("@@gpumon:n")))
+	f.Add(hostOutput{gpus: healthGPUs, apps: appsHeader + "4242, GPU-aaaa, 30000\n", ps: shellLine, attrib: []section{
+		{probe.SectionPmon, pmonLines + pmonLine(0, 4242, "98", "python"), 0},
+		{probe.SectionDriverGPUs, "0000:18:00.0\n0000:2a:00.0\n0000:3b:00.0", 0},
+		{probe.SectionKernelLog, "source journal\n1764165900.1 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", 0},
+	}}.bytes("n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
 		r := buildResult("h", "n", out, nil, at)
 		if len(r.Rows) == 0 {
@@ -421,10 +432,14 @@ func FuzzBuild(f *testing.F) {
 		}
 		for _, row := range r.Rows {
 			for _, s := range []string{row.User, row.Command, row.HostError, row.GPUName, row.GPUUUID, row.GPUBusID, row.GPUError,
-				row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.Container, row.ContainerName, row.Pod} {
+				row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.Container, row.ContainerName, row.Pod,
+				row.ECCMode, row.ClockEvents, row.XIDs, row.KernelLog} {
 				if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f }) {
 					t.Errorf("control character in %q", s)
 				}
+			}
+			if len(row.KernelLog) > maxKernelLogWhy || len(row.XIDs) > 5*256 || len(row.ClockEvents) > 200 {
+				t.Errorf("health cells over their bounds: kernel_log %d bytes, xids %d, clock_events %d", len(row.KernelLog), len(row.XIDs), len(row.ClockEvents))
 			}
 			if len(row.HostError) > maxHostError || len(row.Command) > probe.MaxCommand || len(row.GPUName) > nvsmi.MaxCell {
 				t.Errorf("cells over their bounds: host_error %d bytes, command %d, gpu_name %d", len(row.HostError), len(row.Command), len(row.GPUName))
