@@ -283,7 +283,7 @@ func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Res
 	var events []kernlog.Event
 	base.KernelLog, events = readKernelLog(po)
 	d := processDetails{ps: readPS(po, len(procs) > 0, &w), attrib: readAttribution(po, nonce, &w), jobPIDs: readIdlemon(po, &w),
-		smPct: readPmon(po, &w)}
+		smPct: readPmon(po, gpus.GPUs, &w)}
 	rows := gpuRows(base, gpus, procs, d)
 	rows = append(rows, lostGPURows(base, gpus, readDriverGPUs(po), &w)...)
 	markXIDs(rows, events, &w)

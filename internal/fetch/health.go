@@ -41,7 +41,14 @@ type pmonKey struct{ gpu, pid int }
 // readPmon reads each process's own SM utilization, where the host ran
 // pmon (there was a process, and process_util is on). A failed pmon costs
 // the figures, said once in the host's warnings.
-func readPmon(po probe.Output, w *warnings) map[pmonKey]loaddata.Number {
+//
+// pmon prints "-" for a process it has no sample of: one that ran no
+// kernel in the interval, so 0 % on a GPU that reports its utilization,
+// and unknown under MIG (utilization.gpu [N/A]), where every process
+// reads "-". Where pmon's answer had a line that could not be used (a
+// (GPU, pid) listed twice: a forged line), no "-" is read as 0: a
+// forger can then make no process look idle.
+func readPmon(po probe.Output, gpus []nvsmi.GPU, w *warnings) map[pmonKey]loaddata.Number {
 	sec, ok := po.Sections[probe.SectionPmon]
 	if !ok {
 		return nil
@@ -63,9 +70,18 @@ func readPmon(po probe.Output, w *warnings) map[pmonKey]loaddata.Number {
 		return nil
 	}
 	w.skipped("nvidia-smi pmon", rep.Skipped, rep.MoreSkipped)
+	idleIsZero := len(rep.Skipped) == 0 && rep.MoreSkipped == 0
+	sampled := map[int]bool{} // GPU index -> it reports utilization (no MIG)
+	for _, g := range gpus {
+		sampled[g.Index] = g.UtilGPU.Valid
+	}
 	sm := make(map[pmonKey]loaddata.Number, len(rep.Samples))
 	for _, s := range rep.Samples {
-		sm[pmonKey{s.GPU, s.PID}] = loaddata.Number(s.SMPct)
+		v := loaddata.Number(s.SMPct)
+		if !v.Valid && idleIsZero && sampled[s.GPU] {
+			v = loaddata.Num(0)
+		}
+		sm[pmonKey{s.GPU, s.PID}] = v
 	}
 	return sm
 }

@@ -106,26 +106,35 @@ func TestBuildHealth(t *testing.T) {
 			want: []healthCellsOf{gpuHealth(0, 0), gpuHealth(1, 0)},
 		},
 		{
-			name: "each process's own SM % by GPU and pid; '-' is unknown, never 0",
+			name: "each process's own SM % by GPU and pid; '-' (no sample: no kernel ran) is 0",
 			out:  busy(section{probe.SectionPmon, pmonLines + pmonLine(0, 4242, "98", "python") + pmonLine(0, 5151, "-", "python") + pmonLine(1, 4242, "3", "python"), 0}),
 			want: procRows(func(gpu, pid int64, c *healthCellsOf) {
 				switch {
 				case gpu == 0 && pid == 4242:
 					c.SMPct = loaddata.Num(98)
+				case gpu == 0:
+					c.SMPct = loaddata.Num(0)
 				case gpu == 1:
 					c.SMPct = loaddata.Num(3)
 				}
 			}),
 		},
 		{
-			name: "a forged pmon line (a command named with a newline) loses both lines' figure",
-			out: busy(section{probe.SectionPmon, pmonLines + pmonLine(0, 4242, "0", "x") + pmonLine(0, 5151, "0", "evil\n    0       4242     C     99     10      -      -      -      -    x") +
+			name: "MIG: utilization [N/A], pmon's '-' everywhere is unknown",
+			out: hostOutput{gpus: strings.Replace(healthGPUs, "00000000:18:00.0, 98, 10,", "00000000:18:00.0, [N/A], [N/A],", 1), apps: threeProcs, ps: ps,
+				attrib: []section{{probe.SectionPmon, pmonLines + pmonLine(0, 4242, "-", "python") + pmonLine(0, 5151, "-", "python") + pmonLine(1, 4242, "3", "python"), 0}}},
+			want: procRows(func(gpu, pid int64, c *healthCellsOf) {
+				if gpu == 1 {
+					c.SMPct = loaddata.Num(3)
+				}
+			}),
+		},
+		{
+			name: "a forged pmon line (a command named with a newline) loses both lines' figure, and no '-' reads as idle",
+			out: busy(section{probe.SectionPmon, pmonLines + pmonLine(0, 4242, "0", "x") + pmonLine(0, 5151, "-", "evil\n    0       4242     C     99     10      -      -      -      -    x") +
 				pmonLine(1, 4242, "3", "python"), 0}),
 			want: procRows(func(gpu, pid int64, c *healthCellsOf) {
-				switch {
-				case gpu == 0 && pid == 5151:
-					c.SMPct = loaddata.Num(0) // its own line: a real 0
-				case gpu == 1:
+				if gpu == 1 {
 					c.SMPct = loaddata.Num(3)
 				}
 			}),
