@@ -532,7 +532,10 @@ func TestParseXIDsIsBounded(t *testing.T) {
 }
 
 func TestFailedReason(t *testing.T) {
-	r := healthRow(t, func(r *loaddata.Row) { r.RemappedRowsFailure, r.XIDs = loaddata.TriOf(true), "79"; r.ECCUncorrected = loaddata.Num(2) })
+	r := healthRow(t, func(r *loaddata.Row) {
+		r.RemappedRowsFailure, r.XIDs = loaddata.TriOf(true), "79"
+		r.ECCUncorrected = loaddata.Num(2)
+	})
 	g := build([]loaddata.Row{r}, Options{Now: now, Health: health.DefaultPolicy()}).Hosts[0].GPUs[0]
 	want := "a row remapping failed: the GPU needs service; XID 79 logged since the last poll"
 	if got := g.FailedReason(); got != want {
