@@ -62,15 +62,16 @@ func findingLines(g *cluster.GPU) []string {
 const healthReadingsMax = 120
 
 // healthReadings is the detail's readings beside the sensors: "P0 · ECC
-// enabled · clocks: sw_power_cap hw_slowdown", leaving out what is not
-// known, and the clocks when no event is active but an idle GPU's own
-// (gpu_idle, on most free GPUs: 8,000 cells would repeat it).
+// disabled · clocks: sw_power_cap hw_slowdown", leaving out what is not
+// known, and what most GPUs would repeat in 8,000 cells (page budget):
+// ECC enabled, and the clocks when no event is active but an idle GPU's own
+// (gpu_idle).
 func healthReadings(g *cluster.GPU) string {
 	var parts []string
 	if g.PState.Valid {
 		parts = append(parts, "P"+strconv.FormatInt(g.PState.Value, 10))
 	}
-	if g.ECCMode != "" {
+	if g.ECCMode != "" && g.ECCMode != "enabled" {
 		parts = append(parts, "ECC "+g.ECCMode)
 	}
 	if c := g.ClockEvents; c != "" && c != "none" && c != "gpu_idle" {
