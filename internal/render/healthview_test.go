@@ -84,10 +84,12 @@ func TestIdleShares(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		procs []*cluster.Proc
-		want  map[string]bool
+		want  []string
 	}{
-		{"an idle holder while another works", []*cluster.Proc{proc("bob", 96, true), proc("alice", 0, true)}, map[string]bool{"alice": true}},
-		{"at the threshold is idle", []*cluster.Proc{proc("bob", 96, true), proc("alice", 1, true)}, map[string]bool{"alice": true}},
+		{"an idle holder while another works", []*cluster.Proc{proc("bob", 96, true), proc("alice", 0, true)}, []string{"alice"}},
+		{"two idle holders, in their processes' order", []*cluster.Proc{proc("carol", 0.5, true), proc("bob", 96, true), proc("alice", 0, true),
+			proc("carol", 0.5, true)}, []string{"carol", "alice"}},
+		{"at the threshold is idle", []*cluster.Proc{proc("bob", 96, true), proc("alice", 1, true)}, []string{"alice"}},
 		{"just over it is not", []*cluster.Proc{proc("bob", 96, true), proc("alice", 1.5, true)}, nil},
 		{"all idle: nobody's share is singled out", []*cluster.Proc{proc("bob", 0, true), proc("alice", 0, true)}, nil},
 		{"one holder", []*cluster.Proc{proc("alice", 0, true)}, nil},
@@ -95,7 +97,7 @@ func TestIdleShares(t *testing.T) {
 		{"a use not known (MIG, pmon off)", []*cluster.Proc{proc("bob", 96, true), proc("alice", 0, false)}, nil},
 		{"ignored and preemptible processes hold nothing", []*cluster.Proc{proc("bob", 96, true), proc("alice", 0, true),
 			{User: "root", Command: "Xorg", Ignored: true}, {User: "idle", Preemptible: true, SMPct: loaddata.Num(99)}},
-			map[string]bool{"alice": true}},
+			[]string{"alice"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := idleShares(&cluster.GPU{Procs: tc.procs}, 1)
