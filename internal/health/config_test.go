@@ -98,7 +98,10 @@ func TestExampleShowsTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(src), "\n# [health]\n")
+	_, section, ok := strings.Cut(string(src), "\n[health]\n")
+	if !ok { // commented until internal/configini knows the section
+		_, section, ok = strings.Cut(string(src), "\n# [health]\n")
+	}
 	if !ok {
 		t.Fatal("config.example.ini has no [health] section")
 	}
