@@ -493,8 +493,9 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	return scratch
 }
 
-// writeCellStart writes a cell's <li>, its model on a host of mixed
-// models, and why a lost GPU failed.
+// writeCellStart writes a cell's <li> (data-health on a degraded GPU),
+// its model on a host of mixed models, and why a lost GPU failed, or why
+// the [health] policy failed it.
 func writeCellStart(w *bufio.Writer, h *cluster.Host, g *cluster.GPU) {
 	w.WriteString("\n<li class=gpu data-state=")
 	w.WriteString(g.State) // one of cluster.States
