@@ -107,3 +107,20 @@ func TestIdleShares(t *testing.T) {
 		})
 	}
 }
+
+// The overview's finder says how many of a host's free GPUs are degraded.
+func TestFinderCountsDegraded(t *testing.T) {
+	rows := fleetRows(onePageHosts+1, 8)
+	for i := range rows {
+		if rows[i].GPUIndex.Value == 0 { // free on every host
+			rows[i].RemappedRowsPending = loaddata.TriOf(true)
+		}
+	}
+	p := planPages(testReport(t, rows, ""))
+	if p.index == nil {
+		t.Fatal("no overview")
+	}
+	if want := ">gpu0000</a> 4 (1 degraded),"; !strings.Contains(string(p.index), want) {
+		t.Errorf("the overview's finder has no %q", want)
+	}
+}
