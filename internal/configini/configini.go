@@ -6,7 +6,10 @@
 // has to import the other.
 package configini
 
-import "github.com/gpumon/gpumon/internal/inifile"
+import (
+	"github.com/gpumon/gpumon/internal/health"
+	"github.com/gpumon/gpumon/internal/inifile"
+)
 
 // DefaultOutput is where fetch writes its CSV, and so where render reads it.
 const DefaultOutput = "load_data.csv"
@@ -41,6 +44,7 @@ var Layout = inifile.Layout{
 		{Name: "render", Keys: RenderKeys},
 		{Name: "history", Keys: HistoryKeys},
 		{Name: "notify", Keys: NotifyKeys},
+		{Name: "health", Keys: health.ConfigKeys},
 		{Name: "host_names", AnyKey: true},
 		{Name: "gpu_names", AnyKey: true},
 		{Name: "groups", AnyKey: true},

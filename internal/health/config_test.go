@@ -99,9 +99,6 @@ func TestExampleShowsTheDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(src), "\n[health]\n")
-	if !ok { // commented until internal/configini knows the section
-		_, section, ok = strings.Cut(string(src), "\n# [health]\n")
-	}
 	if !ok {
 		t.Fatal("config.example.ini has no [health] section")
 	}
