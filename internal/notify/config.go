@@ -78,6 +78,13 @@ func ReadConfig(f *inifile.File, c *Config, historyOn bool) error {
 		}
 		c.Targets.PageURL = v
 	}
+	if list, ok := sec.List("events"); ok {
+		events, err := parseKinds(list)
+		if err != nil {
+			return sec.ErrorAt("events", "%v", err)
+		}
+		c.Params.Events = events
+	}
 	if err := sec.Bool("commands", &c.Targets.Commands); err != nil {
 		return err
 	}

@@ -211,6 +211,8 @@ func (e Event) Summary() string {
 func (e Event) title() string {
 	host, gpu := name(e.Host), name(e.GPU)
 	switch {
+	case isHealthKind(e.Kind):
+		return healthTitle(e)
 	case e.Kind == idleHeld && e.State == Firing:
 		return fmt.Sprintf("GPU %s on %s idle-held for %s", gpu, host, hours(e.Duration()))
 	case e.Kind == idleHeld:
@@ -238,6 +240,8 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 	}
 	var s string
 	switch {
+	case isHealthKind(e.Kind):
+		s = healthText(e, loc)
 	case e.Kind == idleHeld && e.State == Firing:
 		model := ""
 		if e.Model != "" {
@@ -324,21 +328,22 @@ func clock(t time.Time, loc *time.Location) string {
 // the like (their "incoming webhook" format), and the same facts as
 // fields for anything that routes on them.
 type webhookBody struct {
-	Text     string   `json:"text"`
-	Event    Kind     `json:"event"`
-	State    State    `json:"state"`
-	Reminder bool     `json:"reminder"`
-	Host     string   `json:"host,omitempty"`
-	GPU      string   `json:"gpu,omitempty"`
-	Model    string   `json:"model,omitempty"`
-	Users    []string `json:"users,omitempty"`
-	Since    string   `json:"since,omitempty"`
-	At       string   `json:"at,omitempty"`
-	Hours    float64  `json:"hours"`
-	MemMiB   *float64 `json:"memory_mib,omitempty"`
-	Hosts    int      `json:"hosts,omitempty"`
-	Commands []string `json:"commands,omitempty"`
-	Page     string   `json:"page,omitempty"`
+	Text     string           `json:"text"`
+	Event    Kind             `json:"event"`
+	State    State            `json:"state"`
+	Reminder bool             `json:"reminder"`
+	Host     string           `json:"host,omitempty"`
+	GPU      string           `json:"gpu,omitempty"`
+	Model    string           `json:"model,omitempty"`
+	Users    []string         `json:"users,omitempty"`
+	Since    string           `json:"since,omitempty"`
+	At       string           `json:"at,omitempty"`
+	Hours    float64          `json:"hours"`
+	MemMiB   *float64         `json:"memory_mib,omitempty"`
+	Hosts    int              `json:"hosts,omitempty"`
+	Commands []string         `json:"commands,omitempty"`
+	Findings []webhookFinding `json:"findings,omitempty"`
+	Page     string           `json:"page,omitempty"`
 }
 
 // webhookDigest is a run's events in one POST: the text lists the first
@@ -413,6 +418,9 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 		m := e.MemMiB
 		b.MemMiB = &m
 	}
+	if isHealthKind(e.Kind) {
+		b.Findings = webhookFindings(e.Findings)
+	}
 	if t.Commands && e.State == Firing {
 		for i, c := range e.Commands {
 			if i == maxCommands {
@@ -458,6 +466,8 @@ func digestSubject(events []Event) string {
 		"idle_held firing": {"GPU idle-held", "GPUs idle-held"}, "idle_held resolved": {"GPU released", "GPUs released"},
 		"host_down firing": {"host down", "hosts down"}, "host_down resolved": {"host back", "hosts back"},
 		"all_down firing": {"no host answers", "no host answers"}, "all_down resolved": {"hosts answer again", "hosts answer again"},
+		"gpu_failed firing": {"GPU failed", "GPUs failed"}, "gpu_failed resolved": {"GPU no longer failed", "GPUs no longer failed"},
+		"gpu_degraded firing": {"GPU degraded", "GPUs degraded"}, "gpu_degraded resolved": {"GPU no longer degraded", "GPUs no longer degraded"},
 		"test firing": {"test", "tests"},
 	}
 	var parts []string
