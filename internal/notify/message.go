@@ -328,22 +328,24 @@ func clock(t time.Time, loc *time.Location) string {
 // the like (their "incoming webhook" format), and the same facts as
 // fields for anything that routes on them.
 type webhookBody struct {
-	Text     string           `json:"text"`
-	Event    Kind             `json:"event"`
-	State    State            `json:"state"`
-	Reminder bool             `json:"reminder"`
-	Host     string           `json:"host,omitempty"`
-	GPU      string           `json:"gpu,omitempty"`
-	Model    string           `json:"model,omitempty"`
-	Users    []string         `json:"users,omitempty"`
-	Since    string           `json:"since,omitempty"`
-	At       string           `json:"at,omitempty"`
-	Hours    float64          `json:"hours"`
-	MemMiB   *float64         `json:"memory_mib,omitempty"`
-	Hosts    int              `json:"hosts,omitempty"`
-	Commands []string         `json:"commands,omitempty"`
+	Text     string   `json:"text"`
+	Event    Kind     `json:"event"`
+	State    State    `json:"state"`
+	Reminder bool     `json:"reminder"`
+	Host     string   `json:"host,omitempty"`
+	GPU      string   `json:"gpu,omitempty"`
+	Model    string   `json:"model,omitempty"`
+	Users    []string `json:"users,omitempty"`
+	Since    string   `json:"since,omitempty"`
+	At       string   `json:"at,omitempty"`
+	Hours    float64  `json:"hours"`
+	MemMiB   *float64 `json:"memory_mib,omitempty"`
+	Hosts    int      `json:"hosts,omitempty"`
+	Commands []string `json:"commands,omitempty"`
+	Page     string   `json:"page,omitempty"`
+
+	// gpu_failed and gpu_degraded: the conditions found
 	Findings []webhookFinding `json:"findings,omitempty"`
-	Page     string           `json:"page,omitempty"`
 }
 
 // webhookDigest is a run's events in one POST: the text lists the first
