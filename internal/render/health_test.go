@@ -3,14 +3,19 @@ package render
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
+	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/testenv"
 )
 
@@ -170,5 +175,95 @@ func TestHealthReportErrors(t *testing.T) {
 				t.Errorf("error %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// healthCSVAt writes the CSV of minute m of TestHealthThroughRender: gpu01's
+// GPU 1 with a row remap pending from minute 10, failed from 30, both
+// repaired at 60; gpu02's GPU 0 with uncorrectable ECC errors all along.
+func healthCSVAt(t testing.TB, path string, at time.Time, m int) {
+	t.Helper()
+	ts := at.UTC().Format(loaddata.TimeFormat)
+	gpu := func(host string, idx int64) loaddata.Row {
+		return loaddata.Row{Timestamp: ts, Host: host, HostStatus: hoststatus.OK, GPUIndex: loaddata.IntOf(idx),
+			GPUUUID: fmt.Sprintf("GPU-%s-%d", host, idx), GPUName: "NVIDIA H100 80GB HBM3", GPUBusID: fmt.Sprintf("00000000:%02d:00.0", idx+1),
+			GPUUtilPct: loaddata.Num(0), MemUtilPct: loaddata.Num(0), MemUsedMiB: loaddata.Num(1), MemTotalMiB: loaddata.Num(81559),
+			ECCMode: "enabled", ECCUncorrected: loaddata.Num(0), RetiredPagesPending: loaddata.TriOf(false),
+			RemappedRowsPending: loaddata.TriOf(false), RemappedRowsFailure: loaddata.TriOf(false), ClockEvents: "none"}
+	}
+	sick := gpu("gpu01", 1)
+	sick.RemappedRowsPending = loaddata.TriOf(m >= 10 && m < 60)
+	sick.RemappedRowsFailure = loaddata.TriOf(m >= 30 && m < 60)
+	ecc := gpu("gpu02", 0)
+	ecc.ECCUncorrected = loaddata.Num(3)
+	if err := loaddata.WriteFile(path, []loaddata.Row{gpu("gpu01", 0), sick, ecc}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fetch's CSV with health columns, rendered every 5 minutes with a real
+// webhook receiver and mail delivered by exim: render's [health]
+// classification, the history's episodes and the notifications agree, and
+// -health lists what happened.
+func TestHealthThroughRender(t *testing.T) {
+	needExim(t)
+	adminBox := mailbox(t, "hltadmin2")
+	hook := &webhookLog{}
+	srv := httptest.NewServer(hook)
+	defer srv.Close()
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte(fmt.Sprintf(`[render]
+html = index.html
+[notify]
+webhook = %s/hook
+mail_to = hltadmin2@localhost
+sendmail = /usr/sbin/sendmail -t -i -odi
+`, srv.URL)), 0o644)
+	csv := filepath.Join(dir, "load_data.csv")
+	start := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	var clock func() time.Time
+	for m := 0; m <= 70; m += 5 {
+		at := start.Add(time.Duration(m) * time.Minute)
+		clock = func() time.Time { return at.Add(20 * time.Second) }
+		healthCSVAt(t, csv, at, m)
+		if _, stderr, err := renderMainAt(t, clock, "-c", ini, "-i", csv); err != nil {
+			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
+		}
+	}
+	wantHook := []string{
+		"gpu_degraded firing gpu02/0",
+		"gpu_degraded firing gpu01/1",
+		"gpu_failed firing gpu01/1", "gpu_degraded resolved gpu01/1",
+		"gpu_failed resolved gpu01/1",
+	}
+	if diff := cmp.Diff(wantHook, hook.events()); diff != "" {
+		t.Errorf("webhook received (-want +got):\n%s", diff)
+	}
+	wantAdmin := []string{
+		"[gpumon] GPU 0 on gpu02 degraded",
+		"[gpumon] GPU 1 on gpu01 degraded",
+		"[gpumon] 1 GPU failed, 1 GPU no longer degraded",
+		"[gpumon] resolved: GPU 1 on gpu01 no longer failed",
+	}
+	if diff := cmp.Diff(wantAdmin, subjects(readMails(t, adminBox))); diff != "" {
+		t.Errorf("admin's mailbox (-want +got):\n%s", diff)
+	}
+	out, stderr, err := renderMainAt(t, clock, "-c", ini, "-health", "1d", "-format", "csv")
+	if err != nil {
+		t.Fatalf("-health: %v\n%s", err, stderr)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		f := strings.Split(line, ",")
+		got = append(got, strings.Join(append(f[:2:2], f[4:9]...), ","))
+	}
+	want := []string{
+		"gpu01,1,ok,remap_failure,failed,1,0.500",
+		"gpu01,1,ok,remap_pending,degraded,1,0.833",
+		"gpu02,0,degraded,ecc_uncorrected,degraded,1,1.167",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("-health (host, gpu, state, condition, severity, episodes, hours; -want +got):\n%s\n%s", diff, out)
 	}
 }
