@@ -146,6 +146,19 @@ func TestSnapshotHealthDamaged(t *testing.T) {
 	}
 }
 
+// A blob written before the health section (it ends after the hosts)
+// reads as a snapshot without findings.
+func TestSnapshotBeforeHealth(t *testing.T) {
+	s := snapAt(0, up("gpu01", held("0", 1, "alice")), down("gpu02"))
+	got, err := decodeSnapshot(blobWithTail(t, s, func(*blobWriter) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(s, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
 // blobWithTail is s's blob (s has no findings) with tail in place of its
 // health section.
 func blobWithTail(t testing.TB, s *Snapshot, tail func(w *blobWriter)) []byte {
