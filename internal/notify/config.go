@@ -97,6 +97,10 @@ func ReadConfig(f *inifile.File, c *Config, historyOn bool) error {
 		Want: "a duration up to 365d (e.g. 24h), or 0 for never"}, &c.Params.RemindAfter); err != nil {
 		return err
 	}
+	if err := sec.Duration("degraded_after", inifile.Limits[time.Duration]{Min: 0, Max: 30 * day,
+		Want: "a duration from 0 to 30d (e.g. 1h)"}, &c.Params.DegradedAfter); err != nil {
+		return err
+	}
 	if c.Params.RemindAfter > 0 && c.Params.RemindAfter < 10*time.Minute {
 		return sec.ErrorAt("remind_after", "%s is a reminder every few runs: want 10m or more, or 0 for never", c.Params.RemindAfter)
 	}

@@ -46,10 +46,10 @@ func healthKind(state string) Kind {
 func isHealthKind(k Kind) bool { return k == gpuFailed || k == gpuDegraded }
 
 // healthGPUs steps each GPU's gpu_failed and gpu_degraded episodes: one
-// fires while the GPU is in its state, with the findings of the newest
-// snapshot; it resolves when a snapshot shows the GPU out of it (a GPU
-// that goes from degraded to failed fires gpu_failed and resolves
-// gpu_degraded). A GPU whose host is down is not known to be well: its
+// fires while the GPU is in its state (gpu_degraded once it has lasted
+// DegradedAfter), with the findings of the newest snapshot; it resolves
+// when a snapshot shows the GPU out of it (a GPU that goes from degraded
+// to failed fires gpu_failed and resolves gpu_degraded). A GPU whose host is down is not known to be well: its
 // episode waits, untold, as an idle-held GPU's does. unseen tells whether
 // a host's GPUs went unseen.
 func (s *stepper) healthGPUs(unseen func(host string) bool) {
@@ -66,7 +66,9 @@ func (s *stepper) healthGPUs(unseen func(host string) bool) {
 		now[e.key()] = true
 		old, isOpen := s.open[e.key()]
 		if !isOpen {
-			s.fire(e, nil)
+			if kind == gpuFailed || s.obs.DataTime.Sub(e.Since) >= s.p.DegradedAfter {
+				s.fire(e, nil)
+			}
 			continue
 		}
 		// it goes on, though history's episodes began again after a gap

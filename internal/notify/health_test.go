@@ -124,6 +124,26 @@ func TestStepHealth(t *testing.T) {
 			want: []string{"0 gpu_failed firing gpu01/7", "0 gpu_degraded firing gpu01/2", "0 gpu_degraded firing gpu01/10"},
 		},
 		{
+			name: "degraded_after: a slowdown that comes and goes is not told",
+			p:    withDegradedAfter(p, time.Hour),
+			runs: every5(0, 180, func(m int) healthRun {
+				if m%20 == 15 {
+					return healthRun{min: m, hosts: 1}
+				}
+				return healthRun{min: m, hosts: 1, gpus: []GPUHealth{ill("gpu01", "3", health.Degraded, m-m%20, health.HWSlowdown)}}
+			}),
+			want: nil,
+		},
+		{
+			name: "degraded_after: degraded for an hour is told then; failed is told at once",
+			p:    withDegradedAfter(p, time.Hour),
+			runs: append(every5(0, 90, func(m int) healthRun {
+				return healthRun{min: m, hosts: 1, gpus: []GPUHealth{degraded(0), ill("gpu02", "0", health.Failed, 0, health.Lost)}}
+			}), healthRun{min: 95, hosts: 1}),
+			want: []string{"0 gpu_failed firing gpu02/0", "60 gpu_degraded firing gpu01/3",
+				"95 gpu_failed resolved gpu02/0", "95 gpu_degraded resolved gpu01/3"},
+		},
+		{
 			name: "gpu_degraded turned off: only gpu_failed is told",
 			p:    Params{HostDownAfter: 15 * time.Minute, Events: []Kind{gpuFailed, hostDown}},
 			runs: []healthRun{
@@ -274,5 +294,44 @@ func TestConfigEvents(t *testing.T) {
 	}
 	if c := DefaultConfig(); c.Params.Events != nil {
 		t.Errorf("by default the events are %v, want every kind (nil)", c.Params.Events)
+	}
+}
+
+func withDegradedAfter(p Params, d time.Duration) Params {
+	p.DegradedAfter = d
+	return p
+}
+
+// [notify] degraded_after: 1h unless set, 0 to 30d.
+func TestConfigDegradedAfter(t *testing.T) {
+	tests := []struct {
+		ini  string
+		want time.Duration
+		err  string
+	}{
+		{"[notify]\n", time.Hour, ""},
+		{"[notify]\ndegraded_after = 0\n", 0, ""},
+		{"[notify]\ndegraded_after = 1d6h\n", 30 * time.Hour, ""},
+		{"[notify]\ndegraded_after = 31d\n", 0, "a duration from 0 to 30d"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.ini, func(t *testing.T) {
+			f, err := inifile.Read(strings.NewReader(tt.ini), "config.ini")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := DefaultConfig()
+			err = ReadConfig(f, &c, true)
+			switch {
+			case tt.err != "":
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("error %v, want %q", err, tt.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case c.Params.DegradedAfter != tt.want:
+				t.Errorf("degraded_after %s, want %s", c.Params.DegradedAfter, tt.want)
+			}
+		})
 	}
 }

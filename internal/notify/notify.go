@@ -52,10 +52,13 @@ type Params struct {
 	RemindAfter time.Duration
 	// Events are the kinds told; nil tells every kind.
 	Events []Kind
+	// DegradedAfter is how long a GPU must have been degraded before it
+	// is told: a clock slowdown that comes and goes is not news.
+	DegradedAfter time.Duration
 }
 
 // DefaultParams are the documented defaults.
-var DefaultParams = Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour}
+var DefaultParams = Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour, DegradedAfter: time.Hour}
 
 // Observations are what render knows at a run: the newest snapshot as
 // history folded it.
