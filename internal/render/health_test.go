@@ -231,20 +231,19 @@ sendmail = /usr/sbin/sendmail -t -i -odi
 			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
 		}
 	}
+	// gpu01's GPU 1, degraded for 20 minutes (under degraded_after's
+	// hour), is told once it fails; gpu02's, degraded all along, after an
+	// hour
 	wantHook := []string{
-		"gpu_degraded firing gpu02/0",
-		"gpu_degraded firing gpu01/1",
-		"gpu_failed firing gpu01/1", "gpu_degraded resolved gpu01/1",
-		"gpu_failed resolved gpu01/1",
+		"gpu_failed firing gpu01/1",
+		"gpu_failed resolved gpu01/1", "gpu_degraded firing gpu02/0",
 	}
 	if diff := cmp.Diff(wantHook, hook.events()); diff != "" {
 		t.Errorf("webhook received (-want +got):\n%s", diff)
 	}
 	wantAdmin := []string{
-		"[gpumon] GPU 0 on gpu02 degraded",
-		"[gpumon] GPU 1 on gpu01 degraded",
-		"[gpumon] 1 GPU failed, 1 GPU no longer degraded",
-		"[gpumon] resolved: GPU 1 on gpu01 no longer failed",
+		"[gpumon] GPU 1 on gpu01 failed",
+		"[gpumon] 1 GPU no longer failed, 1 GPU degraded",
 	}
 	if diff := cmp.Diff(wantAdmin, subjects(readMails(t, adminBox))); diff != "" {
 		t.Errorf("admin's mailbox (-want +got):\n%s", diff)
