@@ -51,6 +51,7 @@ func encodeSnapshot(s *Snapshot) ([]byte, error) {
 			}
 		}
 	}
+	encodeHealth(w, s)
 	var out bytes.Buffer
 	zw, err := flate.NewWriter(&out, flate.BestSpeed)
 	if err != nil {
@@ -100,6 +101,7 @@ func decodeSnapshot(blob []byte) (*Snapshot, error) {
 			}
 		}
 	}
+	decodeHealth(r, s)
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -33,6 +33,8 @@ type foldState struct {
 	Prev   readings              `json:"p"`
 	Spells map[string]*Spell     `json:"s"` // by gpuKey: held and idle now, long enough or not yet
 	Hosts  map[string]*HostState `json:"h"`
+	// Health are the health episodes going on, by healthKey.
+	Health map[string]*HealthEpisode `json:"x,omitempty"`
 }
 
 // newFoldState is the state before any snapshot.
@@ -96,6 +98,8 @@ type effects struct {
 	// lasted IdleAfter), by host, GPU and start.
 	Ended  []Spell
 	Counts counts // this snapshot, for the fleet's plots
+	// HealthEnded are the health episodes that ended here.
+	HealthEnded []HealthEpisode
 }
 
 // counts are one snapshot's totals.
@@ -135,6 +139,7 @@ func step(st *foldState, s *Snapshot, p Params) effects {
 	}
 	eff.Ended = stepSpells(st, s, p, t, gap)
 	stepHosts(st, s, t)
+	eff.HealthEnded = stepHealth(st, s, t, gap)
 	st.Prev = aggregate(st, s)
 	st.Time = t
 	eff.UserGPUs = st.Prev.UserGPUs

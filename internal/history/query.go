@@ -33,6 +33,9 @@ type Summary struct {
 	// Hosts that are down at the newest snapshot: since when, and their
 	// GPUs as last seen.
 	Down map[string]*HostState
+	// Health: the health episodes going on at the newest snapshot, by
+	// host, GPU and condition.
+	Health []HealthEpisode
 	// Totals since the history began, for Prometheus's counters.
 	Totals Totals
 
@@ -102,6 +105,7 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 		return nil, errors.New("no saved state for the newest snapshot: record a snapshot to rebuild it")
 	}
 	sum.IdleHeld = idleHeldSpells(st, s.params)
+	sum.Health = openHealth(st)
 	for name, h := range st.Hosts {
 		if h.DownSince != 0 {
 			sum.Down[name] = h

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/health"
 )
 
 // The GPU states history counts. The first four are the page's; Down is a
@@ -55,6 +56,10 @@ type GPU struct {
 	MemTotalMiB float64
 	Holders     []Holder // users whose processes hold it, sorted by name
 	IdleJob     bool     // idlemon's preemptible job runs on it
+	// Findings are its health conditions ([health] policy), as render
+	// assessed them; UUID is kept for a GPU with findings only.
+	Findings []health.Finding
+	UUID     string
 }
 
 // Holder is one user holding a GPU and the memory their processes use on it.
@@ -84,6 +89,7 @@ func FromCluster(c *cluster.Cluster) *Snapshot {
 		}
 		s.Hosts = append(s.Hosts, sh)
 	}
+	addHealth(s, c)
 	return s
 }
 

@@ -17,10 +17,17 @@ import (
 )
 
 // schemaVersion is the database layout this code reads and writes.
-const schemaVersion = 1
+const schemaVersion = 2
 
-// year is how long the hourly figures, the fleet's counts per snapshot and
-// the idle-held spells are kept.
+// upgrades take a database from one schema to the next: upgrades[0] from 1
+// to 2, and so on. A database older than this code is upgraded when it is
+// opened, in one transaction; one newer is refused.
+var upgrades = []string{
+	healthSchema, // 2: the GPUs' health episodes
+}
+
+// year is how long the hourly figures, the fleet's counts per snapshot, the
+// idle-held spells and the health episodes are kept.
 const year = 366 * 24 * time.Hour
 
 // Kinds of the usage and totals tables' rows.
@@ -139,10 +146,7 @@ func (s *Store) init() error {
 	// a database made already is only read: taking the write lock here
 	// would make every render wait for a long import
 	var v string
-	if err := s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err == nil {
-		if v != strconv.Itoa(schemaVersion) {
-			return fmt.Errorf("database schema %s; this render reads schema %d", v, schemaVersion)
-		}
+	if err := s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err == nil && v == strconv.Itoa(schemaVersion) {
 		return nil
 	}
 	tx, err := s.db.Begin()
@@ -153,16 +157,26 @@ func (s *Store) init() error {
 	if _, err := tx.Exec(schema); err != nil {
 		return err
 	}
+	version := 1 // what schema makes
 	err = tx.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		if _, err := tx.Exec(`INSERT INTO meta VALUES ('schema', ?)`, strconv.Itoa(schemaVersion)); err != nil {
-			return err
-		}
 	case err != nil:
 		return err
-	case v != strconv.Itoa(schemaVersion):
-		return fmt.Errorf("database schema %s; this render reads schema %d", v, schemaVersion)
+	default:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > schemaVersion {
+			return fmt.Errorf("database schema %s; this render reads schema %d and older", v, schemaVersion)
+		}
+		version = n
+	}
+	for ; version < schemaVersion; version++ {
+		if _, err := tx.Exec(upgrades[version-1]); err != nil {
+			return fmt.Errorf("upgrading the database from schema %d: %w", version, err)
+		}
+	}
+	if _, err := tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('schema', ?)`, strconv.Itoa(schemaVersion)); err != nil {
+		return err
 	}
 	return tx.Commit()
 }
@@ -262,6 +276,9 @@ func (w *writer) checkpoint(t sql.NullInt64) (*foldState, error) {
 func (w *writer) fold(st *foldState, snap *Snapshot, save bool) error {
 	eff := step(st, snap, w.p)
 	if err := w.apply(eff, st.Time); err != nil {
+		return err
+	}
+	if err := w.recordHealth(eff.HealthEnded, st.Time); err != nil {
 		return err
 	}
 	c := eff.Counts
@@ -558,6 +575,7 @@ func (w *writer) undo(from int64) error {
 	for _, q := range []string{
 		`DELETE FROM usage WHERE hour > ?`,
 		`DELETE FROM spells WHERE ended_at > ?`,
+		`DELETE FROM health_episodes WHERE ended_at > ?`,
 		`DELETE FROM checkpoints WHERE t > ?`,
 	} {
 		arg := from
@@ -601,6 +619,7 @@ func (w *writer) prune(newest int64, keepRaw time.Duration) error {
 		`DELETE FROM usage WHERE hour < ?`,
 		`DELETE FROM snapshots WHERE t < ?`,
 		`DELETE FROM spells WHERE "end" < ?`,
+		`DELETE FROM health_episodes WHERE "end" < ?`,
 	} {
 		if _, err := w.tx.Exec(q, yearCut); err != nil {
 			return err

@@ -211,6 +211,8 @@ func (e Event) Summary() string {
 func (e Event) title() string {
 	host, gpu := name(e.Host), name(e.GPU)
 	switch {
+	case isHealthKind(e.Kind):
+		return healthTitle(e)
 	case e.Kind == idleHeld && e.State == Firing:
 		return fmt.Sprintf("GPU %s on %s idle-held for %s", gpu, host, hours(e.Duration()))
 	case e.Kind == idleHeld:
@@ -238,6 +240,8 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 	}
 	var s string
 	switch {
+	case isHealthKind(e.Kind):
+		s = healthText(e, loc)
 	case e.Kind == idleHeld && e.State == Firing:
 		model := ""
 		if e.Model != "" {
@@ -339,6 +343,9 @@ type webhookBody struct {
 	Hosts    int      `json:"hosts,omitempty"`
 	Commands []string `json:"commands,omitempty"`
 	Page     string   `json:"page,omitempty"`
+
+	// gpu_failed and gpu_degraded: the conditions found
+	Findings []webhookFinding `json:"findings,omitempty"`
 }
 
 // webhookDigest is a run's events in one POST: the text lists the first
@@ -413,6 +420,9 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 		m := e.MemMiB
 		b.MemMiB = &m
 	}
+	if isHealthKind(e.Kind) {
+		b.Findings = webhookFindings(e.Findings)
+	}
 	if t.Commands && e.State == Firing {
 		for i, c := range e.Commands {
 			if i == maxCommands {
@@ -458,6 +468,8 @@ func digestSubject(events []Event) string {
 		"idle_held firing": {"GPU idle-held", "GPUs idle-held"}, "idle_held resolved": {"GPU released", "GPUs released"},
 		"host_down firing": {"host down", "hosts down"}, "host_down resolved": {"host back", "hosts back"},
 		"all_down firing": {"no host answers", "no host answers"}, "all_down resolved": {"hosts answer again", "hosts answer again"},
+		"gpu_failed firing": {"GPU failed", "GPUs failed"}, "gpu_failed resolved": {"GPU no longer failed", "GPUs no longer failed"},
+		"gpu_degraded firing": {"GPU degraded", "GPUs degraded"}, "gpu_degraded resolved": {"GPU no longer degraded", "GPUs no longer degraded"},
 		"test firing": {"test", "tests"},
 	}
 	var parts []string

@@ -15,6 +15,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/health"
 )
 
 // Kind is what an episode is about.
@@ -29,7 +31,7 @@ const (
 )
 
 // order is the kinds' order in a batch of events: the widest first.
-var order = map[Kind]int{allDown: 0, hostDown: 1, idleHeld: 2, Test: 3}
+var order = map[Kind]int{allDown: 0, hostDown: 1, gpuFailed: 2, gpuDegraded: 3, idleHeld: 4, Test: 5}
 
 // State is an event's state, in Alertmanager's words.
 type State string
@@ -48,10 +50,15 @@ type Params struct {
 	// RemindAfter repeats a still-firing episode this long after it was
 	// last told; 0 never repeats.
 	RemindAfter time.Duration
+	// Events are the kinds told; nil tells every kind.
+	Events []Kind
+	// DegradedAfter is how long a GPU must have been degraded before it
+	// is told: a clock slowdown that comes and goes is not news.
+	DegradedAfter time.Duration
 }
 
 // DefaultParams are the documented defaults.
-var DefaultParams = Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour}
+var DefaultParams = Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour, DegradedAfter: time.Hour}
 
 // Observations are what render knows at a run: the newest snapshot as
 // history folded it.
@@ -67,6 +74,8 @@ type Observations struct {
 	// still held idle by the same users goes on across it.
 	HeldIdle []IdleGPU
 	Down     []DownHost
+	// Health are the GPUs failed or degraded at it, on hosts that answered.
+	Health []GPUHealth
 }
 
 // IdleGPU is a GPU idle-held at the newest snapshot.
@@ -96,6 +105,8 @@ type Episode struct {
 	MemMiB   float64   `json:"mem,omitempty"`
 	Hosts    int       `json:"n,omitempty"` // allDown: the hosts polled
 	Notified time.Time `json:"t"`           // when it was last told (fired or reminded)
+	// Findings are a failed or degraded GPU's conditions, as last seen.
+	Findings []health.Finding `json:"f,omitempty"`
 }
 
 // key names an episode: one per GPU, per host, or for the fleet.
@@ -137,6 +148,10 @@ func (e Event) Duration() time.Duration {
 //     the host (or the monitor) comes back to the GPU held idle by the same
 //     users, the episode goes on, though history's spell starts again. A
 //     spell of other holders on the same GPU resolves the old one first.
+//   - gpu_failed and gpu_degraded: one per GPU while it is in that state
+//     (see healthGPUs).
+//
+// Kinds that p.Events leaves out are neither told nor kept open.
 func step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
 	s := &stepper{open: open, next: make(map[string]Episode, len(open)), obs: obs, p: p}
 	for k, e := range open {
@@ -152,6 +167,8 @@ func step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 		s.hostsDown(down)
 	}
 	s.idleGPUs(func(host string) bool { return noneUp || down[host] })
+	s.healthGPUs(func(host string) bool { return noneUp || down[host] })
+	s.untold()
 	slices.SortStableFunc(s.events, func(a, b Event) int {
 		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Host, b.Host),
 			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))

@@ -140,6 +140,7 @@ func observations(run Run, rec *recording, idleLimitPct float64) notify.Observat
 		obs.IdleHeld = append(obs.IdleHeld, g)
 	}
 	obs.HeldIdle = heldIdleNow(rec.snap, idleLimitPct)
+	obs.Health = healthNow(rec.snap, sum.Health)
 	for name, h := range sum.Down {
 		obs.Down = append(obs.Down, notify.DownHost{Host: name, Since: time.Unix(h.DownSince, 0)})
 	}

@@ -100,7 +100,7 @@ page_url = https://gpus.example.org/
 				UserDomain: "example.org", MailFrom: "gpumon <gpumon@example.org>",
 				Commands: true, PageURL: "https://gpus.example.org/",
 			},
-			Params:   notify.Params{HostDownAfter: 30 * time.Minute, RemindAfter: 48 * time.Hour},
+			Params:   notify.Params{HostDownAfter: 30 * time.Minute, RemindAfter: 48 * time.Hour, DegradedAfter: time.Hour},
 			Sendmail: []string{"/usr/lib/sendmail", "-t", "-i", "-odi"},
 		},
 	}
