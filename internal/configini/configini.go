@@ -34,6 +34,7 @@ var HistoryKeys = []string{"db", "max_gap", "idle_util_pct", "idle_after", "keep
 var NotifyKeys = []string{
 	"webhook", "mail_to", "mail_users", "mail_from", "sendmail",
 	"host_down_after", "remind_after", "commands", "page_url",
+	"events", "degraded_after",
 }
 
 // Layout is config.ini's layout. [host_names], [gpu_names] and [groups]
