@@ -13,9 +13,9 @@ type Params struct {
 	// the next snapshot, but no longer than this. A longer gap is time
 	// nobody knows about: not counted, and it ends every idle spell.
 	MaxGap time.Duration
-	// IdleUtilPct and IdleAfter: a GPU is idle-held once a user's process
-	// has held it for IdleAfter with its utilization at or under
-	// IdleUtilPct in every reading; one busy reading ends the spell.
+	// IdleUtilPct and IdleAfter: a user holds a GPU idle once their
+	// processes have held it for IdleAfter, idle (GPU.IdleHolders) in every
+	// reading; one reading where they use it ends the spell.
 	IdleUtilPct float64
 	IdleAfter   time.Duration
 }
@@ -29,15 +29,21 @@ var DefaultParams = Params{MaxGap: 15 * time.Minute, IdleUtilPct: 5, IdleAfter: 
 // GPUs. It is saved with each snapshot (a checkpoint), so that the fold
 // can go on from any hour's end.
 type foldState struct {
-	Time   int64                 `json:"t"` // Unix seconds of the last snapshot folded; 0 before the first
-	Prev   readings              `json:"p"`
-	Spells map[string]*Spell     `json:"s"` // by gpuKey: held and idle now, long enough or not yet
-	Hosts  map[string]*HostState `json:"h"`
+	Version int                   `json:"v,omitempty"` // foldVersion; 0: saved before spells were per holder
+	Time    int64                 `json:"t"`           // Unix seconds of the last snapshot folded; 0 before the first
+	Prev    readings              `json:"p"`
+	Spells  map[string]*Spell     `json:"s"` // by spellKey: held and idle now, long enough or not yet
+	Hosts   map[string]*HostState `json:"h"`
 }
+
+// foldVersion 1: a spell is one holder's (spellKey). Version 0 had one
+// spell per GPU for all its holders together; decodeState turns those into
+// one spell per holder, each going on from the same start.
+const foldVersion = 1
 
 // newFoldState is the state before any snapshot.
 func newFoldState() *foldState {
-	return &foldState{Spells: map[string]*Spell{}, Hosts: map[string]*HostState{}}
+	return &foldState{Version: foldVersion, Spells: map[string]*Spell{}, Hosts: map[string]*HostState{}}
 }
 
 // readings is one snapshot's readings as the accounting counts them.
@@ -48,16 +54,18 @@ type readings struct {
 	IdleJob   int                `json:"j,omitempty"` // GPUs used by idlemon's job and nobody else
 }
 
-// Spell is a GPU held and idle: one holder set, readings no further apart
-// than MaxGap, every one of them at or under the idle limit.
+// Spell is a GPU held idle by one holder: readings no further apart than
+// MaxGap, the holder idle in every one of them (GPU.IdleHolders). On a
+// shared GPU each holder has a spell of their own: alice's goes on while
+// bob works.
 type Spell struct {
 	Host   string   `json:"h"`
 	GPU    string   `json:"g"`
-	Users  []string `json:"u"`
+	Users  []string `json:"u"`           // the holder (a list: spells of old stores were a GPU's whole holder set)
 	Start  int64    `json:"s"`           // the first idle reading
 	Last   int64    `json:"l"`           // the newest idle reading
 	End    int64    `json:"e,omitempty"` // once over: Last plus the span its reading stood for
-	MemMiB float64  `json:"m"`           // memory its holders use, at the newest reading
+	MemMiB float64  `json:"m"`           // memory the holder uses, at the newest reading
 }
 
 // Seconds is how long the spell has lasted: to its end, or while it goes
@@ -102,10 +110,13 @@ type effects struct {
 type counts struct {
 	Hosts, HostsDown int
 	States           map[string]int // GPUs per state, Down included
-	IdleHeld         int            // GPUs idle-held at this snapshot
+	IdleHeld         int            // GPUs with a holder idle-held at this snapshot
 }
 
 func gpuKey(host, id string) string { return host + "\x00" + id }
+
+// spellKey names a holder's spell on a GPU.
+func spellKey(host, id, user string) string { return host + "\x00" + id + "\x00" + user }
 
 // hourOf is the start of t's hour.
 func hourOf(t int64) int64 { return t - ((t%3600)+3600)%3600 }
@@ -138,7 +149,7 @@ func step(st *foldState, s *Snapshot, p Params) effects {
 	st.Prev = aggregate(st, s)
 	st.Time = t
 	eff.UserGPUs = st.Prev.UserGPUs
-	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: len(idleHeldSpells(st, p))}
+	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: idleHeldGPUs(idleHeldSpells(st, p))}
 	for _, h := range s.Hosts {
 		if !h.Up {
 			eff.Counts.HostsDown++
@@ -164,25 +175,20 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 		}
 		for i := range h.GPUs {
 			g := &h.GPUs[i]
-			if !g.Idle(p.IdleUtilPct) {
-				continue
+			for _, user := range g.IdleHolders(p.IdleUtilPct) {
+				key := spellKey(h.Name, g.ID, user)
+				seen[key] = true
+				mem := g.holderMemMiB(user)
+				sp, ok := st.Spells[key]
+				if ok && t-sp.Last <= gap {
+					sp.Last, sp.MemMiB = t, mem
+					continue
+				}
+				if ok {
+					end(sp)
+				}
+				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{user}, Start: t, Last: t, MemMiB: mem}
 			}
-			key := gpuKey(h.Name, g.ID)
-			seen[key] = true
-			users := g.Users()
-			var mem float64
-			for _, hd := range g.Holders {
-				mem += hd.MemMiB
-			}
-			sp, ok := st.Spells[key]
-			if ok && slices.Equal(sp.Users, users) && t-sp.Last <= gap {
-				sp.Last, sp.MemMiB = t, mem
-				continue
-			}
-			if ok {
-				end(sp)
-			}
-			st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: users, Start: t, Last: t, MemMiB: mem}
 		}
 	}
 	for key, sp := range st.Spells {
@@ -192,9 +198,20 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 		}
 	}
 	slices.SortFunc(ended, func(a, b Spell) int {
-		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Start, b.Start))
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Start, b.Start),
+			slices.Compare(a.Users, b.Users))
 	})
 	return ended
+}
+
+// holderMemMiB is the memory user's processes use on g.
+func (g *GPU) holderMemMiB(user string) float64 {
+	for _, h := range g.Holders {
+		if h.User == user {
+			return h.MemMiB
+		}
+	}
+	return 0
 }
 
 // stepHosts notes which hosts answered, since when the others are down,
@@ -248,7 +265,8 @@ func aggregate(st *foldState, s *Snapshot) readings {
 	return a
 }
 
-// idleHeldSpells lists the GPUs idle-held at st's newest snapshot, longest first.
+// idleHeldSpells lists the holders idle-held at st's newest snapshot,
+// longest first.
 func idleHeldSpells(st *foldState, p Params) []Spell {
 	var out []Spell
 	for _, sp := range st.Spells {
@@ -257,9 +275,20 @@ func idleHeldSpells(st *foldState, p Params) []Spell {
 		}
 	}
 	slices.SortFunc(out, func(a, b Spell) int {
-		return cmp.Or(cmp.Compare(b.Seconds(), a.Seconds()), cmp.Compare(a.Host, b.Host), compareIDs(a.GPU, b.GPU))
+		return cmp.Or(cmp.Compare(b.Seconds(), a.Seconds()), cmp.Compare(a.Host, b.Host), compareIDs(a.GPU, b.GPU),
+			slices.Compare(a.Users, b.Users))
 	})
 	return out
+}
+
+// idleHeldGPUs counts the GPUs among spells: a GPU two holders hold idle
+// is one GPU.
+func idleHeldGPUs(spells []Spell) int {
+	gpus := make(map[string]bool, len(spells))
+	for _, sp := range spells {
+		gpus[gpuKey(sp.Host, sp.GPU)] = true
+	}
+	return len(gpus)
 }
 
 // compareIDs orders GPU ids as numbers when both are (2 before 10), else

@@ -28,8 +28,11 @@ type Summary struct {
 	Snapshots int
 	// Users: everyone with GPU-hours in the longest window, by name.
 	Users []UserHours
-	// IdleHeld: GPUs idle-held at the newest snapshot, longest first.
+	// IdleHeld: the holders idle-held at the newest snapshot, a spell
+	// each (a shared GPU may have several), longest first.
 	IdleHeld []Spell
+	// IdleHeldGPUs is how many GPUs they hold idle.
+	IdleHeldGPUs int
 	// Hosts that are down at the newest snapshot: since when, and their
 	// GPUs as last seen.
 	Down map[string]*HostState
@@ -102,6 +105,7 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 		return nil, errors.New("no saved state for the newest snapshot: record a snapshot to rebuild it")
 	}
 	sum.IdleHeld = idleHeldSpells(st, s.params)
+	sum.IdleHeldGPUs = idleHeldGPUs(sum.IdleHeld)
 	for name, h := range st.Hosts {
 		if h.DownSince != 0 {
 			sum.Down[name] = h
@@ -336,8 +340,9 @@ func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]f
 }
 
 // idleSeconds is each user's idle-held GPU-seconds within [from, to]: the
-// part of each spell inside it, shared among the spell's users. Spells
-// going on count once they have lasted idle_after.
+// part of each spell inside it, whole to its holder (shared among the
+// users of a spell an older store kept for a GPU's whole holder set).
+// Spells going on count once they have lasted idle_after.
 func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[string]float64, error) {
 	out := map[string]float64{}
 	add := func(users []string, start, end int64) {

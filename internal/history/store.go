@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE TABLE IF NOT EXISTS spells (
 	host TEXT NOT NULL, gpu TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
 	users TEXT NOT NULL, mem_mib REAL NOT NULL, ended_at INTEGER NOT NULL,
-	PRIMARY KEY (host, gpu, start)
+	PRIMARY KEY (host, gpu, start, users)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS spells_end ON spells ("end");
 CREATE TABLE IF NOT EXISTS checkpoints (t INTEGER PRIMARY KEY, state BLOB NOT NULL);
@@ -143,7 +143,7 @@ func (s *Store) init() error {
 		if v != strconv.Itoa(schemaVersion) {
 			return fmt.Errorf("database schema %s; this render reads schema %d", v, schemaVersion)
 		}
-		return nil
+		return s.upgradeSpells()
 	}
 	tx, err := s.db.Begin()
 	if err != nil {
