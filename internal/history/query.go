@@ -31,8 +31,6 @@ type Summary struct {
 	// IdleHeld: the holders idle-held at the newest snapshot, a spell
 	// each (a shared GPU may have several), longest first.
 	IdleHeld []Spell
-	// IdleHeldGPUs is how many GPUs they hold idle.
-	IdleHeldGPUs int
 	// Hosts that are down at the newest snapshot: since when, and their
 	// GPUs as last seen.
 	Down map[string]*HostState
@@ -105,7 +103,6 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 		return nil, errors.New("no saved state for the newest snapshot: record a snapshot to rebuild it")
 	}
 	sum.IdleHeld = idleHeldSpells(st, s.params)
-	sum.IdleHeldGPUs = idleHeldGPUs(sum.IdleHeld)
 	for name, h := range st.Hosts {
 		if h.DownSince != 0 {
 			sum.Down[name] = h
@@ -122,6 +119,10 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 	}
 	return sum, nil
 }
+
+// IdleHeldGPUs is how many GPUs the idle-held holders hold: a GPU two of
+// them hold idle is one.
+func (s *Summary) IdleHeldGPUs() int { return idleHeldGPUs(s.IdleHeld) }
 
 // plotSeries reads the page's plots: the fleet per snapshot (24 h) and
 // per hour (7 d), each user's GPU-hours per day (30 d), and each GPU's
