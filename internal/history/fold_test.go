@@ -329,6 +329,9 @@ func TestSpellsPerHolder(t *testing.T) {
 			if eff.Counts.IdleHeld != want {
 				t.Errorf("idle-held GPUs counted = %d, want %d", eff.Counts.IdleHeld, want)
 			}
+			if n := (&Summary{IdleHeld: idleHeldSpells(st, p)}).IdleHeldGPUs(); n != want {
+				t.Errorf("summary's idle-held GPUs = %d, want %d", n, want)
+			}
 		})
 	}
 }
