@@ -28,6 +28,8 @@ func TestHolderSMFromProcesses(t *testing.T) {
 			[]Holder{{User: "alice", MemMiB: 50, HasSM: true}, {User: "bob", MemMiB: 300, SMPct: 70, HasSM: true}}},
 		{"one process not known makes the holder not known", []*cluster.Proc{proc("alice", 100, loaddata.Num(0)), proc("alice", 100, loaddata.Number{})},
 			[]Holder{{User: "alice", MemMiB: 200}}},
+		{"whichever process it is", []*cluster.Proc{proc("alice", 100, loaddata.Number{}), proc("alice", 100, loaddata.Num(0))},
+			[]Holder{{User: "alice", MemMiB: 200}}},
 		{"an absurd reading is not known", []*cluster.Proc{proc("alice", 1, loaddata.Num(-1)), proc("bob", 1, loaddata.Num(math.NaN())), proc("carol", 1, loaddata.Num(1e19))},
 			[]Holder{{User: "alice", MemMiB: 1}, {User: "bob", MemMiB: 1}, {User: "carol", MemMiB: 1}}},
 		{"ignored and preemptible processes hold nothing", []*cluster.Proc{proc("alice", 100, loaddata.Num(0)),
