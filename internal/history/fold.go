@@ -175,10 +175,14 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 		}
 		for i := range h.GPUs {
 			g := &h.GPUs[i]
-			for _, user := range g.IdleHolders(p.IdleUtilPct) {
-				key := spellKey(h.Name, g.ID, user)
+			for j := range g.Holders {
+				hd := &g.Holders[j]
+				if !g.holderIdle(hd, p.IdleUtilPct) {
+					continue
+				}
+				key := spellKey(h.Name, g.ID, hd.User)
 				seen[key] = true
-				mem := g.holderMemMiB(user)
+				mem := hd.MemMiB
 				sp, ok := st.Spells[key]
 				if ok && t-sp.Last <= gap {
 					sp.Last, sp.MemMiB = t, mem
@@ -187,7 +191,7 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 				if ok {
 					end(sp)
 				}
-				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{user}, Start: t, Last: t, MemMiB: mem}
+				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{hd.User}, Start: t, Last: t, MemMiB: mem}
 			}
 		}
 	}
@@ -202,16 +206,6 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 			slices.Compare(a.Users, b.Users))
 	})
 	return ended
-}
-
-// holderMemMiB is the memory user's processes use on g.
-func (g *GPU) holderMemMiB(user string) float64 {
-	for _, h := range g.Holders {
-		if h.User == user {
-			return h.MemMiB
-		}
-	}
-	return 0
 }
 
 // stepHosts notes which hosts answered, since when the others are down,

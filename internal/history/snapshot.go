@@ -132,20 +132,23 @@ func gpuOf(g *cluster.GPU) GPU {
 // one whose own SM utilization is known and at most limitPct, while others
 // keep the GPU busier (alice's notebook at 0 % where bob trains). A
 // utilization not known (MIG, pmon off) is never idle: history does not
-// guess. It is the one test of idleness: history's idle-held spells and
-// notify's episodes both ask it.
+// guess. It is the one test of idleness (holderIdle): history's idle-held
+// spells and notify's episodes both ask it.
 func (g *GPU) IdleHolders(limitPct float64) []string {
-	if len(g.Holders) == 0 {
-		return nil
-	}
-	if g.HasUtil && !math.IsNaN(g.UtilPct) && g.UtilPct <= limitPct {
-		return g.Users()
-	}
 	var idle []string
-	for _, h := range g.Holders {
-		if h.HasSM && h.SMPct <= limitPct {
-			idle = append(idle, h.User)
+	for i := range g.Holders {
+		if g.holderIdle(&g.Holders[i], limitPct) {
+			idle = append(idle, g.Holders[i].User)
 		}
 	}
 	return idle
+}
+
+// holderIdle reports whether h, one of g's holders, is idle on it (see
+// IdleHolders).
+func (g *GPU) holderIdle(h *Holder, limitPct float64) bool {
+	if g.HasUtil && !math.IsNaN(g.UtilPct) && g.UtilPct <= limitPct {
+		return true
+	}
+	return h.HasSM && h.SMPct <= limitPct
 }
