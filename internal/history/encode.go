@@ -273,8 +273,8 @@ func decodeState(blob []byte) (*foldState, error) {
 // spellsPerHolder turns the spells of a checkpoint saved before they were
 // per holder (one per GPU, for its whole holder set) into one per holder,
 // each from the same start: a spell in progress goes on across the
-// upgrade. The memory, known then only for all of them, is shared equally
-// until the next reading tells each one's.
+// upgrade. Each one's share of the GPU, and of the memory (known then only
+// for all of them), is an equal part until the next reading tells.
 func spellsPerHolder(old map[string]*Spell) map[string]*Spell {
 	out := make(map[string]*Spell, len(old))
 	for _, sp := range old {
@@ -282,6 +282,8 @@ func spellsPerHolder(old map[string]*Spell) map[string]*Spell {
 			one := *sp
 			one.Users = []string{u}
 			one.MemMiB = sp.MemMiB / float64(len(sp.Users))
+			one.Share = 1 / float64(len(sp.Users))
+			one.Held = float64(sp.Seconds()) * one.Share
 			out[spellKey(sp.Host, sp.GPU, u)] = &one
 		}
 	}

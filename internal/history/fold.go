@@ -66,6 +66,14 @@ type Spell struct {
 	Last   int64    `json:"l"`           // the newest idle reading
 	End    int64    `json:"e,omitempty"` // once over: Last plus the span its reading stood for
 	MemMiB float64  `json:"m"`           // memory the holder uses, at the newest reading
+	// Share is the holder's share of the GPU at the newest reading (1/n
+	// of n holders), and Held the GPU-seconds the spell has counted to
+	// the holder so far, each reading's span times its share: idle-held
+	// GPU-hours are a share of GPU-hours, never more (a GPU alice and
+	// bob hold is half of each one's, idle or not). Share is 0 in a
+	// spell of an older store, which counted Seconds shared among Users.
+	Share float64 `json:"f,omitempty"`
+	Held  float64 `json:"w,omitempty"`
 }
 
 // Seconds is how long the spell has lasted: to its end, or while it goes
@@ -75,6 +83,15 @@ func (s *Spell) Seconds() int64 {
 		return s.End - s.Start
 	}
 	return s.Last - s.Start
+}
+
+// GPUSeconds is the idle-held GPU-seconds the spell counts, to its users
+// together: its holder's share of the GPU over the spell so far.
+func (s *Spell) GPUSeconds() float64 {
+	if s.Share == 0 {
+		return float64(s.Seconds())
+	}
+	return s.Held
 }
 
 // HostState is what history remembers of a host between snapshots.
@@ -164,6 +181,7 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 	var ended []Spell
 	end := func(sp *Spell) {
 		sp.End = sp.Last + min(t-sp.Last, gap)
+		sp.Held += float64(sp.End-sp.Last) * sp.Share
 		if sp.End-sp.Start >= int64(p.IdleAfter/time.Second) {
 			ended = append(ended, *sp)
 		}
@@ -182,16 +200,17 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 				}
 				key := spellKey(h.Name, g.ID, hd.User)
 				seen[key] = true
-				mem := hd.MemMiB
+				share := 1 / float64(len(g.Holders))
 				sp, ok := st.Spells[key]
 				if ok && t-sp.Last <= gap {
-					sp.Last, sp.MemMiB = t, mem
+					sp.Held += float64(t-sp.Last) * sp.Share
+					sp.Last, sp.MemMiB, sp.Share = t, hd.MemMiB, share
 					continue
 				}
 				if ok {
 					end(sp)
 				}
-				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{hd.User}, Start: t, Last: t, MemMiB: mem}
+				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{hd.User}, Start: t, Last: t, MemMiB: hd.MemMiB, Share: share}
 			}
 		}
 	}

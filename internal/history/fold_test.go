@@ -116,25 +116,25 @@ func TestSpells(t *testing.T) {
 			every5(0, 115, idleAlice), nil, nil},
 		{"idle_after reached: idle-held since the first idle reading",
 			every5(0, 120, idleAlice), nil,
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000}}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000, Share: 1, Held: 7200}}},
 		{"one busy reading ends it; its last reading stands until the busy one",
 			append(every5(0, 150, idleAlice), snapAt(155, up("a", held("0", 50, "alice")))),
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000, Share: 1, Held: 9300}},
 			nil},
 		{"a utilization of exactly idle_util_pct is idle",
 			every5(0, 120, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 5, "alice"))) }), nil,
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000}}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000, Share: 1, Held: 7200}}},
 		{"a gap over max_gap ends it: nobody knows what happened",
 			append(every5(0, 100, idleAlice), every5(120, 200, idleAlice)...),
 			nil, nil},
 		{"another holder idle too starts a spell of their own; the first goes on",
 			append(every5(0, 60, idleAlice), every5(65, 200, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 0, "alice", "bob"))) })...),
 			nil,
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(200).Unix(), MemMiB: 1000},
-				{Host: "a", GPU: "0", Users: []string{"bob"}, Start: at(65).Unix(), Last: at(200).Unix(), MemMiB: 1000}}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(200).Unix(), MemMiB: 1000, Share: 0.5, Held: 65*60 + 135*60/2},
+				{Host: "a", GPU: "0", Users: []string{"bob"}, Start: at(65).Unix(), Last: at(200).Unix(), MemMiB: 1000, Share: 0.5, Held: 135 * 60 / 2}}},
 		{"the host going down ends it",
 			append(every5(0, 150, idleAlice), snapAt(155, down("a"))),
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000, Share: 1, Held: 9300}},
 			nil},
 		{"utilization not known (MIG) is never idle",
 			every5(0, 200, func(m float64) *Snapshot {
@@ -268,9 +268,11 @@ func TestSpellsPerHolder(t *testing.T) {
 		}
 	}
 	spell := func(user string, start, last, end float64) Spell {
-		sp := Spell{Host: "a", GPU: "0", Users: []string{user}, Start: at(start).Unix(), Last: at(last).Unix(), MemMiB: 1000}
+		// half the GPU each, all along: half the spell's seconds
+		sp := Spell{Host: "a", GPU: "0", Users: []string{user}, Start: at(start).Unix(), Last: at(last).Unix(), MemMiB: 1000,
+			Share: 0.5, Held: (last - start) * 60 / 2}
 		if end != 0 {
-			sp.End = at(end).Unix()
+			sp.End, sp.Held = at(end).Unix(), (end-start)*60/2
 		}
 		return sp
 	}

@@ -8,7 +8,8 @@ import (
 // spellsKeyed is how the spells table's key ends since spells are per
 // holder: two holders of one GPU can start their spells at the same
 // snapshot. Tables made before were keyed by (host, gpu, start), which
-// would keep one of the two.
+// would keep one of the two, and had no gpu_seconds (a holder's share of
+// the GPU over the spell): their rows keep it NULL, and count as before.
 const spellsKeyed = "PRIMARY KEY (host, gpu, start, users)"
 
 // upgradeSpells rekeys a spells table made before spells were per holder,
@@ -31,9 +32,10 @@ func (s *Store) upgradeSpells() error {
 		`CREATE TABLE spells_new (
 			host TEXT NOT NULL, gpu TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
 			users TEXT NOT NULL, mem_mib REAL NOT NULL, ended_at INTEGER NOT NULL,
+			gpu_seconds REAL,
 			` + spellsKeyed + `
 		) WITHOUT ROWID`,
-		`INSERT INTO spells_new SELECT host, gpu, start, "end", users, mem_mib, ended_at FROM spells`,
+		`INSERT INTO spells_new SELECT host, gpu, start, "end", users, mem_mib, ended_at, NULL FROM spells`,
 		`DROP TABLE spells`,
 		`ALTER TABLE spells_new RENAME TO spells`,
 		`CREATE INDEX IF NOT EXISTS spells_end ON spells ("end")`,

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -98,8 +99,8 @@ func TestOldCheckpointSpellsPerHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]*Spell{
-		spellKey("a", "0", "alice"): {Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(60).Unix(), MemMiB: 1500},
-		spellKey("a", "0", "bob"):   {Host: "a", GPU: "0", Users: []string{"bob"}, Start: at(0).Unix(), Last: at(60).Unix(), MemMiB: 1500},
+		spellKey("a", "0", "alice"): {Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(60).Unix(), MemMiB: 1500, Share: 0.5, Held: 1800},
+		spellKey("a", "0", "bob"):   {Host: "a", GPU: "0", Users: []string{"bob"}, Start: at(0).Unix(), Last: at(60).Unix(), MemMiB: 1500, Share: 0.5, Held: 1800},
 	}
 	if diff := cmp.Diff(want, st.Spells); diff != "" {
 		t.Errorf("spells (-want +got):\n%s", diff)
@@ -212,8 +213,9 @@ func TestStoreUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, b := sum.Totals.IdleHeld["alice"], sum.Totals.IdleHeld["bob"]; a != 155*60 || b != 155*60 {
-		t.Errorf("idle-held seconds: alice %v, bob %v, want %v each", a, b, 155*60)
+	// half the GPU each, as before the upgrade
+	if a, b := sum.Totals.IdleHeld["alice"], sum.Totals.IdleHeld["bob"]; a != 155*60/2 || b != 155*60/2 {
+		t.Errorf("idle-held seconds: alice %v, bob %v, want %v each", a, b, 155*60/2)
 	}
 	// an out-of-order snapshot replays the old blobs from the start: the
 	// figures are those of a store that recorded the same snapshots anew
@@ -231,5 +233,61 @@ func TestStoreUpgrade(t *testing.T) {
 	}
 	if diff := cmp.Diff(fromFresh.Totals, replayed.Totals, approx); diff != "" {
 		t.Errorf("totals after a replay over the old snapshots (-fresh store +upgraded):\n%s", diff)
+	}
+}
+
+// A spell an older store ended, for a GPU's whole holder set, keeps its
+// row through the upgrade and counts as it did: shared among its users.
+func TestStoreUpgradeKeepsOldSpells(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "h.db")
+	makeOldStore(t, path)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO spells VALUES ('b', '1', ?, ?, '["carol","dave"]', 2000, ?)`,
+		at(-300).Unix(), at(-100).Unix(), at(-95).Unix()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s := openStore(t, path)
+	record(t, s, snapAt(0, up("a", held("0", 90, "alice"))))
+	sum, err := s.Summary(ctx, at(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, u := range sum.Users {
+		got[u.User] = u.IdleHours["24h"] * 60
+	}
+	if diff := cmp.Diff(map[string]float64{"carol": 100, "dave": 100}, got, approx); diff != "" {
+		t.Errorf("idle-held minutes in 24 h (-want +got):\n%s", diff)
+	}
+}
+
+// Idle-held GPU-hours are a share of GPU-hours, never more: alice idle
+// while bob trains holds half the GPU, idle.
+func TestIdleHeldWithinGPUHours(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, "")
+	for _, snap := range every5(0, 180, func(m float64) *Snapshot {
+		return snapAt(m, up("a", sm(held("0", 88, "alice", "bob"), map[string]float64{"alice": 0, "bob": 88})))
+	}) {
+		record(t, s, snap)
+	}
+	record(t, s, snapAt(185, up("a", sm(held("0", 88, "bob"), map[string]float64{"bob": 88}))))
+	now := at(190)
+	usage, err := s.Usage(ctx, now.Add(-24*time.Hour), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range usage {
+		if u.User == "alice" && (u.IdleHeldHours > u.GPUHours+1e-9 || u.IdleHeldHours != 185.0/60/2) {
+			t.Errorf("alice: %.4f idle-held of %.4f GPU-hours, want %.4f of as many", u.IdleHeldHours, u.GPUHours, 185.0/60/2)
+		}
+		if u.User == "bob" && u.IdleHeldHours != 0 {
+			t.Errorf("bob, who trains, has %.4f idle-held hours", u.IdleHeldHours)
+		}
 	}
 }
