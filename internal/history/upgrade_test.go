@@ -276,6 +276,14 @@ func TestIdleHeldWithinGPUHours(t *testing.T) {
 	}) {
 		record(t, s, snap)
 	}
+	// her spell going on: the counter holds her share so far
+	going, err := s.Summary(ctx, at(181))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle, held := going.Totals.IdleHeld["alice"], going.Totals.User["alice"]; idle != 180*60/2 || idle > held {
+		t.Errorf("alice's counters while idle: %v idle-held of %v GPU-seconds, want %v of as many", idle, held, 180*60/2)
+	}
 	record(t, s, snapAt(185, up("a", sm(held("0", 88, "bob"), map[string]float64{"bob": 88}))))
 	now := at(190)
 	usage, err := s.Usage(ctx, now.Add(-24*time.Hour), now)
