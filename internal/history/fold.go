@@ -166,7 +166,7 @@ func step(st *foldState, s *Snapshot, p Params) effects {
 	st.Prev = aggregate(st, s)
 	st.Time = t
 	eff.UserGPUs = st.Prev.UserGPUs
-	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: idleHeldGPUs(idleHeldSpells(st, p))}
+	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: idleHeldNow(st, p)}
 	for _, h := range s.Hosts {
 		if !h.Up {
 			eff.Counts.HostsDown++
@@ -292,6 +292,19 @@ func idleHeldSpells(st *foldState, p Params) []Spell {
 			slices.Compare(a.Users, b.Users))
 	})
 	return out
+}
+
+// idleHeldNow counts the GPUs idle-held at st's newest snapshot: what
+// idleHeldGPUs(idleHeldSpells(st, p)) says, without copying and sorting
+// every spell of the fleet at each snapshot.
+func idleHeldNow(st *foldState, p Params) int {
+	gpus := map[string]bool{}
+	for _, sp := range st.Spells {
+		if sp.Last == st.Time && sp.Seconds() >= int64(p.IdleAfter/time.Second) {
+			gpus[gpuKey(sp.Host, sp.GPU)] = true
+		}
+	}
+	return len(gpus)
 }
 
 // idleHeldGPUs counts the GPUs among spells: a GPU two holders hold idle
