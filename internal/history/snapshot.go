@@ -144,6 +144,14 @@ func (g *GPU) IdleHolders(limitPct float64) []string {
 	return idle
 }
 
+// IdleHoldersOf is IdleHolders of a GPU of the page's model, by the
+// users of its processes: for the page's hover, which marks each idle
+// holder's share by the same test as the idle-held spells.
+func IdleHoldersOf(g *cluster.GPU, limitPct float64) []string {
+	hg := gpuOf(g)
+	return hg.IdleHolders(limitPct)
+}
+
 // holderIdle reports whether h, one of g's holders, is idle on it (see
 // IdleHolders).
 func (g *GPU) holderIdle(h *Holder, limitPct float64) bool {

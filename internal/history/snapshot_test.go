@@ -46,3 +46,12 @@ func TestHolderSMFromProcesses(t *testing.T) {
 		})
 	}
 }
+
+// The page asks the same test of its own GPUs.
+func TestIdleHoldersOf(t *testing.T) {
+	g := &cluster.GPU{HasIndex: true, Util: loaddata.Num(88), Procs: []*cluster.Proc{
+		{User: "bob", SMPct: loaddata.Num(85)}, {User: "alice", SMPct: loaddata.Num(0)}, {User: "carol"}}}
+	if diff := cmp.Diff([]string{"alice"}, IdleHoldersOf(g, 5)); diff != "" {
+		t.Errorf("idle holders (-want +got):\n%s", diff)
+	}
+}
