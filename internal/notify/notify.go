@@ -94,7 +94,7 @@ type Episode struct {
 	GPU      string    `json:"g,omitempty"`
 	Model    string    `json:"m,omitempty"`
 	Users    []string  `json:"u,omitempty"`
-	Working  []string  `json:"w,omitempty"` // idleHeld: the GPU's other holders, who use it
+	Working  []string  `json:"working,omitempty"` // idleHeld: the GPU's other holders, who use it
 	Since    time.Time `json:"s"`
 	MemMiB   float64   `json:"mem,omitempty"`
 	Hosts    int       `json:"n,omitempty"` // allDown: the hosts polled
