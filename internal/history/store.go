@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE TABLE IF NOT EXISTS spells (
 	host TEXT NOT NULL, gpu TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
 	users TEXT NOT NULL, mem_mib REAL NOT NULL, ended_at INTEGER NOT NULL,
-	PRIMARY KEY (host, gpu, start)
+	gpu_seconds REAL, -- Spell.GPUSeconds; NULL in rows of older stores: "end" - start
+	PRIMARY KEY (host, gpu, start, users)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS spells_end ON spells ("end");
 CREATE TABLE IF NOT EXISTS checkpoints (t INTEGER PRIMARY KEY, state BLOB NOT NULL);
@@ -147,7 +148,7 @@ func (s *Store) init() error {
 	// would make every render wait for a long import
 	var v string
 	if err := s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err == nil && v == strconv.Itoa(schemaVersion) {
-		return nil
+		return s.upgradeSpells()
 	}
 	tx, err := s.db.Begin()
 	if err != nil {
@@ -178,7 +179,10 @@ func (s *Store) init() error {
 	if _, err := tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('schema', ?)`, strconv.Itoa(schemaVersion)); err != nil {
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	return s.upgradeSpells()
 }
 
 // Close closes the database.
@@ -340,12 +344,12 @@ func (w *writer) apply(eff effects, t int64) error {
 	}
 	for _, sp := range eff.Ended {
 		users, _ := json.Marshal(sp.Users)
-		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t); err != nil {
+		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t, sp.GPUSeconds()); err != nil {
 			return err
 		}
 		for _, u := range sp.Users {
-			if err := w.addTotal(kindIdleHeld, u, float64(sp.Seconds())/float64(len(sp.Users))); err != nil {
+			if err := w.addTotal(kindIdleHeld, u, sp.GPUSeconds()/float64(len(sp.Users))); err != nil {
 				return err
 			}
 		}
@@ -548,21 +552,21 @@ func (w *writer) undo(from int64) error {
 		sub = append(sub, r)
 	}
 	rows.Close()
-	rows, err = w.tx.Query(`SELECT users, start, "end" FROM spells WHERE ended_at > ?`, from)
+	rows, err = w.tx.Query(`SELECT users, coalesce(gpu_seconds, "end" - start) FROM spells WHERE ended_at > ?`, from)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var users string
-		var start, end int64
-		if err := rows.Scan(&users, &start, &end); err != nil {
+		var held float64
+		if err := rows.Scan(&users, &held); err != nil {
 			rows.Close()
 			return err
 		}
 		var us []string
 		if json.Unmarshal([]byte(users), &us) == nil && len(us) > 0 {
 			for _, u := range us {
-				sub = append(sub, row{kindIdleHeld, u, float64(end-start) / float64(len(us))})
+				sub = append(sub, row{kindIdleHeld, u, held / float64(len(us))})
 			}
 		}
 	}

@@ -14,6 +14,7 @@ package notify
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/health"
@@ -24,7 +25,7 @@ type Kind string
 
 // The kinds of episodes, and Test for `render -notify-test`.
 const (
-	idleHeld Kind = "idle_held" // a GPU held by a user and idle for idle_after
+	idleHeld Kind = "idle_held" // a GPU held idle by a user for idle_after: one episode per holder
 	hostDown Kind = "host_down" // a host that has not answered for host_down_after
 	allDown  Kind = "all_down"  // no host answered
 	Test     Kind = "test"
@@ -67,24 +68,25 @@ type Observations struct {
 	DataTime time.Time // when the newest snapshot was taken
 	Hosts    int       // hosts in it
 	Up       int       // hosts that answered
-	IdleHeld []IdleGPU // GPUs idle-held at it
-	// HeldIdle are the GPUs held and idle at it however short their spell
-	// so far (Host, GPU and Users only): a spell starts again after a gap
-	// in the data (a host or the monitor down), and the episode of a GPU
-	// still held idle by the same users goes on across it.
+	IdleHeld []IdleGPU // holders idle-held at it, one each
+	// HeldIdle are the holders idle at it however short their spell so
+	// far (Host, GPU and Users only): a spell starts again after a gap in
+	// the data (a host or the monitor down), and the episode of a holder
+	// still idle on the GPU goes on across it.
 	HeldIdle []IdleGPU
 	Down     []DownHost
 	// Health are the GPUs failed or degraded at it, on hosts that answered.
 	Health []GPUHealth
 }
 
-// IdleGPU is a GPU idle-held at the newest snapshot.
+// IdleGPU is a holder who holds a GPU idle at the newest snapshot.
 type IdleGPU struct {
 	Host, GPU, Model string
-	Users            []string
+	Users            []string  // the holder: one user
+	Working          []string  // the GPU's other holders who use it now (a shared GPU)
 	Since            time.Time // the spell's first idle reading
-	MemMiB           float64
-	Commands         []string // sent only where [notify] commands = yes
+	MemMiB           float64   // the memory the holder's processes use
+	Commands         []string  // the holder's; sent only where [notify] commands = yes
 }
 
 // DownHost is a host that did not answer, since its first failed snapshot.
@@ -101,6 +103,7 @@ type Episode struct {
 	GPU      string    `json:"g,omitempty"`
 	Model    string    `json:"m,omitempty"`
 	Users    []string  `json:"u,omitempty"`
+	Working  []string  `json:"working,omitempty"` // idleHeld: the GPU's other holders, who use it
 	Since    time.Time `json:"s"`
 	MemMiB   float64   `json:"mem,omitempty"`
 	Hosts    int       `json:"n,omitempty"` // allDown: the hosts polled
@@ -109,8 +112,15 @@ type Episode struct {
 	Findings []health.Finding `json:"f,omitempty"`
 }
 
-// key names an episode: one per GPU, per host, or for the fleet.
-func (e Episode) key() string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
+// key names an episode: one per holder of a GPU, per host, or for the
+// fleet.
+func (e Episode) key() string {
+	k := string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU
+	if e.Kind == idleHeld {
+		k += "\x00" + strings.Join(e.Users, "\x00")
+	}
+	return k
+}
 
 // Event is one thing to tell.
 type Event struct {
@@ -142,17 +152,19 @@ func (e Event) Duration() time.Duration {
 //     what one says. Hosts still down when it resolves fire then.
 //   - host_down fires once a host has failed for HostDownAfter, and
 //     resolves when it answers (or is no longer polled).
-//   - idle_held fires for each idle-held GPU, and resolves when a snapshot
-//     shows the GPU released or working. A GPU whose host is down is not
-//     known to be released: its episode waits, untold, for the host; if
-//     the host (or the monitor) comes back to the GPU held idle by the same
-//     users, the episode goes on, though history's spell starts again. A
-//     spell of other holders on the same GPU resolves the old one first.
+//   - idle_held fires for each holder who holds a GPU idle (on a shared
+//     GPU, alice's episode runs while bob works), and resolves when a
+//     snapshot shows the holder gone or working. A GPU whose host is down
+//     is not known to be released: its episode waits, untold, for the
+//     host; if the host (or the monitor) comes back to the GPU held idle
+//     by the same holder, the episode goes on, though history's spell
+//     starts again.
 //   - gpu_failed and gpu_degraded: one per GPU while it is in that state
 //     (see healthGPUs).
 //
 // Kinds that p.Events leaves out are neither told nor kept open.
 func step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
+	open = idleEpisodesPerHolder(open)
 	s := &stepper{open: open, next: make(map[string]Episode, len(open)), obs: obs, p: p}
 	for k, e := range open {
 		s.next[k] = e
@@ -276,7 +288,7 @@ func (s *stepper) idleSeen() map[string]bool {
 	idle := make(map[string]bool, len(s.obs.IdleHeld))
 	for _, g := range s.obs.IdleHeld {
 		e := Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
-			Users: g.Users, Since: g.Since, MemMiB: g.MemMiB}
+			Users: g.Users, Working: g.Working, Since: g.Since, MemMiB: g.MemMiB}
 		idle[e.key()] = true
 		old, isOpen := s.open[e.key()]
 		if isOpen && !old.Since.Equal(g.Since) {
@@ -305,7 +317,7 @@ func (s *stepper) idleSeen() map[string]bool {
 func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) {
 	heldIdle := make(map[string][]string, len(s.obs.HeldIdle))
 	for _, g := range s.obs.HeldIdle {
-		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU}.key()] = g.Users
+		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU, Users: g.Users}.key()] = g.Users
 	}
 	for k, e := range s.open {
 		if e.Kind != idleHeld || idle[k] {
@@ -319,6 +331,27 @@ func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) 
 		}
 		s.resolve(e)
 	}
+}
+
+// idleEpisodesPerHolder is open with each idle_held episode keyed by its
+// holder. Those stored before episodes were per holder were one per GPU,
+// for its whole holder set: each holder gets the episode as it stood, so
+// nobody is told again, and the next step goes on with each one's own.
+func idleEpisodesPerHolder(open map[string]Episode) map[string]Episode {
+	out := make(map[string]Episode, len(open))
+	for _, e := range open {
+		if e.Kind != idleHeld || len(e.Users) < 2 {
+			out[e.key()] = e
+			continue
+		}
+		for _, u := range e.Users {
+			one := e
+			one.Users = []string{u}
+			one.MemMiB = e.MemMiB / float64(len(e.Users))
+			out[one.key()] = one
+		}
+	}
+	return out
 }
 
 // stateOrder puts an episode's end before the start of the next on the

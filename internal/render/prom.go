@@ -271,7 +271,7 @@ func promHistory(pw *promWriter, h *history.Summary) {
 	pw.family("gpumon_idle_job_gpu_seconds_total", "counter", "GPU-seconds used by idlemon's idle-time job alone.")
 	pw.sample("gpumon_idle_job_gpu_seconds_total", nil, t.IdleJob)
 	pw.family("gpumon_idle_held_gpus", "gauge", "GPUs idle-held now.")
-	pw.sample("gpumon_idle_held_gpus", nil, float64(len(h.IdleHeld)))
+	pw.sample("gpumon_idle_held_gpus", nil, float64(h.IdleHeldGPUs()))
 	pw.family("gpumon_gpu_idle_held_seconds", "gauge", "How long the GPU has been idle-held so far; present only while it is.")
 	for _, sp := range h.IdleHeld {
 		pw.sample("gpumon_gpu_idle_held_seconds", []string{"host", sp.Host, "gpu", sp.GPU, "users", strings.Join(sp.Users, ",")}, float64(sp.Seconds()))
