@@ -197,7 +197,7 @@ func (v *pageView) historyView(r *Report) {
 			v.DownGPUs += len(d.GPUs)
 		}
 	}
-	v.IdleHeld = len(s.IdleHeld)
+	v.IdleHeld = s.IdleHeldGPUs()
 	if len(s.UtilHours) > 0 && len(s.Util) > 0 {
 		v.UtilFrom = timeText(s.UtilHours[0], r.Loc)
 		v.UtilTo = timeText(s.UtilHours[len(s.UtilHours)-1], r.Loc)
@@ -264,7 +264,8 @@ func writeHosts(w *bufio.Writer, r *Report, hosts []*cluster.Host, ids bool, eac
 	}
 }
 
-// idleHeldByGPU is the GPUs held idle now, by GPU; nil when none is.
+// idleHeldByGPU is the GPUs held idle now, by GPU, each with its longest
+// spell (a shared GPU has one per idle holder); nil when none is.
 func idleHeldByGPU(s *history.Summary) map[history.GPURef]*history.Spell {
 	if s == nil || len(s.IdleHeld) == 0 {
 		return nil
@@ -272,7 +273,10 @@ func idleHeldByGPU(s *history.Summary) map[history.GPURef]*history.Spell {
 	idle := make(map[history.GPURef]*history.Spell, len(s.IdleHeld))
 	for i := range s.IdleHeld {
 		sp := &s.IdleHeld[i]
-		idle[history.GPURef{Host: sp.Host, GPU: sp.GPU}] = sp
+		ref := history.GPURef{Host: sp.Host, GPU: sp.GPU}
+		if _, ok := idle[ref]; !ok { // IdleHeld is longest first
+			idle[ref] = sp
+		}
 	}
 	return idle
 }
