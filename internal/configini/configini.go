@@ -6,7 +6,10 @@
 // has to import the other.
 package configini
 
-import "github.com/gpumon/gpumon/internal/inifile"
+import (
+	"github.com/gpumon/gpumon/internal/health"
+	"github.com/gpumon/gpumon/internal/inifile"
+)
 
 // DefaultOutput is where fetch writes its CSV, and so where render reads it.
 const DefaultOutput = "load_data.csv"
@@ -31,6 +34,7 @@ var HistoryKeys = []string{"db", "max_gap", "idle_util_pct", "idle_after", "keep
 var NotifyKeys = []string{
 	"webhook", "mail_to", "mail_users", "mail_from", "sendmail",
 	"host_down_after", "remind_after", "commands", "page_url",
+	"events", "degraded_after",
 }
 
 // Layout is config.ini's layout. [host_names], [gpu_names] and [groups]
@@ -41,6 +45,7 @@ var Layout = inifile.Layout{
 		{Name: "render", Keys: RenderKeys},
 		{Name: "history", Keys: HistoryKeys},
 		{Name: "notify", Keys: NotifyKeys},
+		{Name: "health", Keys: health.ConfigKeys},
 		{Name: "host_names", AnyKey: true},
 		{Name: "gpu_names", AnyKey: true},
 		{Name: "groups", AnyKey: true},

@@ -16,7 +16,9 @@ import (
 // per GPU would be 2.3 million rows a day, a blob is one row of some tens
 // of kilobytes. The format: a version byte, then varints and
 // length-prefixed strings (encodeSnapshot says the order), all deflated.
-const snapshotVersion = 1
+// Version 2 adds each holder's SM utilization; blobs of version 1 still
+// decode, their holders' SM not known.
+const snapshotVersion = 2
 
 // Bounds on what a blob may claim, so that a damaged database cannot make
 // the decoder allocate without end.
@@ -48,9 +50,11 @@ func encodeSnapshot(s *Snapshot) ([]byte, error) {
 			for _, hd := range g.Holders {
 				w.str(hd.User)
 				w.float(hd.MemMiB)
+				w.optFloat(hd.SMPct, hd.HasSM)
 			}
 		}
 	}
+	encodeHealth(w, s)
 	var out bytes.Buffer
 	zw, err := flate.NewWriter(&out, flate.BestSpeed)
 	if err != nil {
@@ -72,9 +76,10 @@ func decodeSnapshot(blob []byte) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errDamaged, err)
 	}
-	if len(raw) == 0 || raw[0] != snapshotVersion {
+	if len(raw) == 0 || raw[0] < 1 || raw[0] > snapshotVersion {
 		return nil, fmt.Errorf("%w: unknown version", errDamaged)
 	}
+	withSM := raw[0] >= 2
 	r := &blobReader{b: raw[1:]}
 	s := &Snapshot{Time: time.Unix(r.int(), 0).UTC()}
 	s.Hosts = make([]Host, r.count())
@@ -97,9 +102,13 @@ func decodeSnapshot(blob []byte) (*Snapshot, error) {
 			}
 			for k := range g.Holders {
 				g.Holders[k] = Holder{User: r.str(), MemMiB: r.float()}
+				if withSM {
+					g.Holders[k].SMPct, g.Holders[k].HasSM = r.optFloat()
+				}
 			}
 		}
 	}
+	decodeHealth(r, s)
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -235,7 +244,7 @@ func encodeState(st *foldState) ([]byte, error) {
 }
 
 func decodeState(blob []byte) (*foldState, error) {
-	st := newFoldState()
+	st := &foldState{} // not newFoldState: a state saved without a version is of version 0
 	dec := json.NewDecoder(io.LimitReader(flate.NewReader(bytes.NewReader(blob)), maxDecoded))
 	if err := dec.Decode(st); err != nil {
 		return nil, fmt.Errorf("damaged checkpoint: %v", err)
@@ -256,5 +265,29 @@ func decodeState(blob []byte) (*foldState, error) {
 			delete(st.Spells, k)
 		}
 	}
+	if st.Version < foldVersion {
+		st.Spells = spellsPerHolder(st.Spells)
+		st.Version = foldVersion
+	}
 	return st, nil
+}
+
+// spellsPerHolder turns the spells of a checkpoint saved before they were
+// per holder (one per GPU, for its whole holder set) into one per holder,
+// each from the same start: a spell in progress goes on across the
+// upgrade. Each one's share of the GPU, and of the memory (known then only
+// for all of them), is an equal part until the next reading tells.
+func spellsPerHolder(old map[string]*Spell) map[string]*Spell {
+	out := make(map[string]*Spell, len(old))
+	for _, sp := range old {
+		for _, u := range sp.Users {
+			one := *sp
+			one.Users = []string{u}
+			one.MemMiB = sp.MemMiB / float64(len(sp.Users))
+			one.Share = 1 / float64(len(sp.Users))
+			one.Held = float64(sp.Seconds()) * one.Share
+			out[spellKey(sp.Host, sp.GPU, u)] = &one
+		}
+	}
+	return out
 }

@@ -13,9 +13,9 @@ type Params struct {
 	// the next snapshot, but no longer than this. A longer gap is time
 	// nobody knows about: not counted, and it ends every idle spell.
 	MaxGap time.Duration
-	// IdleUtilPct and IdleAfter: a GPU is idle-held once a user's process
-	// has held it for IdleAfter with its utilization at or under
-	// IdleUtilPct in every reading; one busy reading ends the spell.
+	// IdleUtilPct and IdleAfter: a user holds a GPU idle once their
+	// processes have held it for IdleAfter, idle (GPU.IdleHolders) in every
+	// reading; one reading where they use it ends the spell.
 	IdleUtilPct float64
 	IdleAfter   time.Duration
 }
@@ -29,15 +29,23 @@ var DefaultParams = Params{MaxGap: 15 * time.Minute, IdleUtilPct: 5, IdleAfter: 
 // GPUs. It is saved with each snapshot (a checkpoint), so that the fold
 // can go on from any hour's end.
 type foldState struct {
-	Time   int64                 `json:"t"` // Unix seconds of the last snapshot folded; 0 before the first
-	Prev   readings              `json:"p"`
-	Spells map[string]*Spell     `json:"s"` // by gpuKey: held and idle now, long enough or not yet
-	Hosts  map[string]*HostState `json:"h"`
+	Version int                   `json:"v,omitempty"` // foldVersion; 0: saved before spells were per holder
+	Time    int64                 `json:"t"`           // Unix seconds of the last snapshot folded; 0 before the first
+	Prev    readings              `json:"p"`
+	Spells  map[string]*Spell     `json:"s"` // by spellKey: held and idle now, long enough or not yet
+	Hosts   map[string]*HostState `json:"h"`
+	// Health are the health episodes going on, by healthKey.
+	Health map[string]*HealthEpisode `json:"x,omitempty"`
 }
+
+// foldVersion 1: a spell is one holder's (spellKey). Version 0 had one
+// spell per GPU for all its holders together; decodeState turns those into
+// one spell per holder, each going on from the same start.
+const foldVersion = 1
 
 // newFoldState is the state before any snapshot.
 func newFoldState() *foldState {
-	return &foldState{Spells: map[string]*Spell{}, Hosts: map[string]*HostState{}}
+	return &foldState{Version: foldVersion, Spells: map[string]*Spell{}, Hosts: map[string]*HostState{}}
 }
 
 // readings is one snapshot's readings as the accounting counts them.
@@ -48,16 +56,26 @@ type readings struct {
 	IdleJob   int                `json:"j,omitempty"` // GPUs used by idlemon's job and nobody else
 }
 
-// Spell is a GPU held and idle: one holder set, readings no further apart
-// than MaxGap, every one of them at or under the idle limit.
+// Spell is a GPU held idle by one holder: readings no further apart than
+// MaxGap, the holder idle in every one of them (GPU.IdleHolders). On a
+// shared GPU each holder has a spell of their own: alice's goes on while
+// bob works.
 type Spell struct {
 	Host   string   `json:"h"`
 	GPU    string   `json:"g"`
-	Users  []string `json:"u"`
+	Users  []string `json:"u"`           // the holder (a list: spells of old stores were a GPU's whole holder set)
 	Start  int64    `json:"s"`           // the first idle reading
 	Last   int64    `json:"l"`           // the newest idle reading
 	End    int64    `json:"e,omitempty"` // once over: Last plus the span its reading stood for
-	MemMiB float64  `json:"m"`           // memory its holders use, at the newest reading
+	MemMiB float64  `json:"m"`           // memory the holder uses, at the newest reading
+	// Share is the holder's share of the GPU at the newest reading (1/n
+	// of n holders), and Held the GPU-seconds the spell has counted to
+	// the holder so far, each reading's span times its share: idle-held
+	// GPU-hours are a share of GPU-hours, never more (a GPU alice and
+	// bob hold is half of each one's, idle or not). Share is 0 in a
+	// spell of an older store, which counted Seconds shared among Users.
+	Share float64 `json:"f,omitempty"`
+	Held  float64 `json:"w,omitempty"`
 }
 
 // Seconds is how long the spell has lasted: to its end, or while it goes
@@ -67,6 +85,15 @@ func (s *Spell) Seconds() int64 {
 		return s.End - s.Start
 	}
 	return s.Last - s.Start
+}
+
+// GPUSeconds is the idle-held GPU-seconds the spell counts, to its users
+// together: its holder's share of the GPU over the spell so far.
+func (s *Spell) GPUSeconds() float64 {
+	if s.Share == 0 {
+		return float64(s.Seconds())
+	}
+	return s.Held
 }
 
 // HostState is what history remembers of a host between snapshots.
@@ -96,16 +123,21 @@ type effects struct {
 	// lasted IdleAfter), by host, GPU and start.
 	Ended  []Spell
 	Counts counts // this snapshot, for the fleet's plots
+	// HealthEnded are the health episodes that ended here.
+	HealthEnded []HealthEpisode
 }
 
 // counts are one snapshot's totals.
 type counts struct {
 	Hosts, HostsDown int
 	States           map[string]int // GPUs per state, Down included
-	IdleHeld         int            // GPUs idle-held at this snapshot
+	IdleHeld         int            // GPUs with a holder idle-held at this snapshot
 }
 
 func gpuKey(host, id string) string { return host + "\x00" + id }
+
+// spellKey names a holder's spell on a GPU.
+func spellKey(host, id, user string) string { return host + "\x00" + id + "\x00" + user }
 
 // hourOf is the start of t's hour.
 func hourOf(t int64) int64 { return t - ((t%3600)+3600)%3600 }
@@ -135,10 +167,11 @@ func step(st *foldState, s *Snapshot, p Params) effects {
 	}
 	eff.Ended = stepSpells(st, s, p, t, gap)
 	stepHosts(st, s, t)
+	eff.HealthEnded = stepHealth(st, s, t, gap)
 	st.Prev = aggregate(st, s)
 	st.Time = t
 	eff.UserGPUs = st.Prev.UserGPUs
-	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: len(idleHeldSpells(st, p))}
+	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: idleHeldNow(st, p)}
 	for _, h := range s.Hosts {
 		if !h.Up {
 			eff.Counts.HostsDown++
@@ -153,6 +186,7 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 	var ended []Spell
 	end := func(sp *Spell) {
 		sp.End = sp.Last + min(t-sp.Last, gap)
+		sp.Held += float64(sp.End-sp.Last) * sp.Share
 		if sp.End-sp.Start >= int64(p.IdleAfter/time.Second) {
 			ended = append(ended, *sp)
 		}
@@ -164,25 +198,25 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 		}
 		for i := range h.GPUs {
 			g := &h.GPUs[i]
-			if !g.Idle(p.IdleUtilPct) {
-				continue
+			for j := range g.Holders {
+				hd := &g.Holders[j]
+				if !g.holderIdle(hd, p.IdleUtilPct) {
+					continue
+				}
+				key := spellKey(h.Name, g.ID, hd.User)
+				seen[key] = true
+				share := 1 / float64(len(g.Holders))
+				sp, ok := st.Spells[key]
+				if ok && t-sp.Last <= gap {
+					sp.Held += float64(t-sp.Last) * sp.Share
+					sp.Last, sp.MemMiB, sp.Share = t, hd.MemMiB, share
+					continue
+				}
+				if ok {
+					end(sp)
+				}
+				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{hd.User}, Start: t, Last: t, MemMiB: hd.MemMiB, Share: share}
 			}
-			key := gpuKey(h.Name, g.ID)
-			seen[key] = true
-			users := g.Users()
-			var mem float64
-			for _, hd := range g.Holders {
-				mem += hd.MemMiB
-			}
-			sp, ok := st.Spells[key]
-			if ok && slices.Equal(sp.Users, users) && t-sp.Last <= gap {
-				sp.Last, sp.MemMiB = t, mem
-				continue
-			}
-			if ok {
-				end(sp)
-			}
-			st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: users, Start: t, Last: t, MemMiB: mem}
 		}
 	}
 	for key, sp := range st.Spells {
@@ -192,7 +226,8 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 		}
 	}
 	slices.SortFunc(ended, func(a, b Spell) int {
-		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Start, b.Start))
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Start, b.Start),
+			slices.Compare(a.Users, b.Users))
 	})
 	return ended
 }
@@ -248,7 +283,8 @@ func aggregate(st *foldState, s *Snapshot) readings {
 	return a
 }
 
-// idleHeldSpells lists the GPUs idle-held at st's newest snapshot, longest first.
+// idleHeldSpells lists the holders idle-held at st's newest snapshot,
+// longest first.
 func idleHeldSpells(st *foldState, p Params) []Spell {
 	var out []Spell
 	for _, sp := range st.Spells {
@@ -257,9 +293,33 @@ func idleHeldSpells(st *foldState, p Params) []Spell {
 		}
 	}
 	slices.SortFunc(out, func(a, b Spell) int {
-		return cmp.Or(cmp.Compare(b.Seconds(), a.Seconds()), cmp.Compare(a.Host, b.Host), compareIDs(a.GPU, b.GPU))
+		return cmp.Or(cmp.Compare(b.Seconds(), a.Seconds()), cmp.Compare(a.Host, b.Host), compareIDs(a.GPU, b.GPU),
+			slices.Compare(a.Users, b.Users))
 	})
 	return out
+}
+
+// idleHeldNow counts the GPUs idle-held at st's newest snapshot: what
+// idleHeldGPUs(idleHeldSpells(st, p)) says, without copying and sorting
+// every spell of the fleet at each snapshot.
+func idleHeldNow(st *foldState, p Params) int {
+	gpus := map[string]bool{}
+	for _, sp := range st.Spells {
+		if sp.Last == st.Time && sp.Seconds() >= int64(p.IdleAfter/time.Second) {
+			gpus[gpuKey(sp.Host, sp.GPU)] = true
+		}
+	}
+	return len(gpus)
+}
+
+// idleHeldGPUs counts the GPUs among spells: a GPU two holders hold idle
+// is one GPU.
+func idleHeldGPUs(spells []Spell) int {
+	gpus := make(map[string]bool, len(spells))
+	for _, sp := range spells {
+		gpus[gpuKey(sp.Host, sp.GPU)] = true
+	}
+	return len(gpus)
 }
 
 // compareIDs orders GPU ids as numbers when both are (2 before 10), else

@@ -116,24 +116,25 @@ func TestSpells(t *testing.T) {
 			every5(0, 115, idleAlice), nil, nil},
 		{"idle_after reached: idle-held since the first idle reading",
 			every5(0, 120, idleAlice), nil,
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000}}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000, Share: 1, Held: 7200}}},
 		{"one busy reading ends it; its last reading stands until the busy one",
 			append(every5(0, 150, idleAlice), snapAt(155, up("a", held("0", 50, "alice")))),
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000, Share: 1, Held: 9300}},
 			nil},
 		{"a utilization of exactly idle_util_pct is idle",
 			every5(0, 120, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 5, "alice"))) }), nil,
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000}}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(120).Unix(), MemMiB: 1000, Share: 1, Held: 7200}}},
 		{"a gap over max_gap ends it: nobody knows what happened",
 			append(every5(0, 100, idleAlice), every5(120, 200, idleAlice)...),
 			nil, nil},
-		{"another holder starts another spell",
+		{"another holder idle too starts a spell of their own; the first goes on",
 			append(every5(0, 60, idleAlice), every5(65, 200, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 0, "alice", "bob"))) })...),
 			nil,
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice", "bob"}, Start: at(65).Unix(), Last: at(200).Unix(), MemMiB: 2000}}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(200).Unix(), MemMiB: 1000, Share: 0.5, Held: 65*60 + 135*60/2},
+				{Host: "a", GPU: "0", Users: []string{"bob"}, Start: at(65).Unix(), Last: at(200).Unix(), MemMiB: 1000, Share: 0.5, Held: 135 * 60 / 2}}},
 		{"the host going down ends it",
 			append(every5(0, 150, idleAlice), snapAt(155, down("a"))),
-			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000}},
+			[]Spell{{Host: "a", GPU: "0", Users: []string{"alice"}, Start: at(0).Unix(), Last: at(150).Unix(), End: at(155).Unix(), MemMiB: 1000, Share: 1, Held: 9300}},
 			nil},
 		{"utilization not known (MIG) is never idle",
 			every5(0, 200, func(m float64) *Snapshot {
@@ -184,7 +185,7 @@ func TestHostsDownSince(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	s := snapAt(0, up("gpu01", held("0", 42.5, "alice", "bob"), GPU{ID: "00000000:3B:00.0", State: Failed}),
+	s := snapAt(0, up("gpu01", sm(held("0", 42.5, "alice", "bob"), map[string]float64{"bob": 40.5}), GPU{ID: "00000000:3B:00.0", State: Failed}),
 		down("gpu02"), up("gpu03", GPU{ID: "0", State: Free, IdleJob: true, MemUsedMiB: 20480.5}))
 	blob, err := encodeSnapshot(s)
 	if err != nil {
@@ -215,5 +216,124 @@ func TestIdleHeldOrder(t *testing.T) {
 	got := idleHeldSpells(st, DefaultParams)
 	if len(got) != 2 || got[0].GPU != "2" || got[1].GPU != "10" {
 		t.Errorf("order: %+v, want GPU 2 then 10", got)
+	}
+}
+
+// sm sets each holder's SM % (users not named keep theirs not known).
+func sm(g GPU, pct map[string]float64) GPU {
+	for i, h := range g.Holders {
+		if v, ok := pct[h.User]; ok {
+			g.Holders[i].SMPct, g.Holders[i].HasSM = v, true
+		}
+	}
+	return g
+}
+
+func TestIdleHolders(t *testing.T) {
+	tests := []struct {
+		name string
+		gpu  GPU
+		want []string
+	}{
+		{"a GPU at or under the limit: every holder", held("0", 5, "alice", "bob"), []string{"alice", "bob"}},
+		{"a busy GPU whose SM split is not known: nobody", held("0", 90, "alice", "bob"), nil},
+		{"a busy GPU: the holder at 0 % SM", sm(held("0", 90, "alice", "bob"), map[string]float64{"alice": 0, "bob": 88}), []string{"alice"}},
+		{"a holder at exactly the limit is idle", sm(held("0", 90, "alice", "bob"), map[string]float64{"alice": 5, "bob": 85}), []string{"alice"}},
+		{"a holder just over the limit is not", sm(held("0", 90, "alice", "bob"), map[string]float64{"alice": 6, "bob": 84}), nil},
+		{"one holder's SM not known: only the known idle one", sm(held("0", 90, "alice", "bob", "carol"), map[string]float64{"alice": 0}), []string{"alice"}},
+		{"a single holder at 0 % SM on a GPU busy with others' processes", sm(held("0", 60, "alice"), map[string]float64{"alice": 0}), []string{"alice"}},
+		{"GPU utilization not known (MIG), SM not known: nobody", func() GPU {
+			g := held("0", 0, "alice")
+			g.HasUtil = false
+			return g
+		}(), nil},
+		{"a free GPU: nobody", held("0", 0), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, tt.gpu.IdleHolders(DefaultParams.IdleUtilPct), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("idle holders (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A shared GPU: each holder's idleness is their own, and so is each spell.
+func TestSpellsPerHolder(t *testing.T) {
+	p := DefaultParams
+	// bob trains at 88 % while alice's notebook sits at 0 %
+	shared := func(alice, bob float64) func(m float64) *Snapshot {
+		return func(m float64) *Snapshot {
+			return snapAt(m, up("a", sm(held("0", max(alice, bob), "alice", "bob"), map[string]float64{"alice": alice, "bob": bob})))
+		}
+	}
+	spell := func(user string, start, last, end float64) Spell {
+		// half the GPU each, all along: half the spell's seconds
+		sp := Spell{Host: "a", GPU: "0", Users: []string{user}, Start: at(start).Unix(), Last: at(last).Unix(), MemMiB: 1000,
+			Share: 0.5, Held: (last - start) * 60 / 2}
+		if end != 0 {
+			sp.End, sp.Held = at(end).Unix(), (end-start)*60/2
+		}
+		return sp
+	}
+	tests := []struct {
+		name    string
+		snaps   []*Snapshot
+		ended   []Spell
+		current []Spell
+	}{
+		{"alice idle-held while bob works",
+			every5(0, 120, shared(0, 88)), nil,
+			[]Spell{spell("alice", 0, 120, 0)}},
+		{"both idle: a spell each, from the same reading",
+			every5(0, 120, shared(0, 0)), nil,
+			[]Spell{spell("alice", 0, 120, 0), spell("bob", 0, 120, 0)}},
+		{"both idle, then bob works: alice's spell goes on, bob's ends",
+			append(every5(0, 150, shared(0, 0)), every5(155, 200, shared(0, 90))...),
+			[]Spell{spell("bob", 0, 150, 155)},
+			[]Spell{spell("alice", 0, 200, 0)}},
+		{"bob working on and off does not break alice's spell",
+			append(append(every5(0, 60, shared(0, 90)), every5(65, 90, shared(0, 0))...), every5(95, 200, shared(0, 70))...),
+			nil,
+			[]Spell{spell("alice", 0, 200, 0)}},
+		{"alice starting to work ends her spell",
+			append(every5(0, 150, shared(0, 88)), snapAt(155, up("a", sm(held("0", 95, "alice", "bob"), map[string]float64{"alice": 40, "bob": 55})))),
+			[]Spell{spell("alice", 0, 150, 155)}, nil},
+		{"alice leaving ends her spell; bob's GPU is not idle-held",
+			append(every5(0, 150, shared(0, 88)), snapAt(155, up("a", sm(held("0", 88, "bob"), map[string]float64{"bob": 88})))),
+			[]Spell{spell("alice", 0, 150, 155)}, nil},
+		{"SM not known (MIG, pmon off) on a busy GPU is never idle",
+			every5(0, 200, func(m float64) *Snapshot { return snapAt(m, up("a", held("0", 88, "alice", "bob"))) }), nil, nil},
+		{"SM known in some readings only: the unknown one ends the spell",
+			append(append(every5(0, 60, shared(0, 88)), snapAt(65, up("a", held("0", 88, "alice", "bob")))), every5(70, 200, shared(0, 88))...),
+			nil,
+			[]Spell{spell("alice", 70, 200, 0)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newFoldState()
+			var ended []Spell
+			var eff effects
+			for _, s := range tt.snaps {
+				eff = step(st, s, p)
+				ended = append(ended, eff.Ended...)
+			}
+			if diff := cmp.Diff(tt.ended, ended, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("ended spells (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.current, idleHeldSpells(st, p), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("idle-held now (-want +got):\n%s", diff)
+			}
+			want := 0
+			if len(tt.current) > 0 {
+				want = 1 // one GPU, however many of its holders
+			}
+			if eff.Counts.IdleHeld != want {
+				t.Errorf("idle-held GPUs counted = %d, want %d", eff.Counts.IdleHeld, want)
+			}
+			if n := (&Summary{IdleHeld: idleHeldSpells(st, p)}).IdleHeldGPUs(); n != want {
+				t.Errorf("summary's idle-held GPUs = %d, want %d", n, want)
+			}
+		})
 	}
 }

@@ -28,11 +28,15 @@ type Summary struct {
 	Snapshots int
 	// Users: everyone with GPU-hours in the longest window, by name.
 	Users []UserHours
-	// IdleHeld: GPUs idle-held at the newest snapshot, longest first.
+	// IdleHeld: the holders idle-held at the newest snapshot, a spell
+	// each (a shared GPU may have several), longest first.
 	IdleHeld []Spell
 	// Hosts that are down at the newest snapshot: since when, and their
 	// GPUs as last seen.
 	Down map[string]*HostState
+	// Health: the health episodes going on at the newest snapshot, by
+	// host, GPU and condition.
+	Health []HealthEpisode
 	// Totals since the history began, for Prometheus's counters.
 	Totals Totals
 
@@ -102,6 +106,7 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 		return nil, errors.New("no saved state for the newest snapshot: record a snapshot to rebuild it")
 	}
 	sum.IdleHeld = idleHeldSpells(st, s.params)
+	sum.Health = openHealth(st)
 	for name, h := range st.Hosts {
 		if h.DownSince != 0 {
 			sum.Down[name] = h
@@ -118,6 +123,10 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 	}
 	return sum, nil
 }
+
+// IdleHeldGPUs is how many GPUs the idle-held holders hold: a GPU two of
+// them hold idle is one.
+func (s *Summary) IdleHeldGPUs() int { return idleHeldGPUs(s.IdleHeld) }
 
 // plotSeries reads the page's plots: the fleet per snapshot (24 h) and
 // per hour (7 d), each user's GPU-hours per day (30 d), and each GPU's
@@ -336,20 +345,23 @@ func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]f
 }
 
 // idleSeconds is each user's idle-held GPU-seconds within [from, to]: the
-// part of each spell inside it, shared among the spell's users. Spells
-// going on count once they have lasted idle_after.
+// part of each spell inside it, at the spell's average share of the GPU
+// (GPUSeconds over Seconds), shared among the users of a spell an older
+// store kept for a GPU's whole holder set. Spells going on count once
+// they have lasted idle_after.
 func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[string]float64, error) {
 	out := map[string]float64{}
-	add := func(users []string, start, end int64) {
+	add := func(users []string, start, end int64, held float64) {
 		lo, hi := max(start, from.Unix()), min(end, to.Unix())
 		if hi <= lo || len(users) == 0 {
 			return
 		}
 		for _, u := range users {
-			out[u] += float64(hi-lo) / float64(len(users))
+			out[u] += float64(hi-lo) * held / float64(end-start) / float64(len(users))
 		}
 	}
-	rows, err := tx.Query(`SELECT users, start, "end" FROM spells WHERE "end" > ? AND start < ?`, from.Unix(), to.Unix())
+	rows, err := tx.Query(`SELECT users, start, "end", coalesce(gpu_seconds, "end" - start) FROM spells
+		WHERE "end" > ? AND start < ?`, from.Unix(), to.Unix())
 	if err != nil {
 		return nil, err
 	}
@@ -357,19 +369,20 @@ func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[
 	for rows.Next() {
 		var users string
 		var start, end int64
-		if err := rows.Scan(&users, &start, &end); err != nil {
+		var held float64
+		if err := rows.Scan(&users, &start, &end, &held); err != nil {
 			return nil, err
 		}
 		var us []string
 		if json.Unmarshal([]byte(users), &us) == nil {
-			add(us, start, end)
+			add(us, start, end, held)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	for _, sp := range idleHeldSpells(st, s.params) {
-		add(sp.Users, sp.Start, sp.Last)
+		add(sp.Users, sp.Start, sp.Last, sp.GPUSeconds())
 	}
 	return out, nil
 }
@@ -408,7 +421,7 @@ func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {
 	}
 	for _, sp := range idleHeldSpells(st, s.params) {
 		for _, u := range sp.Users {
-			t.IdleHeld[u] += float64(sp.Seconds()) / float64(len(sp.Users))
+			t.IdleHeld[u] += sp.GPUSeconds() / float64(len(sp.Users))
 		}
 	}
 	return t, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/health"
 )
 
 // The GPU states history counts. The first four are the page's; Down is a
@@ -55,12 +56,21 @@ type GPU struct {
 	MemTotalMiB float64
 	Holders     []Holder // users whose processes hold it, sorted by name
 	IdleJob     bool     // idlemon's preemptible job runs on it
+	// Findings are its health conditions ([health] policy), as render
+	// assessed them; UUID is kept for a GPU with findings only.
+	Findings []health.Finding
+	UUID     string
 }
 
-// Holder is one user holding a GPU and the memory their processes use on it.
+// Holder is one user holding a GPU: the memory their processes use on it,
+// and how much of its SMs they use.
 type Holder struct {
 	User   string // "" when ps could not tell
 	MemMiB float64
+	// SMPct is the sum of its processes' own SM utilization (pmon); HasSM
+	// is false when that of any one of them is not known (MIG, pmon off).
+	SMPct float64
+	HasSM bool
 }
 
 // Users is the holders' names, sorted.
@@ -84,6 +94,7 @@ func FromCluster(c *cluster.Cluster) *Snapshot {
 		}
 		s.Hosts = append(s.Hosts, sh)
 	}
+	addHealth(s, c)
 	return s
 }
 
@@ -91,7 +102,7 @@ func gpuOf(g *cluster.GPU) GPU {
 	out := GPU{ID: g.ID(), Name: g.Name, State: g.State,
 		UtilPct: g.Util.Value, HasUtil: g.Util.Valid,
 		MemUsedMiB: g.MemUsed.Value, MemTotalMiB: g.MemTotal.Value}
-	mem := map[string]float64{}
+	holders := map[string]*Holder{}
 	for _, p := range g.Procs {
 		if p.Preemptible {
 			out.IdleJob = true
@@ -99,26 +110,59 @@ func gpuOf(g *cluster.GPU) GPU {
 		if !p.Holds() {
 			continue
 		}
-		if _, ok := mem[p.User]; !ok {
-			out.Holders = append(out.Holders, Holder{User: p.User})
+		h := holders[p.User]
+		if h == nil {
+			h = &Holder{User: p.User, HasSM: true}
+			holders[p.User] = h
 		}
-		var m float64 // a process whose memory is not known adds none
-		if p.MemMiB.Valid {
-			m = p.MemMiB.Value
+		if p.MemMiB.Valid { // a process whose memory is not known adds none
+			h.MemMiB += p.MemMiB.Value
 		}
-		mem[p.User] += m
+		// one process not known makes the holder's sum not known: a part
+		// read as the whole could call a working holder idle
+		h.SMPct += p.SMPct.Value
+		h.HasSM = h.HasSM && p.SMPct.Valid && p.SMPct.Value >= 0 && p.SMPct.Value <= 100
 	}
-	for i := range out.Holders {
-		out.Holders[i].MemMiB = mem[out.Holders[i].User]
+	for _, h := range holders {
+		if !h.HasSM {
+			h.SMPct = 0
+		}
+		out.Holders = append(out.Holders, *h)
 	}
 	slices.SortFunc(out.Holders, func(a, b Holder) int { return strings.Compare(a.User, b.User) })
 	return out
 }
 
-// Idle reports whether g is held by someone and not used: utilization
-// known and at most limit. A GPU whose utilization is not known (MIG) is
-// never idle: history does not guess. It is the one test of idleness:
-// history's idle-held spells and notify's episodes both ask it.
-func (g *GPU) Idle(limitPct float64) bool {
-	return len(g.Holders) > 0 && g.HasUtil && !math.IsNaN(g.UtilPct) && g.UtilPct <= limitPct
+// IdleHolders names g's holders who do not use it, sorted: every holder
+// when the GPU's utilization is known and at most limitPct; otherwise each
+// one whose own SM utilization is known and at most limitPct, while others
+// keep the GPU busier (alice's notebook at 0 % where bob trains). A
+// utilization not known (MIG, pmon off) is never idle: history does not
+// guess. It is the one test of idleness (holderIdle): history's idle-held
+// spells and notify's episodes both ask it.
+func (g *GPU) IdleHolders(limitPct float64) []string {
+	var idle []string
+	for i := range g.Holders {
+		if g.holderIdle(&g.Holders[i], limitPct) {
+			idle = append(idle, g.Holders[i].User)
+		}
+	}
+	return idle
+}
+
+// IdleHoldersOf is IdleHolders of a GPU of the page's model, by the
+// users of its processes: for the page's hover, which marks each idle
+// holder's share by the same test as the idle-held spells.
+func IdleHoldersOf(g *cluster.GPU, limitPct float64) []string {
+	hg := gpuOf(g)
+	return hg.IdleHolders(limitPct)
+}
+
+// holderIdle reports whether h, one of g's holders, is idle on it (see
+// IdleHolders).
+func (g *GPU) holderIdle(h *Holder, limitPct float64) bool {
+	if g.HasUtil && !math.IsNaN(g.UtilPct) && g.UtilPct <= limitPct {
+		return true
+	}
+	return h.HasSM && h.SMPct <= limitPct
 }

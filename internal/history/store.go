@@ -17,10 +17,17 @@ import (
 )
 
 // schemaVersion is the database layout this code reads and writes.
-const schemaVersion = 1
+const schemaVersion = 2
 
-// year is how long the hourly figures, the fleet's counts per snapshot and
-// the idle-held spells are kept.
+// upgrades take a database from one schema to the next: upgrades[0] from 1
+// to 2, and so on. A database older than this code is upgraded when it is
+// opened, in one transaction; one newer is refused.
+var upgrades = []string{
+	healthSchema, // 2: the GPUs' health episodes
+}
+
+// year is how long the hourly figures, the fleet's counts per snapshot, the
+// idle-held spells and the health episodes are kept.
 const year = 366 * 24 * time.Hour
 
 // Kinds of the usage and totals tables' rows.
@@ -48,7 +55,8 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE TABLE IF NOT EXISTS spells (
 	host TEXT NOT NULL, gpu TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
 	users TEXT NOT NULL, mem_mib REAL NOT NULL, ended_at INTEGER NOT NULL,
-	PRIMARY KEY (host, gpu, start)
+	gpu_seconds REAL, -- Spell.GPUSeconds; NULL in rows of older stores: "end" - start
+	PRIMARY KEY (host, gpu, start, users)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS spells_end ON spells ("end");
 CREATE TABLE IF NOT EXISTS checkpoints (t INTEGER PRIMARY KEY, state BLOB NOT NULL);
@@ -139,11 +147,8 @@ func (s *Store) init() error {
 	// a database made already is only read: taking the write lock here
 	// would make every render wait for a long import
 	var v string
-	if err := s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err == nil {
-		if v != strconv.Itoa(schemaVersion) {
-			return fmt.Errorf("database schema %s; this render reads schema %d", v, schemaVersion)
-		}
-		return nil
+	if err := s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err == nil && v == strconv.Itoa(schemaVersion) {
+		return s.upgradeSpells()
 	}
 	tx, err := s.db.Begin()
 	if err != nil {
@@ -153,18 +158,31 @@ func (s *Store) init() error {
 	if _, err := tx.Exec(schema); err != nil {
 		return err
 	}
+	version := 1 // what schema makes
 	err = tx.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		if _, err := tx.Exec(`INSERT INTO meta VALUES ('schema', ?)`, strconv.Itoa(schemaVersion)); err != nil {
-			return err
-		}
 	case err != nil:
 		return err
-	case v != strconv.Itoa(schemaVersion):
-		return fmt.Errorf("database schema %s; this render reads schema %d", v, schemaVersion)
+	default:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > schemaVersion {
+			return fmt.Errorf("database schema %s; this render reads schema %d and older", v, schemaVersion)
+		}
+		version = n
 	}
-	return tx.Commit()
+	for ; version < schemaVersion; version++ {
+		if _, err := tx.Exec(upgrades[version-1]); err != nil {
+			return fmt.Errorf("upgrading the database from schema %d: %w", version, err)
+		}
+	}
+	if _, err := tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('schema', ?)`, strconv.Itoa(schemaVersion)); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	return s.upgradeSpells()
 }
 
 // Close closes the database.
@@ -264,6 +282,9 @@ func (w *writer) fold(st *foldState, snap *Snapshot, save bool) error {
 	if err := w.apply(eff, st.Time); err != nil {
 		return err
 	}
+	if err := w.recordHealth(eff.HealthEnded, st.Time); err != nil {
+		return err
+	}
 	c := eff.Counts
 	if _, err := w.tx.Exec(`UPDATE snapshots SET hosts = ?, hosts_down = ?, free = ?, busy = ?, reserved = ?,
 		failed = ?, down = ?, idle_held = ? WHERE t = ?`, c.Hosts, c.HostsDown, c.States[Free], c.States[Busy],
@@ -323,12 +344,12 @@ func (w *writer) apply(eff effects, t int64) error {
 	}
 	for _, sp := range eff.Ended {
 		users, _ := json.Marshal(sp.Users)
-		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t); err != nil {
+		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t, sp.GPUSeconds()); err != nil {
 			return err
 		}
 		for _, u := range sp.Users {
-			if err := w.addTotal(kindIdleHeld, u, float64(sp.Seconds())/float64(len(sp.Users))); err != nil {
+			if err := w.addTotal(kindIdleHeld, u, sp.GPUSeconds()/float64(len(sp.Users))); err != nil {
 				return err
 			}
 		}
@@ -531,21 +552,21 @@ func (w *writer) undo(from int64) error {
 		sub = append(sub, r)
 	}
 	rows.Close()
-	rows, err = w.tx.Query(`SELECT users, start, "end" FROM spells WHERE ended_at > ?`, from)
+	rows, err = w.tx.Query(`SELECT users, coalesce(gpu_seconds, "end" - start) FROM spells WHERE ended_at > ?`, from)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var users string
-		var start, end int64
-		if err := rows.Scan(&users, &start, &end); err != nil {
+		var held float64
+		if err := rows.Scan(&users, &held); err != nil {
 			rows.Close()
 			return err
 		}
 		var us []string
 		if json.Unmarshal([]byte(users), &us) == nil && len(us) > 0 {
 			for _, u := range us {
-				sub = append(sub, row{kindIdleHeld, u, float64(end-start) / float64(len(us))})
+				sub = append(sub, row{kindIdleHeld, u, held / float64(len(us))})
 			}
 		}
 	}
@@ -558,6 +579,7 @@ func (w *writer) undo(from int64) error {
 	for _, q := range []string{
 		`DELETE FROM usage WHERE hour > ?`,
 		`DELETE FROM spells WHERE ended_at > ?`,
+		`DELETE FROM health_episodes WHERE ended_at > ?`,
 		`DELETE FROM checkpoints WHERE t > ?`,
 	} {
 		arg := from
@@ -601,6 +623,7 @@ func (w *writer) prune(newest int64, keepRaw time.Duration) error {
 		`DELETE FROM usage WHERE hour < ?`,
 		`DELETE FROM snapshots WHERE t < ?`,
 		`DELETE FROM spells WHERE "end" < ?`,
+		`DELETE FROM health_episodes WHERE "end" < ?`,
 	} {
 		if _, err := w.tx.Exec(q, yearCut); err != nil {
 			return err

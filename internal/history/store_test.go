@@ -41,8 +41,9 @@ func record(t testing.TB, s *Store, snaps ...*Snapshot) {
 // days is snapshots every 5 minutes over n days, with a bit of everything:
 // alice trains on gpu01 in the day and holds a GPU idle at night, bob
 // shares a GPU with her for a while, gpu02 goes down for an afternoon and
-// comes back, idlemon's job fills gpu03, and fetch misses a run now and
-// then (gaps of 10 minutes) and once for an hour.
+// comes back, idlemon's job fills gpu03, carol's notebook holds gpu04 idle
+// while dave trains on it, then alone, and fetch misses a run now and then
+// (gaps of 10 minutes) and once for an hour.
 func days(n int) []*Snapshot {
 	var out []*Snapshot
 	for m := 0.0; m < float64(n)*24*60; m += 5 {
@@ -66,8 +67,17 @@ func days(n int) []*Snapshot {
 		if m >= 2000 && m < 2300 {
 			h2 = down("gpu02")
 		}
+		var g4 GPU
+		switch h := math.Mod(m/60, 24); {
+		case h < 12:
+			g4 = sm(held("0", 85, "carol", "dave"), map[string]float64{"carol": 0, "dave": 85})
+		case h < 15:
+			g4 = held("0", 1, "carol")
+		default:
+			g4 = held("0", 0)
+		}
 		out = append(out, snapAt(m, up("gpu01", g0, g1), h2,
-			up("gpu03", GPU{ID: "0", State: Free, IdleJob: true, HasUtil: true, UtilPct: 99})))
+			up("gpu03", GPU{ID: "0", State: Free, IdleJob: true, HasUtil: true, UtilPct: 99}), up("gpu04", g4)))
 	}
 	return out
 }

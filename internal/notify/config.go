@@ -78,6 +78,13 @@ func ReadConfig(f *inifile.File, c *Config, historyOn bool) error {
 		}
 		c.Targets.PageURL = v
 	}
+	if list, ok := sec.List("events"); ok {
+		events, err := parseKinds(list)
+		if err != nil {
+			return sec.ErrorAt("events", "%v", err)
+		}
+		c.Params.Events = events
+	}
 	if err := sec.Bool("commands", &c.Targets.Commands); err != nil {
 		return err
 	}
@@ -88,6 +95,10 @@ func ReadConfig(f *inifile.File, c *Config, historyOn bool) error {
 	}
 	if err := sec.Duration("remind_after", inifile.Limits[time.Duration]{Min: 0, Max: 365 * day,
 		Want: "a duration up to 365d (e.g. 24h), or 0 for never"}, &c.Params.RemindAfter); err != nil {
+		return err
+	}
+	if err := sec.Duration("degraded_after", inifile.Limits[time.Duration]{Min: 0, Max: 30 * day,
+		Want: "a duration from 0 to 30d (e.g. 1h)"}, &c.Params.DegradedAfter); err != nil {
 		return err
 	}
 	if c.Params.RemindAfter > 0 && c.Params.RemindAfter < 10*time.Minute {

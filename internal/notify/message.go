@@ -211,6 +211,10 @@ func (e Event) Summary() string {
 func (e Event) title() string {
 	host, gpu := name(e.Host), name(e.GPU)
 	switch {
+	case isHealthKind(e.Kind):
+		return healthTitle(e)
+	case e.Kind == idleHeld && e.State == Firing && len(e.Working) > 0:
+		return fmt.Sprintf("GPU %s on %s idle-held by %s for %s%s", gpu, host, users(e.Users), hours(e.Duration()), e.whileWorking())
 	case e.Kind == idleHeld && e.State == Firing:
 		return fmt.Sprintf("GPU %s on %s idle-held for %s", gpu, host, hours(e.Duration()))
 	case e.Kind == idleHeld:
@@ -238,13 +242,15 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 	}
 	var s string
 	switch {
+	case isHealthKind(e.Kind):
+		s = healthText(e, loc)
 	case e.Kind == idleHeld && e.State == Firing:
 		model := ""
 		if e.Model != "" {
 			model = " (" + name(e.Model) + ")"
 		}
-		s = fmt.Sprintf("%sGPU %s on %s%s has been held idle by %s for %s (since %s), %s in use.",
-			still, gpu, host, model, users(e.Users), hours(e.Duration()), since, mib(e.MemMiB))
+		s = fmt.Sprintf("%sGPU %s on %s%s has been held idle by %s for %s (since %s), %s in use%s.",
+			still, gpu, host, model, users(e.Users), hours(e.Duration()), since, mib(e.MemMiB), e.whileWorking())
 		if commands && len(e.Commands) > 0 {
 			s += " Processes: " + commandList(e.Commands) + "."
 		}
@@ -266,8 +272,32 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 	return s
 }
 
+// whileWorking names, on a shared GPU, the holders who use it while the
+// episode's holder does not; "" on a GPU nobody uses.
+func (e Event) whileWorking() string {
+	switch len(e.Working) {
+	case 0:
+		return ""
+	case 1:
+		return ", while " + users(e.Working) + " uses it"
+	}
+	return ", while " + users(e.Working) + " use it"
+}
+
 // name makes a value from a host (or config.ini) safe to print on one line.
 func name(s string) string { return hosttext.Clip(hosttext.Printable(s), maxName) }
+
+// names are the first maxUsers of us, each printable and cut.
+func names(us []string) []string {
+	var out []string
+	for i, u := range us {
+		if i == maxUsers {
+			break
+		}
+		out = append(out, name(u))
+	}
+	return out
+}
 
 func users(us []string) string {
 	if len(us) == 0 {
@@ -332,6 +362,7 @@ type webhookBody struct {
 	GPU      string   `json:"gpu,omitempty"`
 	Model    string   `json:"model,omitempty"`
 	Users    []string `json:"users,omitempty"`
+	Working  []string `json:"working,omitempty"` // idle_held on a shared GPU: its other holders, who use it
 	Since    string   `json:"since,omitempty"`
 	At       string   `json:"at,omitempty"`
 	Hours    float64  `json:"hours"`
@@ -339,6 +370,9 @@ type webhookBody struct {
 	Hosts    int      `json:"hosts,omitempty"`
 	Commands []string `json:"commands,omitempty"`
 	Page     string   `json:"page,omitempty"`
+
+	// gpu_failed and gpu_degraded: the conditions found
+	Findings []webhookFinding `json:"findings,omitempty"`
 }
 
 // webhookDigest is a run's events in one POST: the text lists the first
@@ -397,12 +431,7 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 	b := webhookBody{Text: text, Event: e.Kind, State: e.State, Reminder: e.reminder,
 		Host: name(e.Host), GPU: name(e.GPU), Model: name(e.Model), Hosts: e.Hosts, Page: t.PageURL,
 		Hours: math.Round(e.Duration().Hours()*100) / 100}
-	for i, u := range e.Users {
-		if i == maxUsers {
-			break
-		}
-		b.Users = append(b.Users, name(u))
-	}
+	b.Users, b.Working = names(e.Users), names(e.Working)
 	if !e.Since.IsZero() {
 		b.Since = e.Since.UTC().Format(time.RFC3339)
 	}
@@ -412,6 +441,9 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 	if e.Kind == idleHeld {
 		m := e.MemMiB
 		b.MemMiB = &m
+	}
+	if isHealthKind(e.Kind) {
+		b.Findings = webhookFindings(e.Findings)
 	}
 	if t.Commands && e.State == Firing {
 		for i, c := range e.Commands {
@@ -458,6 +490,8 @@ func digestSubject(events []Event) string {
 		"idle_held firing": {"GPU idle-held", "GPUs idle-held"}, "idle_held resolved": {"GPU released", "GPUs released"},
 		"host_down firing": {"host down", "hosts down"}, "host_down resolved": {"host back", "hosts back"},
 		"all_down firing": {"no host answers", "no host answers"}, "all_down resolved": {"hosts answer again", "hosts answer again"},
+		"gpu_failed firing": {"GPU failed", "GPUs failed"}, "gpu_failed resolved": {"GPU no longer failed", "GPUs no longer failed"},
+		"gpu_degraded firing": {"GPU degraded", "GPUs degraded"}, "gpu_degraded resolved": {"GPU no longer degraded", "GPUs no longer degraded"},
 		"test firing": {"test", "tests"},
 	}
 	var parts []string
@@ -486,9 +520,12 @@ func eventLines(b *strings.Builder, events []Event, loc *time.Location, commands
 
 // userMail is the mail to one holder about their idle-held GPUs.
 func userMail(events []Event, loc *time.Location, commands bool) (subject, body string) {
-	if len(events) == 1 {
+	switch {
+	case len(events) == 1 && len(events[0].Working) > 0:
+		subject = fmt.Sprintf("[gpumon] your processes on GPU %s on %s have been idle for %s", name(events[0].GPU), name(events[0].Host), hours(events[0].Duration()))
+	case len(events) == 1:
 		subject = fmt.Sprintf("[gpumon] your GPU %s on %s has been idle for %s", name(events[0].GPU), name(events[0].Host), hours(events[0].Duration()))
-	} else {
+	default:
 		subject = fmt.Sprintf("[gpumon] %d of your GPUs have been idle for hours", len(events))
 	}
 	var b strings.Builder

@@ -14,7 +14,10 @@ package notify
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/health"
 )
 
 // Kind is what an episode is about.
@@ -22,14 +25,14 @@ type Kind string
 
 // The kinds of episodes, and Test for `render -notify-test`.
 const (
-	idleHeld Kind = "idle_held" // a GPU held by a user and idle for idle_after
+	idleHeld Kind = "idle_held" // a GPU held idle by a user for idle_after: one episode per holder
 	hostDown Kind = "host_down" // a host that has not answered for host_down_after
 	allDown  Kind = "all_down"  // no host answered
 	Test     Kind = "test"
 )
 
 // order is the kinds' order in a batch of events: the widest first.
-var order = map[Kind]int{allDown: 0, hostDown: 1, idleHeld: 2, Test: 3}
+var order = map[Kind]int{allDown: 0, hostDown: 1, gpuFailed: 2, gpuDegraded: 3, idleHeld: 4, Test: 5}
 
 // State is an event's state, in Alertmanager's words.
 type State string
@@ -48,10 +51,15 @@ type Params struct {
 	// RemindAfter repeats a still-firing episode this long after it was
 	// last told; 0 never repeats.
 	RemindAfter time.Duration
+	// Events are the kinds told; nil tells every kind.
+	Events []Kind
+	// DegradedAfter is how long a GPU must have been degraded before it
+	// is told: a clock slowdown that comes and goes is not news.
+	DegradedAfter time.Duration
 }
 
 // DefaultParams are the documented defaults.
-var DefaultParams = Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour}
+var DefaultParams = Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour, DegradedAfter: time.Hour}
 
 // Observations are what render knows at a run: the newest snapshot as
 // history folded it.
@@ -60,22 +68,25 @@ type Observations struct {
 	DataTime time.Time // when the newest snapshot was taken
 	Hosts    int       // hosts in it
 	Up       int       // hosts that answered
-	IdleHeld []IdleGPU // GPUs idle-held at it
-	// HeldIdle are the GPUs held and idle at it however short their spell
-	// so far (Host, GPU and Users only): a spell starts again after a gap
-	// in the data (a host or the monitor down), and the episode of a GPU
-	// still held idle by the same users goes on across it.
+	IdleHeld []IdleGPU // holders idle-held at it, one each
+	// HeldIdle are the holders idle at it however short their spell so
+	// far (Host, GPU and Users only): a spell starts again after a gap in
+	// the data (a host or the monitor down), and the episode of a holder
+	// still idle on the GPU goes on across it.
 	HeldIdle []IdleGPU
 	Down     []DownHost
+	// Health are the GPUs failed or degraded at it, on hosts that answered.
+	Health []GPUHealth
 }
 
-// IdleGPU is a GPU idle-held at the newest snapshot.
+// IdleGPU is a holder who holds a GPU idle at the newest snapshot.
 type IdleGPU struct {
 	Host, GPU, Model string
-	Users            []string
+	Users            []string  // the holder: one user
+	Working          []string  // the GPU's other holders who use it now (a shared GPU)
 	Since            time.Time // the spell's first idle reading
-	MemMiB           float64
-	Commands         []string // sent only where [notify] commands = yes
+	MemMiB           float64   // the memory the holder's processes use
+	Commands         []string  // the holder's; sent only where [notify] commands = yes
 }
 
 // DownHost is a host that did not answer, since its first failed snapshot.
@@ -92,14 +103,24 @@ type Episode struct {
 	GPU      string    `json:"g,omitempty"`
 	Model    string    `json:"m,omitempty"`
 	Users    []string  `json:"u,omitempty"`
+	Working  []string  `json:"working,omitempty"` // idleHeld: the GPU's other holders, who use it
 	Since    time.Time `json:"s"`
 	MemMiB   float64   `json:"mem,omitempty"`
 	Hosts    int       `json:"n,omitempty"` // allDown: the hosts polled
 	Notified time.Time `json:"t"`           // when it was last told (fired or reminded)
+	// Findings are a failed or degraded GPU's conditions, as last seen.
+	Findings []health.Finding `json:"f,omitempty"`
 }
 
-// key names an episode: one per GPU, per host, or for the fleet.
-func (e Episode) key() string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
+// key names an episode: one per holder of a GPU, per host, or for the
+// fleet.
+func (e Episode) key() string {
+	k := string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU
+	if e.Kind == idleHeld {
+		k += "\x00" + strings.Join(e.Users, "\x00")
+	}
+	return k
+}
 
 // Event is one thing to tell.
 type Event struct {
@@ -131,13 +152,19 @@ func (e Event) Duration() time.Duration {
 //     what one says. Hosts still down when it resolves fire then.
 //   - host_down fires once a host has failed for HostDownAfter, and
 //     resolves when it answers (or is no longer polled).
-//   - idle_held fires for each idle-held GPU, and resolves when a snapshot
-//     shows the GPU released or working. A GPU whose host is down is not
-//     known to be released: its episode waits, untold, for the host; if
-//     the host (or the monitor) comes back to the GPU held idle by the same
-//     users, the episode goes on, though history's spell starts again. A
-//     spell of other holders on the same GPU resolves the old one first.
+//   - idle_held fires for each holder who holds a GPU idle (on a shared
+//     GPU, alice's episode runs while bob works), and resolves when a
+//     snapshot shows the holder gone or working. A GPU whose host is down
+//     is not known to be released: its episode waits, untold, for the
+//     host; if the host (or the monitor) comes back to the GPU held idle
+//     by the same holder, the episode goes on, though history's spell
+//     starts again.
+//   - gpu_failed and gpu_degraded: one per GPU while it is in that state
+//     (see healthGPUs).
+//
+// Kinds that p.Events leaves out are neither told nor kept open.
 func step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
+	open = idleEpisodesPerHolder(open)
 	s := &stepper{open: open, next: make(map[string]Episode, len(open)), obs: obs, p: p}
 	for k, e := range open {
 		s.next[k] = e
@@ -152,6 +179,8 @@ func step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 		s.hostsDown(down)
 	}
 	s.idleGPUs(func(host string) bool { return noneUp || down[host] })
+	s.healthGPUs(func(host string) bool { return noneUp || down[host] })
+	s.untold()
 	slices.SortStableFunc(s.events, func(a, b Event) int {
 		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Host, b.Host),
 			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
@@ -259,7 +288,7 @@ func (s *stepper) idleSeen() map[string]bool {
 	idle := make(map[string]bool, len(s.obs.IdleHeld))
 	for _, g := range s.obs.IdleHeld {
 		e := Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU, Model: g.Model,
-			Users: g.Users, Since: g.Since, MemMiB: g.MemMiB}
+			Users: g.Users, Working: g.Working, Since: g.Since, MemMiB: g.MemMiB}
 		idle[e.key()] = true
 		old, isOpen := s.open[e.key()]
 		if isOpen && !old.Since.Equal(g.Since) {
@@ -288,7 +317,7 @@ func (s *stepper) idleSeen() map[string]bool {
 func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) {
 	heldIdle := make(map[string][]string, len(s.obs.HeldIdle))
 	for _, g := range s.obs.HeldIdle {
-		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU}.key()] = g.Users
+		heldIdle[Episode{Kind: idleHeld, Host: g.Host, GPU: g.GPU, Users: g.Users}.key()] = g.Users
 	}
 	for k, e := range s.open {
 		if e.Kind != idleHeld || idle[k] {
@@ -302,6 +331,27 @@ func (s *stepper) idleGone(idle map[string]bool, unseen func(host string) bool) 
 		}
 		s.resolve(e)
 	}
+}
+
+// idleEpisodesPerHolder is open with each idle_held episode keyed by its
+// holder. Those stored before episodes were per holder were one per GPU,
+// for its whole holder set: each holder gets the episode as it stood, so
+// nobody is told again, and the next step goes on with each one's own.
+func idleEpisodesPerHolder(open map[string]Episode) map[string]Episode {
+	out := make(map[string]Episode, len(open))
+	for _, e := range open {
+		if e.Kind != idleHeld || len(e.Users) < 2 {
+			out[e.key()] = e
+			continue
+		}
+		for _, u := range e.Users {
+			one := e
+			one.Users = []string{u}
+			one.MemMiB = e.MemMiB / float64(len(e.Users))
+			out[one.key()] = one
+		}
+	}
+	return out
 }
 
 // stateOrder puts an episode's end before the start of the next on the

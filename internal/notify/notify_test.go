@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -286,5 +287,147 @@ func TestEventText(t *testing.T) {
 	e.State = resolved
 	if got, want := e.Text(loc, false), "GPU 3 on gpu01 is no longer idle-held by alice (it was for 5.2 h, since 2026-11-25 02:48 UTC)."; got != want {
 		t.Errorf("resolved:\n got %s\nwant %s", got, want)
+	}
+}
+
+// On a shared GPU the message names the idle holder and who uses it.
+func TestEventTextShared(t *testing.T) {
+	e := Event{Episode: Episode{Kind: idleHeld, Host: "gpu03", GPU: "2", Model: "NVIDIA H100 80GB HBM3",
+		Users: []string{"alice"}, Working: []string{"bob"}, Since: at(-360), MemMiB: 30720}, State: Firing, At: at(0)}
+	tests := []struct{ name, got, want string }{
+		{"text", e.Text(time.UTC, false),
+			"GPU 2 on gpu03 (NVIDIA H100 80GB HBM3) has been held idle by alice for 6.0 h (since 2026-11-25 02:00 UTC), 30.0 GiB in use, while bob uses it."},
+		{"subject", digestSubject([]Event{e}), "[gpumon] GPU 2 on gpu03 idle-held by alice for 6.0 h, while bob uses it"},
+		{"the holder's mail", func() string { s, _ := userMail([]Event{e}, time.UTC, false); return s }(),
+			"[gpumon] your processes on GPU 2 on gpu03 have been idle for 6.0 h"},
+		{"two at work", func() string { e := e; e.Working = []string{"bob", "carol"}; return e.Text(time.UTC, false) }(),
+			"GPU 2 on gpu03 (NVIDIA H100 80GB HBM3) has been held idle by alice for 6.0 h (since 2026-11-25 02:00 UTC), 30.0 GiB in use, while bob, carol use it."},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s:\n got %s\nwant %s", tt.name, tt.got, tt.want)
+		}
+	}
+	var body struct{ Users, Working []string }
+	if err := json.Unmarshal(WebhookBody(e, Targets{}, time.UTC), &body); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(struct{ Users, Working []string }{[]string{"alice"}, []string{"bob"}}, body); diff != "" {
+		t.Errorf("webhook users (-want +got):\n%s", diff)
+	}
+}
+
+// toldBy is told with the holders and, on a shared GPU, who works on it.
+func toldBy(e Event) string {
+	s := told(e) + " " + strings.Join(e.Users, ",")
+	if len(e.Working) > 0 {
+		s += " while " + strings.Join(e.Working, ",")
+	}
+	return s
+}
+
+// sharing is idle with the GPU's other holders who use it.
+func sharing(g IdleGPU, working ...string) IdleGPU {
+	g.Working = working
+	return g
+}
+
+// On a shared GPU each holder's idleness is an episode of its own.
+func TestStepPerHolder(t *testing.T) {
+	p := Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour}
+	aliceWhileBob := sharing(idle("gpu03", "2", -360, "alice"), "bob")
+	tests := []struct {
+		name string
+		runs []run
+		want []string
+	}{
+		{"alice idle-held while bob works: fired once, to alice, naming bob",
+			[]run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{aliceWhileBob}},
+				{min: 5, hosts: 1, up: 1, idle: []IdleGPU{aliceWhileBob}},
+			},
+			[]string{"0 idle_held firing gpu03/2 alice while bob"}},
+		{"both idle: an episode each; bob starting to work resolves his only",
+			[]run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu03", "2", -120, "alice"), idle("gpu03", "2", -120, "bob")}},
+				{min: 5, hosts: 1, up: 1, idle: []IdleGPU{sharing(idle("gpu03", "2", -120, "alice"), "bob")}},
+				{min: 10, hosts: 1, up: 1, idle: []IdleGPU{sharing(idle("gpu03", "2", -120, "alice"), "bob")}},
+			},
+			[]string{"0 idle_held firing gpu03/2 alice", "0 idle_held firing gpu03/2 bob", "5 idle_held resolved gpu03/2 bob"}},
+		{"bob joining a GPU alice holds idle leaves her episode alone",
+			[]run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{idle("gpu03", "2", -120, "alice")}},
+				{min: 5, hosts: 1, up: 1, idle: []IdleGPU{aliceWhileBob}},
+			},
+			[]string{"0 idle_held firing gpu03/2 alice"}},
+		{"alice leaving resolves hers while bob goes on working",
+			[]run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{aliceWhileBob}},
+				{min: 5, hosts: 1, up: 1},
+			},
+			[]string{"0 idle_held firing gpu03/2 alice while bob", "5 idle_held resolved gpu03/2 alice while bob"}},
+		{"alice still idle in a spell begun again after the host was down: hers goes on",
+			[]run{
+				{min: 0, hosts: 2, up: 2, idle: []IdleGPU{aliceWhileBob}},
+				{min: 5, hosts: 2, up: 1, down: []DownHost{down("gpu03", 5)}},
+				{min: 10, hosts: 2, up: 2, held: []IdleGPU{sharing(idle("gpu03", "2", 10, "alice"), "bob")}},
+				{min: 130, hosts: 2, up: 2, idle: []IdleGPU{sharing(idle("gpu03", "2", 10, "alice"), "bob")}},
+			},
+			[]string{"0 idle_held firing gpu03/2 alice while bob"}},
+		{"reminded per holder",
+			[]run{
+				{min: 0, hosts: 1, up: 1, idle: []IdleGPU{aliceWhileBob}},
+				{min: 24 * 60, hosts: 1, up: 1, idle: []IdleGPU{aliceWhileBob}},
+			},
+			[]string{"0 idle_held firing gpu03/2 alice while bob", "1440 idle_held firing again gpu03/2 alice while bob"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			open := map[string]Episode{}
+			var got []string
+			for _, r := range tt.runs {
+				var events []Event
+				open, events = step(open, r.obs(), p)
+				for _, e := range events {
+					got = append(got, toldBy(e))
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Episodes stored before they were per holder (one per GPU, keyed by host
+// and GPU, for its whole holder set) go on as each holder's: nobody is
+// told again, and each resolves on its own.
+func TestStepOldEpisodes(t *testing.T) {
+	p := Params{HostDownAfter: 15 * time.Minute, RemindAfter: 24 * time.Hour}
+	oldKey := func(e Episode) string { return string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU }
+	both := Episode{Kind: idleHeld, Host: "gpu03", GPU: "2", Users: []string{"alice", "bob"}, Since: at(-200), MemMiB: 4000, Notified: at(-80)}
+	alone := Episode{Kind: idleHeld, Host: "gpu04", GPU: "0", Users: []string{"carol"}, Since: at(-200), MemMiB: 1000, Notified: at(-80)}
+	open := map[string]Episode{oldKey(both): both, oldKey(alone): alone}
+	var got []string
+	for _, r := range []run{
+		{min: 0, hosts: 2, up: 2, idle: []IdleGPU{idle("gpu03", "2", -200, "alice"), idle("gpu03", "2", -200, "bob"), idle("gpu04", "0", -200, "carol")}},
+		{min: 5, hosts: 2, up: 2, idle: []IdleGPU{sharing(idle("gpu03", "2", -200, "alice"), "bob"), idle("gpu04", "0", -200, "carol")}},
+	} {
+		var events []Event
+		open, events = step(open, r.obs(), p)
+		for _, e := range events {
+			got = append(got, toldBy(e))
+		}
+	}
+	if diff := cmp.Diff([]string{"5 idle_held resolved gpu03/2 bob"}, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	for k, e := range open {
+		if k != e.key() || len(e.Users) != 1 || !e.Notified.Equal(at(-80)) {
+			t.Errorf("episode %q = %+v: want it under its holder's key, told at minute -80 as before", k, e)
+		}
+	}
+	if len(open) != 2 {
+		t.Errorf("%d episodes open, want alice's and carol's", len(open))
 	}
 }

@@ -13,6 +13,11 @@ type PmonSample struct {
 	GPU   int // the GPU's index, as --query-gpu's index
 	PID   int
 	SMPct Number // missing where pmon printed "-": no sample, MIG, or listed twice
+	// NoSample is a process pmon listed with "-" for sm: it did not run on
+	// the GPU in pmon's sample (an idle holder: 0 %), or the GPU is in MIG
+	// mode, where every figure reads "-". Only the GPU's own utilization
+	// tells the two apart (it is [N/A] under MIG): fetch's call.
+	NoSample bool
 }
 
 // PmonReport is what ParsePmon found.
@@ -114,7 +119,7 @@ func (p *pmonParser) line(n int, line string) {
 	}
 	key := [2]int{gpu, pid}
 	if i, dup := p.seen[key]; dup {
-		p.samples[i].SMPct = Number{}
+		p.samples[i].SMPct, p.samples[i].NoSample = Number{}, false
 		skip("pid %d listed twice on GPU %d: its figure is not believed", pid, gpu)
 		return
 	}
@@ -123,7 +128,7 @@ func (p *pmonParser) line(n int, line string) {
 		return
 	}
 	p.seen[key] = len(p.samples)
-	p.samples = append(p.samples, PmonSample{GPU: gpu, PID: pid, SMPct: parsePercent(fields[p.cols.sm])})
+	p.samples = append(p.samples, PmonSample{GPU: gpu, PID: pid, SMPct: parsePercent(fields[p.cols.sm]), NoSample: fields[p.cols.sm] == "-"})
 }
 
 // pmonHeader reads "# gpu pid type sm …" (with -o DT, "#Date Time gpu …"),

@@ -15,6 +15,9 @@ const pmonHeader590 = "# gpu         pid   type     sm    mem    enc    dec    j
 
 func sample(gpu, pid int, sm Number) PmonSample { return PmonSample{GPU: gpu, PID: pid, SMPct: sm} }
 
+// idle is a process pmon printed with "-" for sm: not sampled.
+func idle(gpu, pid int) PmonSample { return PmonSample{GPU: gpu, PID: pid, NoSample: true} }
+
 // firstSample cuts the captures' `pmon -c 5` down to what `pmon -c 1`
 // prints: the lines up to the first (gpu, pid) seen again.
 func firstSample(t testing.TB, body string) string {
@@ -36,10 +39,10 @@ func firstSample(t testing.TB, body string) string {
 }
 
 func TestPmonCaptures(t *testing.T) {
-	missing := func(pids ...int) []PmonSample {
+	missing := func(pids ...int) []PmonSample { // each printed with "-" for sm
 		var s []PmonSample
 		for _, p := range pids {
-			s = append(s, sample(0, p, na))
+			s = append(s, idle(0, p))
 		}
 		return s
 	}
@@ -50,21 +53,21 @@ func TestPmonCaptures(t *testing.T) {
 	}{
 		// A GPU without processes prints a line of "-": no sample.
 		{"linux-x86_64__nvidia-h200__590.48.01", "idle", nil},
-		{"linux-x86_64__nvidia-h200__590.48.01", "load", []PmonSample{sample(0, 10291, na), sample(0, 10293, na), sample(0, 10309, n(99))}},
+		{"linux-x86_64__nvidia-h200__590.48.01", "load", []PmonSample{idle(0, 10291), idle(0, 10293), sample(0, 10309, n(99))}},
 		// MIG: pmon lists the processes and gives "-" for every figure.
 		{"linux-x86_64__nvidia-h100-mig__590.48.01", "idle", nil},
 		{"linux-x86_64__nvidia-h100-mig__590.48.01", "load", missing(21180, 21181, 21198)},
 		// Graphics processes are listed too; an idle one reads "-", not 0.
 		{"linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05", "idle", missing(1696, 4584)},
-		{"linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05", "load", []PmonSample{sample(0, 1696, na), sample(0, 4584, na), sample(0, 5267, n(7)), sample(0, 5268, na)}},
+		{"linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05", "load", []PmonSample{idle(0, 1696), idle(0, 4584), sample(0, 5267, n(7)), idle(0, 5268)}},
 		// Names with spaces ("NVIDIA Overlay."); a process encoding on
 		// NVENC (enc 99) with no SM sample reads missing.
 		{"windows-x86_64__nvidia-geforce-rtx-2080-super__610.62", "idle", windowsIdle},
 		{"windows-x86_64__nvidia-geforce-rtx-2080-super__610.62", "load", []PmonSample{
-			sample(0, 2140, na), sample(0, 2164, na), sample(0, 12940, na), sample(0, 13092, na), sample(0, 13160, na),
-			sample(0, 13264, na), sample(0, 13504, na), sample(0, 13820, n(7)), sample(0, 14808, na), sample(0, 14872, na),
-			sample(0, 15964, na), sample(0, 16760, na), sample(0, 17648, na), sample(0, 17840, na), sample(0, 19052, na),
-			sample(0, 19956, na), sample(0, 20440, na), sample(0, 21912, na), sample(0, 22412, na), sample(0, 23480, na), sample(0, 23988, na),
+			idle(0, 2140), idle(0, 2164), idle(0, 12940), idle(0, 13092), idle(0, 13160),
+			idle(0, 13264), idle(0, 13504), sample(0, 13820, n(7)), idle(0, 14808), idle(0, 14872),
+			idle(0, 15964), idle(0, 16760), idle(0, 17648), idle(0, 17840), idle(0, 19052),
+			idle(0, 19956), idle(0, 20440), idle(0, 21912), idle(0, 22412), idle(0, 23480), idle(0, 23988),
 		}},
 	}
 	for _, tt := range tests {
@@ -161,7 +164,7 @@ func TestParsePmon(t *testing.T) {
 				"    0        666     C      -      -      -      -      -      -    x",
 				"    0      10309     C      0      0      -      -      -      -    y"),
 			want: PmonReport{
-				Samples: []PmonSample{sample(0, 10309, na), sample(0, 666, na)},
+				Samples: []PmonSample{sample(0, 10309, na), idle(0, 666)},
 				Skipped: []LineError{{Line: 5, Text: "0      10309     C      0      0      -      -      -      -    y", Reason: "pid 10309 listed twice on GPU 0: its figure is not believed"}},
 			},
 		},
@@ -171,7 +174,7 @@ func TestParsePmon(t *testing.T) {
 				"    0        666     C      -      -      -      -      -      -    x",
 				"# sm pid gpu",
 				"    0      10309     C     50      7      -      -      -      -    train"),
-			want: PmonReport{Samples: []PmonSample{sample(0, 666, na), sample(0, 10309, n(50))}},
+			want: PmonReport{Samples: []PmonSample{idle(0, 666), sample(0, 10309, n(50))}},
 		},
 		{
 			name: "absurd figures are missing",

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/notify"
 )
@@ -112,34 +113,40 @@ func Senders(nc notify.Config) notify.Senders {
 }
 
 // observations are the run's snapshot as notify sees it, with each
-// idle-held GPU's model and commands from the cluster.
+// idle-held GPU's model and its holder's commands from the cluster, and
+// the GPU's other holders who use it (from the history's snapshot).
 func observations(run Run, rec *recording, idleLimitPct float64) notify.Observations {
 	sum := rec.summary
 	obs := notify.Observations{Now: run.Now, DataTime: sum.Newest, Hosts: len(run.Cluster.Hosts)}
 	type ref struct{ host, gpu string }
-	gpus := map[ref][]string{} // model, then commands
+	gpus := map[ref]*cluster.GPU{}
 	for _, h := range run.Cluster.Hosts {
 		if h.Up() {
 			obs.Up++
 		}
 		for _, g := range h.GPUs {
-			info := []string{g.Name}
-			for _, p := range g.Procs {
-				if p.Holds() && p.Command != "" {
-					info = append(info, p.Command)
-				}
+			gpus[ref{h.Name, g.ID()}] = g
+		}
+	}
+	working := map[ref][]string{}
+	for _, h := range rec.snap.Hosts {
+		for i := range h.GPUs {
+			if w := workingHolders(&h.GPUs[i], idleLimitPct); len(w) > 0 {
+				working[ref{h.Name, h.GPUs[i].ID}] = w
 			}
-			gpus[ref{h.Name, g.ID()}] = info
 		}
 	}
 	for _, sp := range sum.IdleHeld {
+		r := ref{sp.Host, sp.GPU}
 		g := notify.IdleGPU{Host: sp.Host, GPU: sp.GPU, Users: sp.Users, Since: time.Unix(sp.Start, 0), MemMiB: sp.MemMiB}
-		if info := gpus[ref{sp.Host, sp.GPU}]; len(info) > 0 {
-			g.Model, g.Commands = info[0], info[1:]
+		if cg := gpus[r]; cg != nil {
+			g.Model, g.Commands = cg.Name, holderCommands(cg, sp.Users)
 		}
+		g.Working = slices.DeleteFunc(slices.Clone(working[r]), func(u string) bool { return slices.Contains(sp.Users, u) })
 		obs.IdleHeld = append(obs.IdleHeld, g)
 	}
 	obs.HeldIdle = heldIdleNow(rec.snap, idleLimitPct)
+	obs.Health = healthNow(rec.snap, sum.Health)
 	for name, h := range sum.Down {
 		obs.Down = append(obs.Down, notify.DownHost{Host: name, Since: time.Unix(h.DownSince, 0)})
 	}
@@ -147,9 +154,33 @@ func observations(run Run, rec *recording, idleLimitPct float64) notify.Observat
 	return obs
 }
 
-// heldIdleNow is the GPUs held idle in this snapshot, however short their
-// spell, by history's own test: an episode goes on across a gap in the
-// data as history's spells do.
+// holderCommands are the commands of g's processes that users hold it with.
+func holderCommands(g *cluster.GPU, users []string) []string {
+	var out []string
+	for _, p := range g.Procs {
+		if p.Holds() && p.Command != "" && slices.Contains(users, p.User) {
+			out = append(out, p.Command)
+		}
+	}
+	return out
+}
+
+// workingHolders are g's holders who are not idle on it: on a busy GPU,
+// those who use it (or whose share pmon could not tell).
+func workingHolders(g *history.GPU, limitPct float64) []string {
+	idle := g.IdleHolders(limitPct)
+	var out []string
+	for _, u := range g.Users() {
+		if !slices.Contains(idle, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// heldIdleNow is the holders idle in this snapshot, one each, however
+// short their spell, by history's own test: an episode goes on across a
+// gap in the data as history's spells do.
 func heldIdleNow(snap *history.Snapshot, limitPct float64) []notify.IdleGPU {
 	var out []notify.IdleGPU
 	for _, h := range snap.Hosts {
@@ -157,8 +188,8 @@ func heldIdleNow(snap *history.Snapshot, limitPct float64) []notify.IdleGPU {
 			continue
 		}
 		for _, g := range h.GPUs {
-			if g.Idle(limitPct) {
-				out = append(out, notify.IdleGPU{Host: h.Name, GPU: g.ID, Users: g.Users()})
+			for _, u := range g.IdleHolders(limitPct) {
+				out = append(out, notify.IdleGPU{Host: h.Name, GPU: g.ID, Users: []string{u}})
 			}
 		}
 	}

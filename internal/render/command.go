@@ -27,6 +27,7 @@ import (
 const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
        render -text [-free] [-color auto|always|never]
        render -usage SPAN [-format text|csv|json]
+       render -health SPAN [-format text|csv|json]
        render -import FILE...
        render -notify-test
        render -version
@@ -48,7 +49,11 @@ does not parse leaves every previous file as it was.
   -usage SPAN
              print each user's GPU-hours, idle-held GPU-hours, peak GPUs
              and share of the fleet over the last SPAN (24h, 7d, 1d12h)
-  -format F  -usage's format: text (default), csv or json
+  -health SPAN
+             print each GPU with health problems over the last SPAN (30d):
+             its conditions, how often, how long, first and last seen,
+             the latest detail
+  -format F  -usage's and -health's format: text (default), csv or json
   -import    record the named load_data.csv files (a backfill, any order)
   -notify-test
              send a test message to every [notify] target and say what
@@ -81,6 +86,8 @@ func mainAt(ctx context.Context, args []string, stdout, stderr io.Writer, clock 
 	switch {
 	case opts.usage != "":
 		return usageReport(ctx, cfg, opts.usage, opts.format, now, stdout)
+	case opts.health != "":
+		return healthReport(ctx, cfg, opts.health, opts.format, now, stdout)
 	case opts.imports:
 		return importFiles(ctx, cfg, opts.files, now, stdout)
 	case opts.notifyTest:
@@ -167,6 +174,7 @@ type options struct {
 	text                      bool
 	free                      bool
 	usage, format             string // -usage SPAN, -format text|csv|json
+	health                    string // -health SPAN
 	imports                   bool   // -import: the arguments are files to record
 	notifyTest                bool
 	files                     []string
@@ -184,6 +192,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.text, "text", false, "")
 	fs.BoolVar(&o.free, "free", false, "")
 	fs.StringVar(&o.usage, "usage", "", "")
+	fs.StringVar(&o.health, "health", "", "")
 	fs.StringVar(&o.format, "format", "text", "")
 	fs.BoolVar(&o.imports, "import", false, "")
 	fs.BoolVar(&o.notifyTest, "notify-test", false, "")
@@ -209,13 +218,13 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
 	}
 	modes := 0
-	for _, on := range []bool{o.text || o.free, o.usage != "", o.imports, o.notifyTest} {
+	for _, on := range []bool{o.text || o.free, o.usage != "", o.health != "", o.imports, o.notifyTest} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return nil, &cli.UsageError{Msg: "-text (or -free), -usage, -import and -notify-test do different things: use one of them"}
+		return nil, &cli.UsageError{Msg: "-text (or -free), -usage, -health, -import and -notify-test do different things: use one of them"}
 	}
 	switch o.format {
 	case "text", "csv", "json":
@@ -275,7 +284,7 @@ func buildReport(cfg *Config, rows Rows, now time.Time, loc *time.Location) (*Re
 	// The rows go straight into the cluster: they are never all in memory.
 	b := cluster.NewBuilder(cluster.Options{
 		FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
-		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now,
+		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now, Health: cfg.Health,
 	})
 	n, err := rows(b.Add)
 	if _, hinted := errors.AsType[cli.Hinted](err); err != nil && !hinted {
