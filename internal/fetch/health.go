@@ -42,12 +42,11 @@ type pmonKey struct{ gpu, pid int }
 // pmon (there was a process, and process_util is on). A failed pmon costs
 // the figures, said once in the host's warnings.
 //
-// pmon prints "-" for a process it has no sample of: one that ran no
-// kernel in the interval, so 0 % on a GPU that reports its utilization,
-// and unknown under MIG (utilization.gpu [N/A]), where every process
-// reads "-". Where pmon's answer had a line that could not be used (a
-// (GPU, pid) listed twice: a forged line), no "-" is read as 0: a
-// forger can then make no process look idle.
+// pmon prints "-" for a process it has no sample of (NoSample): one that
+// ran no kernel in the interval, so 0 % on a GPU that reports its
+// utilization, and unknown under MIG (utilization.gpu [N/A]), where every
+// process reads "-". A (GPU, pid) listed twice (a forged line) has
+// neither a figure nor NoSample: it stays unknown.
 func readPmon(po probe.Output, gpus []nvsmi.GPU, w *warnings) map[pmonKey]loaddata.Number {
 	sec, ok := po.Sections[probe.SectionPmon]
 	if !ok {
@@ -70,7 +69,6 @@ func readPmon(po probe.Output, gpus []nvsmi.GPU, w *warnings) map[pmonKey]loadda
 		return nil
 	}
 	w.skipped("nvidia-smi pmon", rep.Skipped, rep.MoreSkipped)
-	idleIsZero := len(rep.Skipped) == 0 && rep.MoreSkipped == 0
 	sampled := map[int]bool{} // GPU index -> it reports utilization (no MIG)
 	for _, g := range gpus {
 		sampled[g.Index] = g.UtilGPU.Valid
@@ -78,7 +76,7 @@ func readPmon(po probe.Output, gpus []nvsmi.GPU, w *warnings) map[pmonKey]loadda
 	sm := make(map[pmonKey]loaddata.Number, len(rep.Samples))
 	for _, s := range rep.Samples {
 		v := loaddata.Number(s.SMPct)
-		if !v.Valid && idleIsZero && sampled[s.GPU] {
+		if s.NoSample && sampled[s.GPU] {
 			v = loaddata.Num(0)
 		}
 		sm[pmonKey{s.GPU, s.PID}] = v

@@ -130,11 +130,14 @@ func TestBuildHealth(t *testing.T) {
 			}),
 		},
 		{
-			name: "a forged pmon line (a command named with a newline) loses both lines' figure, and no '-' reads as idle",
+			name: "a forged pmon line (a command named with a newline) loses both lines' figure; the forger's own '-' is its own",
 			out: busy(section{probe.SectionPmon, pmonLines + pmonLine(0, 4242, "0", "x") + pmonLine(0, 5151, "-", "evil\n    0       4242     C     99     10      -      -      -      -    x") +
 				pmonLine(1, 4242, "3", "python"), 0}),
 			want: procRows(func(gpu, pid int64, c *healthCellsOf) {
-				if gpu == 1 {
+				switch {
+				case gpu == 0 && pid == 5151:
+					c.SMPct = loaddata.Num(0)
+				case gpu == 1:
 					c.SMPct = loaddata.Num(3)
 				}
 			}),
