@@ -19,6 +19,7 @@ var CommonKeys = []string{
 	"user", "hosts", "hosts_file", "hosts_command", "key_filename",
 	"ssh_config", "known_hosts", "strict_host_key_checking",
 	"timeout", "concurrency", "output", "idlemon_state", "containers",
+	"process_util", "kernel_log", "poll_interval",
 }
 
 // RenderKeys are the keys of [render].
