@@ -146,16 +146,23 @@ func containerID(seed string) string {
 }
 
 // Demo is the fleet `make demo` shows: every Linux capture model (H100 with
-// MIG, H200, RTX 2080 SUPER), several users, idle and busy hosts, one host
-// that refuses connections, one with a lost GPU and one whose driver is not
-// loaded; processes in Slurm jobs (one an array task), in a Docker
-// container run by root, and in a Kubernetes pod.
+// MIG, H200, RTX 2080 SUPER on drivers 595 and 465), several users, idle
+// and busy hosts, one host that refuses connections, one whose driver is
+// not loaded; processes in Slurm jobs (one an array task), in a Docker
+// container run by root, and in a Kubernetes pod. And GPUs in trouble: one
+// that nvidia-smi reports lost, one it leaves out (the driver lists 8, it
+// reports 7), a failed row remapping, XIDs 48 and 79 on one GPU, a
+// degraded GPU (remap pending, hardware slowdown, uncorrectable ECC
+// errors) busy with alice's run, a shared GPU where bob's run computes and
+// alice's notebook holds 30 GB idle, and a workstation whose kernel log
+// the monitor account may not read.
 func Demo() []HostSpec {
 	const (
-		h100 = "nvidia-h100-mig"
-		h200 = "nvidia-h200"
-		rtx  = "linux-x86_64__nvidia-geforce-rtx-2080-super"
-		day  = 24 * 3600
+		h100   = "nvidia-h100-mig"
+		h200   = "nvidia-h200"
+		rtx    = "linux-x86_64__nvidia-geforce-rtx-2080-super"
+		old465 = "rtx-2080-super__465.27"
+		day    = 24 * 3600
 	)
 	p := func(pid int, user string, gpu, mem, elapsed int, command string) Process {
 		return Process{PID: pid, User: user, GPU: gpu, MemMiB: mem, ElapsedS: elapsed, Command: command}
@@ -208,23 +215,38 @@ func Demo() []HostSpec {
 				p(70442, "alice", 4, 98000, 2*day, train), p(70443, "alice", 5, 98000, 2*day, train),
 				p(70444, "alice", 6, 98000, 2*day, train), p(70445, "alice", 7, 98000, 2*day, train)),
 			ContainerEngine: "docker",
-			Containers:      []Container{{ID: vllmCtr, Names: "frank-vllm-70b"}, {ID: proxyCtr, Names: "nginx-proxy,proxy"}}},
+			Containers:      []Container{{ID: vllmCtr, Names: "frank-vllm-70b"}, {ID: proxyCtr, Names: "nginx-proxy,proxy"}},
+			// alice's GPU 6 works on, degraded: reset it when idle
+			Health: []GPUHealth{{GPU: 6, RemapPending: true, ECCUncorrected: 2, ClockEvents: ClockHWSlowdown}}},
 		{Name: "h200-b02", Capture: h200, CPUs: 224, Load1: 6.1, MemTotalMiB: 2048 * 1024, MemUsedMiB: 300 * 1024,
+			// GPU 0 is shared: bob's run computes, alice's notebook has
+			// held 30 GB for a day and computes nothing
 			Processes: []Process{
-				p(88001, "bob", 0, 64000, 3600, train),
-				p(88002, "bob", 0, 1200, 3590, "python3 tensorboard_logger.py --logdir runs/"),
+				func() Process { r := p(88001, "bob", 0, 64000, 3600, train); r.SMPct = 90; return r }(),
+				func() Process {
+					k := p(88050, "alice", 0, 30720, day+2*3600, "python3 -m ipykernel_launcher -f kernel-8d2e.json")
+					k.Idle = true
+					return k
+				}(),
 				comma,
 				p(88310, "grace", 7, 28234, 300, "./gpu_burn 600"),
-			}},
-		{Name: "h200-b03", Capture: h200, State: "idle", CPUs: 224, Load1: 0.05, MemTotalMiB: 2048 * 1024, MemUsedMiB: 20 * 1024},
+			},
+			// GPU 6 logged a double bit error, then fell off the bus
+			Health: []GPUHealth{{GPU: 6, XIDs: []int{48, 79}}}},
+		{Name: "h200-b03", Capture: h200, State: "idle", CPUs: 224, Load1: 0.05, MemTotalMiB: 2048 * 1024, MemUsedMiB: 20 * 1024,
+			Health: []GPUHealth{{GPU: 5, RemapFailure: true}}},
 		{Name: "h200-b04", Capture: h200, Failure: GPULost, CPUs: 224, Load1: 3.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 200 * 1024,
 			Processes: []Process{
 				p(90100, "heidi", 1, 50000, day, train),
 				p(90200, "dave", 4, 77000, day, "/usr/local/bin/ollama serve"),
 			}},
 		{Name: "h200-b05", Capture: h200, Failure: Refuse},
-		// judy's notebook kernel holds GPU 1 and computes nothing: idle-held
-		{Name: "ws-c01", Capture: rtx, GPUs: 2, CPUs: 16, Load1: 2.7, MemTotalMiB: 64 * 1024, MemUsedMiB: 22 * 1024,
+		// nvidia-smi reports 7 GPUs, the driver lists 8, and no XID says why
+		{Name: "h200-b06", Capture: h200, GPUs: 7, DriverOnlyGPUs: 1, CPUs: 224, Load1: 5.2, MemTotalMiB: 2048 * 1024, MemUsedMiB: 400 * 1024,
+			Processes: []Process{p(93001, "carol", 2, 40000, 5*3600, "python train.py --config configs/vit-h.yaml")}},
+		// judy's notebook kernel holds GPU 1 and computes nothing: idle-held;
+		// the monitor account may not read the kernel log here
+		{Name: "ws-c01", Capture: rtx, GPUs: 2, CPUs: 16, Load1: 2.7, MemTotalMiB: 64 * 1024, MemUsedMiB: 22 * 1024, KernelLog: KernelLogUnreadable,
 			Processes: []Process{
 				p(5267, "ivan", 0, 230, 420, "ffmpeg -hwaccel cuda -i input.mp4 -c:v h264_nvenc -b:v 8M out.mp4"),
 				p(5268, "ivan", 0, 370, 415, "ffmpeg -hwaccel cuda -i talk.mkv -c:v hevc_nvenc talk.mp4"),
@@ -234,7 +256,9 @@ func Demo() []HostSpec {
 					return k
 				}(),
 			}},
-		{Name: "ws-c02", Capture: rtx, State: "idle", GPUs: 1, CPUs: 16, Load1: 0.31, MemTotalMiB: 64 * 1024, MemUsedMiB: 9 * 1024},
+		{Name: "ws-c02", Capture: rtx, State: "idle", GPUs: 1, CPUs: 16, Load1: 0.31, MemTotalMiB: 64 * 1024, MemUsedMiB: 9 * 1024, KernelLog: KernelLogDmesg},
+		// driver 465: no remapped_rows.*, clock reasons by their old name
+		{Name: "ws-c03", Capture: old465, State: "idle", GPUs: 1, CPUs: 12, Load1: 0.12, MemTotalMiB: 32 * 1024, MemUsedMiB: 5 * 1024},
 		{Name: "h100-a05", Capture: h100, CPUs: 192, Load1: 4.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 250 * 1024,
 			// erin's run is a Kubernetes pod's
 			Processes: append([]Process{p(61000, "carol", 3, 60000, 4*day, "python train.py --config configs/vit-h.yaml")},

@@ -195,7 +195,8 @@ type simGPU struct {
 	serial  string
 	bus     int // PCI bus number
 	usedMiB int
-	state   string // capture row: "idle" or "load"
+	state   string     // capture row: "idle" or "load"
+	health  *GPUHealth // nil: as the capture reads
 }
 
 func (g *simGPU) busID() string { return fmt.Sprintf("00000000:%02X:00.0", g.bus) }
@@ -203,8 +204,9 @@ func (g *simGPU) busID() string { return fmt.Sprintf("00000000:%02X:00.0", g.bus
 // dgxBuses are the PCI buses of the eight GPUs of an HGX H100/H200 board.
 var dgxBuses = []int{0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB}
 
+// makeGPUs makes the host's GPUs, nvidia-smi's and then the driver's only.
 func makeGPUs(spec *HostSpec, m *capModel) []simGPU {
-	gpus := make([]simGPU, spec.GPUs)
+	gpus := make([]simGPU, spec.GPUs+spec.DriverOnlyGPUs)
 	captureBus := 0
 	if i, ok := m.cols["pci.bus"]; ok {
 		if v, err := strconv.ParseUint(strings.TrimPrefix(m.rows["idle"][i], "0x"), 16, 8); err == nil {
@@ -219,7 +221,7 @@ func makeGPUs(spec *HostSpec, m *capModel) []simGPU {
 		g.uuid = "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 		g.serial = strconv.FormatUint(1650000000000+binary.BigEndian.Uint64(sum[16:24])%10000000000, 10)
 		switch {
-		case spec.GPUs <= 2 && captureBus != 0:
+		case len(gpus) <= 2 && captureBus != 0:
 			g.bus = captureBus + i
 		case i < len(dgxBuses):
 			g.bus = dgxBuses[i]
@@ -228,6 +230,9 @@ func makeGPUs(spec *HostSpec, m *capModel) []simGPU {
 		}
 		g.usedMiB = m.baseMiB
 		g.state = spec.State
+	}
+	for i := range spec.Health {
+		gpus[spec.Health[i].GPU].health = &spec.Health[i]
 	}
 	for _, p := range spec.Processes {
 		gpus[p.GPU].usedMiB += p.MemMiB
@@ -290,6 +295,11 @@ func (h *host) gpuValue(g *simGPU, field string, col int, now string) string {
 		reserved, _ := m.intValue(g.state, "memory.reserved")
 		if ok1 {
 			return withUnit(max(total-reserved-g.usedMiB, 0), unit)
+		}
+	}
+	if g.health != nil {
+		if v, ok := healthValue(g.health, field, m.rows[g.state][col]); ok {
+			return v
 		}
 	}
 	return m.rows[g.state][col]

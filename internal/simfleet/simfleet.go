@@ -100,8 +100,12 @@ type Process struct {
 	// slurmCgroup, dockerCgroup, podCgroup.
 	Cgroup string
 	// Idle holds memory and computes nothing (a notebook left open): its
-	// GPU keeps the capture's idle readings (with State "").
+	// GPU keeps the capture's idle readings (with State ""), and pmon has
+	// no sample of it ("-").
 	Idle bool
+	// SMPct is what pmon says of a busy process's SM utilization; 0 gives
+	// each busy process on the GPU an even share of the GPU's.
+	SMPct int
 }
 
 func (p *Process) processName() string {
@@ -142,6 +146,15 @@ type HostSpec struct {
 	// "podman", "" for none); its ps lists Containers.
 	ContainerEngine string
 	Containers      []Container
+	// DriverOnlyGPUs are GPUs past GPUs that the driver lists and
+	// nvidia-smi leaves out without a word (lost GPUs): "driver lists 8,
+	// nvidia-smi reports 7" is GPUs 7, DriverOnlyGPUs 1.
+	DriverOnlyGPUs int
+	// Health is what is wrong with some of its GPUs.
+	Health []GPUHealth
+	// KernelLog is how its kernel log reads for the monitor account:
+	// KernelLogJournal (the default), KernelLogDmesg or KernelLogUnreadable.
+	KernelLog string
 }
 
 // HostInfo is where a simulated host listens.
@@ -186,11 +199,15 @@ type host struct {
 	cfg        *ssh.ServerConfig
 	model      *capModel
 	gpus       []simGPU
+	hidden     []simGPU // DriverOnlyGPUs: the driver lists them, nvidia-smi does not
+	started    time.Time
 	procsByGPU [][]*Process
 	procByPID  map[int]*Process
 	lostGPU    int
 	hostBody   []byte
-	containers []byte // the engine's ps, recordMark for the record prefix
+	pmon       rendered // nvidia-smi pmon -c 1 -s u
+	driverList rendered // the driver_gpus section
+	containers []byte   // the engine's ps, recordMark for the record prefix
 	cache      answers
 	count      counters
 }
@@ -282,6 +299,14 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	if spec.State != "" && spec.State != "idle" && spec.State != "load" {
 		return nil, fmt.Errorf("host %s: state %q is neither idle nor load", spec.Name, spec.State)
 	}
+	if spec.DriverOnlyGPUs < 0 {
+		return nil, fmt.Errorf("host %s: %d driver-only GPUs", spec.Name, spec.DriverOnlyGPUs)
+	}
+	switch spec.KernelLog {
+	case KernelLogJournal, KernelLogDmesg, KernelLogUnreadable:
+	default:
+		return nil, fmt.Errorf("host %s: kernel log %q is none of journal (\"\"), dmesg, unreadable", spec.Name, spec.KernelLog)
+	}
 	switch spec.ContainerEngine {
 	case "", probe.ContainersDocker, probe.ContainersPodman:
 	default:
@@ -319,8 +344,16 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 			h.procByPID[p.PID] = p
 		}
 	}
-	h.gpus = makeGPUs(&h.spec, h.model)
+	h.spec.Health = append([]GPUHealth(nil), spec.Health...)
+	if err := h.checkHealth(); err != nil {
+		return nil, fmt.Errorf("host %s: %v", spec.Name, err)
+	}
+	all := makeGPUs(&h.spec, h.model)
+	h.gpus, h.hidden = all[:spec.GPUs], all[spec.GPUs:]
+	h.started = time.Now()
 	h.hostBody = h.renderHost()
+	h.pmon = h.renderPmon()
+	h.driverList = h.renderDriverGPUs()
 	h.containers = h.renderContainers()
 
 	_, hpriv, err := ed25519.GenerateKey(rand.Reader)
@@ -664,7 +697,7 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 		}
 		gpusRun.code = exitTimeout
 	} else {
-		gpusRun = h.gpusAnswer(req.GPUFields)
+		gpusRun = h.gpusAnswer(h.queryFields(req))
 	}
 	_ = w.Section(probe.SectionGPUs, gpusRun.body, gpusRun.code)
 	if h.spec.Failure == DropMidOutput {
@@ -682,9 +715,17 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 		if a.hasPS {
 			_ = w.Section(probe.SectionPS, a.ps.body, a.ps.code)
 			h.writeAttrib(w, req, a.attrib)
+			if req.ProcessUtil {
+				_ = w.Section(probe.SectionPmon, h.pmon.body, h.pmon.code)
+			}
 		}
 	}
+	_ = w.Section(probe.SectionDriverGPUs, h.driverList.body, h.driverList.code)
 	_ = w.Section(probe.SectionHost, h.hostBody, 0)
+	if req.KernelLogSince > 0 {
+		k := h.renderKernelLog(time.Now())
+		_ = w.Section(probe.SectionKernelLog, k.body, k.code)
+	}
 	if req.StateFile != "" && h.spec.Idlemon != "" {
 		_ = w.Section(probe.SectionIdlemon, []byte(h.spec.Idlemon), 0)
 	}
