@@ -260,7 +260,7 @@ func (h *host) renderPmon() rendered {
 				}
 				sm = strconv.Itoa(n)
 				if memOK && util > 0 {
-					mem = strconv.Itoa(memUtil * n / util)
+					mem = strconv.Itoa((memUtil*n + util/2) / util)
 				}
 			}
 			line(gi, strconv.Itoa(p.PID), sm, mem, path.Base(p.processName()))
