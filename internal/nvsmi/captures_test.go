@@ -27,29 +27,39 @@ type captureWant struct {
 	allMemGone bool // every process's used_gpu_memory is missing (Windows WDDM)
 }
 
-func rtx2080(util, memUtil, used, temp, power float64) GPU {
+// A desktop card has no ECC, no page retirement and no row remapping: each
+// of those prints [N/A], which is missing, never "no".
+func rtx2080(util, memUtil, used, temp, power float64, pstate float64, clocks uint64) GPU {
 	return GPU{
 		Index: 0, UUID: zeroUUID, Name: "NVIDIA GeForce RTX 2080 SUPER", BusID: "00000000:0C:00.0",
 		UtilGPU: n(util), UtilMem: n(memUtil), MemUsedMiB: n(used), MemTotalMiB: n(8192),
 		TempC: n(temp), PowerW: n(power), PowerLimitW: n(250), FanPct: n(38),
+		PState: n(pstate), ClockEventMask: clocks, ClockEventValid: true,
 	}
 }
 
-func h100MIG(used, temp, power float64) GPU {
+func h100MIG(used, temp, power float64, clocks uint64) GPU {
 	// MIG mode: the GPU reports no utilization at all; the fans are the
 	// chassis's, not the GPU's.
 	return GPU{
 		Index: 0, UUID: zeroUUID, Name: "NVIDIA H100 80GB HBM3", BusID: "00000000:00:09.0",
 		UtilGPU: na, UtilMem: na, MemUsedMiB: n(used), MemTotalMiB: n(81559),
 		TempC: n(temp), PowerW: n(power), PowerLimitW: n(700), FanPct: na,
+		// ECC on; this H100 prints [N/A] for retired pages and remapped rows.
+		PState: n(0), ECCMode: "enabled", ECCUncorrected: n(0),
+		ClockEventMask: clocks, ClockEventValid: true,
 	}
 }
 
-func h200(util, memUtil, used, temp, power float64) GPU {
+func h200(util, memUtil, used, temp, power float64, clocks uint64) GPU {
 	return GPU{
 		Index: 0, UUID: zeroUUID, Name: "NVIDIA H200", BusID: "00000000:83:00.0",
 		UtilGPU: n(util), UtilMem: n(memUtil), MemUsedMiB: n(used), MemTotalMiB: n(143771),
 		TempC: n(temp), PowerW: n(power), PowerLimitW: n(700), FanPct: na,
+		// The H200 remaps rows (No, No) and does not retire pages ([N/A]).
+		PState: n(0), ECCMode: "enabled", ECCUncorrected: n(0),
+		RemapPending: Flag{Valid: true}, RemapFailure: Flag{Valid: true},
+		ClockEventMask: clocks, ClockEventValid: true,
 	}
 }
 
@@ -59,26 +69,26 @@ func proc(pid int, name string, mem Number) Process {
 
 var captureWants = map[string]map[string]captureWant{
 	"linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05": {
-		"idle": {gpu: rtx2080(0, 9, 214, 40, 39.32)},
+		"idle": {gpu: rtx2080(0, 9, 214, 40, 39.32, 8, 0x4)},
 		// Xorg and gnome-shell are graphics clients: only the default table
 		// shows them, never --query-compute-apps.
-		"load": {gpu: rtx2080(8, 3, 819, 45, 111.50), procs: []Process{
+		"load": {gpu: rtx2080(8, 3, 819, 45, 111.50, 2, 0), procs: []Process{
 			proc(5268, "ffmpeg", n(370)),
 			proc(5267, "ffmpeg", n(230)),
 		}},
 	},
 	"linux-x86_64__nvidia-h100-mig__590.48.01": {
-		"idle": {gpu: h100MIG(59, 42, 71.15)},
+		"idle": {gpu: h100MIG(59, 42, 71.15, 0x1)},
 		// MIG: the processes name the parent GPU's uuid, not the MIG device's.
-		"load": {gpu: h100MIG(11125, 53, 433.78), procs: []Process{
+		"load": {gpu: h100MIG(11125, 53, 433.78, 0), procs: []Process{
 			proc(21180, "/root/tools/memhog", n(2296)),
 			proc(21181, "/root/tools/memhog", n(1272)),
 			proc(21198, "./gpu_burn", n(7484)),
 		}},
 	},
 	"linux-x86_64__nvidia-h200__590.48.01": {
-		"idle": {gpu: h200(0, 0, 0, 28, 77.71)},
-		"load": {gpu: h200(100, 7, 32362, 52, 627.40), procs: []Process{
+		"idle": {gpu: h200(0, 0, 0, 28, 77.71, 0x1)},
+		"load": {gpu: h200(100, 7, 32362, 52, 627.40, 0), procs: []Process{
 			proc(10291, "/root/tools/memhog", n(2566)),
 			proc(10293, "/root/tools/memhog", n(1542)),
 			proc(10309, "./gpu_burn", n(28234)),
@@ -91,18 +101,20 @@ var captureWants = map[string]map[string]captureWant{
 			Index: 0, UUID: "GPU-df6e7a7c-7314-46f8-abc4-b88b36dcf3aa", Name: "NVIDIA GeForce RTX 2080 SUPER", BusID: "00000000:0C:00.0",
 			UtilGPU: n(0), UtilMem: n(10), MemUsedMiB: n(344), MemTotalMiB: n(7979),
 			TempC: n(32), PowerW: n(30.37), PowerLimitW: n(250), FanPct: n(38),
+			// Only the old name of the clock reasons; no remapped_rows at all.
+			PState: n(8), ClockEventMask: 0x1, ClockEventValid: true,
 		}},
 	},
 	// WDDM: Windows manages GPU memory, so no process has used_gpu_memory.
 	"windows-x86_64__nvidia-geforce-rtx-2080-super__610.62": {
-		"idle": {gpu: rtx2080(0, 10, 797, 40, 39.25), procCount: 19, allMemGone: true, procs: []Process{
+		"idle": {gpu: rtx2080(0, 10, 797, 40, 39.25, 8, 0x1), procCount: 19, allMemGone: true, procs: []Process{
 			proc(2140, `C:\Windows\System32\dwm.exe`, na),
 			proc(17648, `C:\Program Files\NVIDIA Corporation\NVIDIA App\CEF\NVIDIA Overlay.exe`, na),
 			proc(15964, `C:\Program Files\NVIDIA Corporation\NVIDIA App\CEF\NVIDIA Overlay.exe`, na),
 			proc(17840, `C:\Program Files (x86)\Microsoft\EdgeWebView\Application\149.0.4022.80\msedgewebview2.exe`, na),
 			proc(20440, `C:\Program Files\Controller Companion\ControllerCompanion.exe`, na),
 		}},
-		"load": {gpu: rtx2080(7, 3, 1366, 44, 97.99), procCount: 21, allMemGone: true, procs: []Process{
+		"load": {gpu: rtx2080(7, 3, 1366, 44, 97.99, 2, 0), procCount: 21, allMemGone: true, procs: []Process{
 			proc(23988, `C:\Program Files (x86)\Microsoft\Edge\Application\msedge.exe`, na),
 			proc(12940, `C:\Users\utku\AppData\Local\Microsoft\WinGet\Packages\Gyan.FFmpeg_Microsoft.Winget.Source_8wekyb3d8bbwe\ffmpeg-8.1.1-full_build\bin\ffmpeg.exe`, na),
 			proc(13820, `C:\Users\utku\AppData\Local\Microsoft\WinGet\Packages\Gyan.FFmpeg_Microsoft.Winget.Source_8wekyb3d8bbwe\ffmpeg-8.1.1-full_build\bin\ffmpeg.exe`, na),

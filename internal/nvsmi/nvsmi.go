@@ -37,6 +37,21 @@ type GPU struct {
 	UUID, Name, BusID string
 
 	UtilGPU, UtilMem, MemUsedMiB, MemTotalMiB, TempC, PowerW, PowerLimitW, FanPct Number
+
+	// The health readings (HealthFields), missing where not asked for, not
+	// supported ("[N/A]") or unreadable.
+	PState         Number // 0 for P0 to 15 for P15
+	ECCMode        string // "enabled", "disabled" or ""
+	ECCUncorrected Number // uncorrectable ECC errors since the driver loaded
+
+	// Yes/No readings: pages or rows waiting for a reset to be retired or
+	// remapped, and a remap that failed (the GPU ran out of spare rows).
+	RetiredPagesPending, RemapPending, RemapFailure Flag
+
+	// ClockEventMask is clocks_event_reasons.active (clocks_throttle_reasons
+	// on older drivers); health.ClockEvents names its bits.
+	ClockEventMask  uint64
+	ClockEventValid bool
 }
 
 // Process is one row of --query-compute-apps: one process on one GPU. A
@@ -145,6 +160,7 @@ func ParseGPUs(out []byte) (GPUReport, error) {
 	utilG, utilM := t.col(colUtilGPU), t.col(colUtilMem)
 	used, total := t.col(colMemUsed), t.col(colMemTotal)
 	temp, pw, pwl, fan := t.col(colTemp), t.col(colPower), t.col(colPowerLim), t.col(colFan)
+	hc := t.healthColumns()
 	for _, r := range t.rows {
 		i, ok := parseInt(r.fields[idx])
 		if !ok {
@@ -165,6 +181,7 @@ func ParseGPUs(out []byte) (GPUReport, error) {
 			PowerLimitW: r.num(pwl),
 			FanPct:      r.num(fan),
 		})
+		r.readHealth(hc, &rep.GPUs[len(rep.GPUs)-1])
 	}
 	rep.Skipped, rep.MoreSkipped = t.skippedInOrder(), t.moreSkipped
 	return rep, nil

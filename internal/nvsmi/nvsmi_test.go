@@ -51,7 +51,7 @@ func TestParseGPUs(t *testing.T) {
 				"55 %, 2026/07/03 22:11:09.763, 00000000:04:00.0, Tesla V100, 16384 MiB, P0, 61, GPU-v, 3"),
 			want: GPUReport{GPUs: []GPU{{
 				Index: 3, UUID: "GPU-v", Name: "Tesla V100", BusID: "00000000:04:00.0",
-				MemTotalMiB: n(16384), TempC: n(61), FanPct: n(55),
+				MemTotalMiB: n(16384), TempC: n(61), FanPct: n(55), PState: n(0),
 			}}},
 		},
 		{

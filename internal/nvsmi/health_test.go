@@ -1,0 +1,185 @@
+package nvsmi
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// healthHeader is what the probe asks on a driver that knows every health
+// field (590+), after its usual fields, cut to index for brevity.
+var healthHeader = "index, " + strings.Join(HealthFields[:len(HealthFields)-1], ", ")
+
+func healthRow(pstate, eccMode, eccUncorr, retired, remapPending, remapFailure, clocks string) string {
+	return strings.Join([]string{"0", pstate, eccMode, eccUncorr, retired, remapPending, remapFailure, clocks}, ", ")
+}
+
+func TestParseGPUsHealth(t *testing.T) {
+	yes, no := Flag{Value: true, Valid: true}, Flag{Valid: true}
+	tests := []struct {
+		name string
+		in   []byte
+		want GPU
+	}{
+		{
+			name: "a healthy H200",
+			in:   lines(healthHeader, healthRow("P0", "Enabled", "0", "[N/A]", "No", "No", "0x0000000000000000")),
+			want: GPU{PState: n(0), ECCMode: "enabled", ECCUncorrected: n(0), RemapPending: no, RemapFailure: no, ClockEventValid: true},
+		},
+		{
+			name: "a failing GPU: remap failed and pending, pages pending, errors, hw slowdown",
+			in:   lines(healthHeader, healthRow("P2", "Enabled", "12", "Yes", "Yes", "Yes", "0x0000000000000008")),
+			want: GPU{PState: n(2), ECCMode: "enabled", ECCUncorrected: n(12),
+				RetiredPagesPending: yes, RemapPending: yes, RemapFailure: yes, ClockEventMask: 0x8, ClockEventValid: true},
+		},
+		{
+			name: "ECC disabled, lowest pstate, upper-case hex",
+			in:   lines(healthHeader, healthRow("P15", "Disabled", "[N/A]", "No", "[N/A]", "[N/A]", "0X00000000000000A0")),
+			want: GPU{PState: n(15), ECCMode: "disabled", RetiredPagesPending: no, ClockEventMask: 0xa0, ClockEventValid: true},
+		},
+		{
+			name: "every token nvidia-smi prints for no value is missing",
+			in: lines(healthHeader,
+				healthRow("[N/A]", "[N/A]", "[N/A]", "[N/A]", "[N/A]", "[N/A]", "[N/A]"),
+				healthRow("[Unknown Error]", "[Unknown Error]", "[Unknown Error]", "[Unknown Error]", "[Unknown Error]", "[Unknown Error]", "[Unknown Error]"),
+				healthRow("ERR!", "ERR!", "ERR!", "ERR!", "ERR!", "ERR!", "ERR!"),
+				healthRow("[Not Supported]", "[Not Supported]", "[Not Supported]", "[Not Supported]", "[Not Supported]", "[Not Supported]", "[Not Supported]"),
+				healthRow("", "", "", "", "", "", "")),
+		},
+		{
+			name: "absurd values are missing, never a condition",
+			in: lines(healthHeader,
+				healthRow("P16", "enabledish", "-1", "1", "0", "true", "0xFFFFFFFFFFFFFFFF"),
+				healthRow("P32", "Enabled Disabled", "18446744073709551615", "Yes!", "no way", "Y", "0x8000000000000000"),
+				healthRow("P-1", "", "9007199254740993", "", "", "", "0x10000000000000000"),
+				healthRow("p0", "", "1.5", "", "", "", "0xZZ"),
+				healthRow("P", "", "1e9", "", "", "", "0x"),
+				healthRow("P00000", "", "0x10", "", "", "", "-0x1"),
+				healthRow("P1x", "", "NaN", "", "", "", "12")),
+		},
+		{
+			name: "the old name of the clock reasons, as driver 465 prints it",
+			in:   lines("index, pstate, clocks_throttle_reasons.active", "0, P8, 0x0000000000000001"),
+			want: GPU{PState: n(8), ClockEventMask: 1, ClockEventValid: true},
+		},
+		{
+			name: "columns not asked for are missing",
+			in:   lines("index", "0"),
+		},
+		{
+			name: "CRLF line ends",
+			in:   []byte("index, pstate, remapped_rows.failure\r\n0, P3, Yes\r\n"),
+			want: GPU{PState: n(3), RemapFailure: yes},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseGPUs(tt.in)
+			if err != nil {
+				t.Fatalf("ParseGPUs: %v", err)
+			}
+			if len(got.Skipped) > 0 {
+				t.Errorf("skipped %v", got.Skipped)
+			}
+			if len(got.GPUs) == 0 {
+				t.Fatal("no GPU")
+			}
+			// Every row of a case must read the same.
+			for i, g := range got.GPUs {
+				if diff := cmp.Diff(tt.want, g); diff != "" {
+					t.Errorf("row %d (-want +got):\n%s", i+1, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestHealthFieldsAreKnownTo590(t *testing.T) {
+	for _, name := range []string{"linux-x86_64__nvidia-h200__590.48.01", "windows-x86_64__nvidia-geforce-rtx-2080-super__610.62"} {
+		help, ok := section(t, name, "capabilities", "help-query-gpu")
+		if !ok {
+			t.Fatalf("%s: no help-query-gpu section", name)
+		}
+		known := KnownFields([]byte(help))
+		for _, f := range HealthFields {
+			if !known[f] {
+				t.Errorf("%s: %s unknown", name, f)
+			}
+		}
+	}
+}
+
+func TestKnownFields(t *testing.T) {
+	tests := []struct {
+		name         string
+		capture      string
+		want, absent []string
+		atLeast      int
+	}{
+		{
+			name:    "driver 465 lacks remapped rows and the new clock names",
+			capture: "rtx-2080-super__465.27__query-gpu-all",
+			want:    []string{"index", "gpu_name", "name", "pstate", "ecc.mode.current", "retired_pages.pending", "clocks_throttle_reasons.active", "ecc.errors.uncorrected.volatile.total"},
+			absent:  []string{"remapped_rows.pending", "remapped_rows.failure", "clocks_event_reasons.active", "0: Default", "List of valid properties"},
+			atLeast: 100,
+		},
+		{
+			name:    "driver 590 knows both clock names, as aliases",
+			capture: "linux-x86_64__nvidia-h100-mig__590.48.01",
+			want:    []string{"remapped_rows.pending", "remapped_rows.failure", "clocks_event_reasons.active", "clocks_throttle_reasons.active", "retired_pages.sbe"},
+			absent:  []string{"1: Exclusive_Thread"},
+			atLeast: 250,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			help, ok := section(t, tt.capture, "capabilities", "help-query-gpu")
+			if !ok {
+				t.Fatal("no help-query-gpu section")
+			}
+			known := KnownFields([]byte(help))
+			if len(known) < tt.atLeast {
+				t.Errorf("%d fields, want at least %d", len(known), tt.atLeast)
+			}
+			for _, f := range tt.want {
+				if !known[f] {
+					t.Errorf("%s unknown", f)
+				}
+			}
+			for _, f := range tt.absent {
+				if known[f] {
+					t.Errorf("%s known", f)
+				}
+			}
+		})
+	}
+}
+
+func TestKnownFieldsBadInput(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want map[string]bool
+	}{
+		{"empty", "", map[string]bool{}},
+		{"CRLF", "\"pstate\"\r\n\"name\" or \"gpu_name\"\r\n", map[string]bool{"pstate": true, "name": true, "gpu_name": true}},
+		{"quoted prose", "\"0: Default\" means many\n\"a b\"\n\"\"\n\"x\" or\n\"<b>\"\n", map[string]bool{}},
+		{"a unit in the name is not a field", "\"memory.used [MiB]\"\n", map[string]bool{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, KnownFields([]byte(tt.in))); diff != "" {
+				t.Errorf("KnownFields (-want +got):\n%s", diff)
+			}
+		})
+	}
+	var flood strings.Builder
+	for i := range 2 * maxKnownFields {
+		fmt.Fprintf(&flood, "\"f%d\" or \"g%d\"\n", i, i)
+	}
+	if got := len(KnownFields([]byte(flood.String()))); got != maxKnownFields {
+		t.Errorf("a flood of names kept %d, more than %d", got, maxKnownFields)
+	}
+}
