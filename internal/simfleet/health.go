@@ -285,16 +285,22 @@ func (m *capModel) mig() bool {
 
 // queryFields is what the script asks nvidia-smi --query-gpu for on this
 // host: the GPU fields, then those of the health fields that its driver
-// lists in --help-query-gpu.
+// lists in --help-query-gpu, a reading asked under two names (the clock
+// reasons' new and old) once, by the first.
 func (h *host) queryFields(req probe.Request) []string {
 	if len(req.HealthFields) == 0 {
 		return req.GPUFields
 	}
+	m := h.model
 	fields := append(make([]string, 0, len(req.GPUFields)+len(req.HealthFields)), req.GPUFields...)
+	kept := map[string]bool{}
 	for _, f := range req.HealthFields {
-		if _, _, ok := h.model.col(f); ok {
-			fields = append(fields, f)
+		_, canon, ok := m.col(f)
+		if !ok || (m.known != nil && !m.known[f]) || kept[canon] {
+			continue
 		}
+		kept[canon] = true
+		fields = append(fields, f)
 	}
 	return fields
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumon/gpumon/internal/captures"
+	"github.com/gpumon/gpumon/internal/nvsmi"
 	"github.com/gpumon/gpumon/internal/probe"
 )
 
@@ -145,15 +146,10 @@ func TestDriverGPUs(t *testing.T) {
 	}
 }
 
-// healthFields is what fetch asks for (a copy: the probe's list is the
-// probe's).
-var healthFields = []string{"pstate", "ecc.mode.current", "ecc.errors.uncorrected.volatile.total",
-	"retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure",
-	"clocks_event_reasons.active", "clocks_throttle_reasons.active"}
-
 // A host answers the health fields its driver knows, with its GPUs'
 // conditions; a driver 465 host drops remapped_rows.* and
-// clocks_event_reasons.*, as the probe does after --help-query-gpu.
+// clocks_event_reasons.*, as the probe does after --help-query-gpu, and a
+// 590 host answers the clock reasons once, under their new name.
 func TestHealthFields(t *testing.T) {
 	tests := []struct {
 		name string
@@ -162,9 +158,9 @@ func TestHealthFields(t *testing.T) {
 	}{
 		{"H200", HostSpec{Capture: "h200", GPUs: 2, State: "load", Health: []GPUHealth{{GPU: 1, RemapPending: true, RemapFailure: true, ECCUncorrected: 3, ClockEvents: ClockHWSlowdown | ClockHWPowerBrake}}},
 			[]string{
-				"index, pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_throttle_reasons.active",
-				"0, P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000",
-				"1, P0, Enabled, 3, [N/A], Yes, Yes, 0x0000000000000088, 0x0000000000000088",
+				"index, pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active",
+				"0, P0, Enabled, 0, [N/A], No, No, 0x0000000000000000",
+				"1, P0, Enabled, 3, [N/A], Yes, Yes, 0x0000000000000088",
 			}},
 		{"driver 465", HostSpec{Capture: "465", GPUs: 1, Health: []GPUHealth{{GPU: 0, ClockEvents: ClockHWThermal}}},
 			[]string{
@@ -176,7 +172,7 @@ func TestHealthFields(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.spec.Name = "h"
 			h := newTestHost(t, tt.spec)
-			fields := h.queryFields(probe.Request{GPUFields: []string{"index"}, HealthFields: healthFields})
+			fields := h.queryFields(probe.Request{GPUFields: []string{"index"}, HealthFields: nvsmi.HealthFields})
 			if diff := cmp.Diff(tt.want, lines(h.renderGPUs(fields).body)); diff != "" {
 				t.Errorf("--query-gpu (-want +got):\n%s", diff)
 			}
@@ -209,5 +205,34 @@ func TestHealthRefused(t *testing.T) {
 				t.Errorf("error %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// What the fleet answers reads as it should with the parsers fetch uses:
+// bob's share, alice's idle holding (no sample), the degraded GPU's
+// readings.
+func TestHealthParses(t *testing.T) {
+	h := newTestHost(t, HostSpec{Name: "h", Capture: "h200", GPUs: 2, Processes: []Process{
+		{PID: 88001, User: "bob", Command: "python train.py", GPU: 0, MemMiB: 64000, SMPct: 90},
+		{PID: 88050, User: "alice", Command: "python3 -m ipykernel_launcher", GPU: 0, MemMiB: 30720, Idle: true},
+	}, Health: []GPUHealth{{GPU: 1, RemapPending: true, ECCUncorrected: 2, ClockEvents: ClockHWSlowdown}}})
+	pm, err := nvsmi.ParsePmon(h.renderPmon().body)
+	if err != nil || len(pm.Skipped) > 0 {
+		t.Fatalf("ParsePmon: %v, skipped %v", err, pm.Skipped)
+	}
+	sm := map[int]nvsmi.Number{}
+	for _, s := range pm.Samples {
+		sm[s.PID] = s.SMPct
+	}
+	if sm[88001] != (nvsmi.Number{Value: 90, Valid: true}) || sm[88050].Valid {
+		t.Errorf("pmon read as %+v, want bob 90 and alice without a sample", sm)
+	}
+	rep, err := nvsmi.ParseGPUs(h.renderGPUs(h.queryFields(probe.Request{GPUFields: probe.GPUFields, HealthFields: nvsmi.HealthFields})).body)
+	if err != nil || len(rep.GPUs) != 2 || len(rep.Skipped) > 0 {
+		t.Fatalf("ParseGPUs: %v %+v", err, rep)
+	}
+	g := rep.GPUs[1]
+	if !g.RemapPending.Value || !g.RemapFailure.Valid || g.RemapFailure.Value || g.ECCUncorrected != (nvsmi.Number{Value: 2, Valid: true}) || g.ClockEventMask&ClockHWSlowdown == 0 {
+		t.Errorf("GPU 1 read as %+v", g)
 	}
 }

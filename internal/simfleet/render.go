@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/captures"
+	"github.com/gpumon/gpumon/internal/nvsmi"
 )
 
 // Messages that real nvidia-smi prints, with the exit codes that go with them.
@@ -36,6 +37,9 @@ type capModel struct {
 	rows    map[string][]string
 	// baseMiB is memory.used on the idle GPU: the driver's own share.
 	baseMiB int
+	// known is what its --help-query-gpu lists (nil: the columns);
+	// the probe drops the health fields a host's driver does not know.
+	known map[string]bool
 	// appsUnit is the unit of used_gpu_memory; appsMemNA is true where the
 	// capture's compute apps print [N/A] for it (Windows, WDDM).
 	appsUnit  string
@@ -132,6 +136,9 @@ func loadModel(name string) (*capModel, error) {
 	}
 	if i, ok := m.cols["memory.used"]; ok {
 		m.baseMiB, _ = strconv.Atoi(stripUnit(m.rows["idle"][i], m.units[i]))
+	}
+	if s, ok := c.Section("capabilities", "help-query-gpu"); ok {
+		m.known = nvsmi.KnownFields([]byte(s.Body))
 	}
 	if s, ok := c.Section("capabilities", "help-query-gpu"); ok && s.State != "" {
 		for _, line := range strings.Split(s.Body, "\n") {
