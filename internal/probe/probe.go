@@ -24,6 +24,7 @@ package probe
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -118,7 +119,15 @@ type Request struct {
 	// KernelLogSince asks for the kernel log's XID lines of the last so
 	// many seconds (SectionKernelLog); 0 asks for none.
 	KernelLogSince int
+	// DriverGPUs is the folder whose names are SectionDriverGPUs:
+	// DriverGPUsFolder (NewRequest's), or a stand-in that tests point it
+	// to, since no test can make GPUs appear in /proc.
+	DriverGPUs string
 }
+
+// DriverGPUsFolder is where the NVIDIA driver lists its GPUs, one folder
+// each, named by PCI address; world-readable wherever the driver is loaded.
+const DriverGPUsFolder = "/proc/driver/nvidia/gpus"
 
 // The values of Request.Containers that ask something.
 const (
@@ -144,7 +153,8 @@ func NewRequest(nvTimeout int) Request {
 		Nonce:     hex.EncodeToString(b[:]),
 		GPUFields: GPUFields,
 		AppFields: AppFields,
-		NVTimeout: nvTimeout,
+		NVTimeout:  nvTimeout,
+		DriverGPUs: DriverGPUsFolder,
 	}
 }
 
@@ -155,8 +165,13 @@ func (r Request) Script() string {
 	if ct != ContainersDocker && ct != ContainersPodman {
 		ct = "" // the script runs what CT names: nothing else
 	}
-	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\nCT='%s'\n",
-		markerPrefix, r.Nonce, strings.Join(r.GPUFields, ","), strings.Join(r.AppFields, ","), r.NVTimeout, r.StateFile, ct)
+	pu := 0
+	if r.ProcessUtil {
+		pu = 1
+	}
+	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\nCT='%s'\nHF='%s'\nPU=%d\nKS=%d\nDG='%s'\n",
+		markerPrefix, r.Nonce, strings.Join(r.GPUFields, ","), strings.Join(r.AppFields, ","), r.NVTimeout, r.StateFile, ct,
+		strings.Join(r.HealthFields, ","), pu, max(r.KernelLogSince, 0), cmp.Or(r.DriverGPUs, DriverGPUsFolder))
 	b.WriteString(script)
 	return b.String()
 }
@@ -169,9 +184,9 @@ func (r Request) Script() string {
 // lines at most psBudget/processes wide); a command that prints more fails
 // the host with "the host sent too much: ... printed more than N bytes".
 const (
-	maxGPUsOutput = 64 << 10   // nvidia-smi --query-gpu: 64 GPUs take about 16 KiB
+	maxGPUsOutput = 64 << 10   // nvidia-smi --query-gpu: 64 GPUs take about 16 KiB (20 KiB with the health fields)
 	maxAppsOutput = 512 << 10  // nvidia-smi --query-compute-apps: 4,096 processes take about 280 KiB
-	maxPSOutput   = 1536 << 10 // ps: 4,096 processes take about 1 MiB (psBudget)
+	maxPSOutput   = 1152 << 10 // ps: at most psBudget, and a newline a process
 	maxStateFile  = 1 << 20    // idlemon's state file (head -c)
 	// maxCgroupsOutput bounds the cgroups section: each process's
 	// /proc/PID/cgroup (a few hundred bytes on a cgroup v2 host, about
@@ -190,11 +205,35 @@ const (
 	// psBudget / processes columns wide, between 256 and 4,096 (a line holds
 	// pid, user and elapsed time too).
 	psBudget = 1 << 20
+	// maxHelpOutput bounds nvidia-smi --help-query-gpu, asked only where
+	// the health fields were refused: 32 KiB on driver 590. It stays on
+	// the host (the script picks the fields it lists), so it is not part
+	// of MaxAnswer.
+	maxHelpOutput = 128 << 10
+	// MaxPmonOutput bounds nvidia-smi pmon -c 1 -s u: about 85 bytes a
+	// process, some 3,000 processes. Past it, the host answers without
+	// the processes' own utilization, and says so.
+	MaxPmonOutput = 256 << 10
+	// maxDriverGPUs bounds the names read from the driver's folder (as
+	// nvsmi.MaxGPUs bounds nvidia-smi's list); each is a PCI address, a
+	// name at most 255 bytes.
+	maxDriverGPUs       = 64
+	maxDriverGPUsOutput = maxDriverGPUs * 256
+	// maxXIDLines and maxXIDLine bound the kernel_log section: the newest
+	// maxXIDLines lines of the window that hold "NVRM: Xid", each cut at
+	// maxXIDLine bytes (a real one is 100 to 300), on the host, by tail
+	// and cut. MaxKernelLogOutput is that and room for what journalctl
+	// or dmesg say on standard error; past it, the log is unreadable for
+	// this poll, and the section says so.
+	maxXIDLines        = 256
+	maxXIDLine         = 512
+	MaxKernelLogOutput = maxXIDLines*(maxXIDLine+1) + 8<<10
 	// MaxAnswer is the most a host running the script can send: the
 	// sections above and a few KiB of framing and host lines. fetch's own
 	// per-host cap (remote.MaxOutput) is above it.
 	MaxAnswer = maxGPUsOutput + maxAppsOutput + maxPSOutput + maxStateFile +
-		maxCgroupsOutput + MaxSqueueOutput + maxContainersOutput + 16<<10
+		maxCgroupsOutput + MaxSqueueOutput + maxContainersOutput +
+		MaxPmonOutput + maxDriverGPUsOutput + MaxKernelLogOutput + 16<<10
 )
 
 // The body is one function called with stdin from /dev/null: sh has read the
@@ -266,7 +305,112 @@ cgroups() {
   done
   return 0
 }
-run @GPUS@ "nvidia-smi --query-gpu" $TO nvidia-smi --query-gpu="$GF" --format=csv,nounits
+knownfields() {
+  keep= clk=
+  soft=1
+  run @HELP@ "nvidia-smi --help-query-gpu" $TO nvidia-smi --help-query-gpu
+  soft=
+  [ "$rc" -eq 0 ] || return 0
+  oifs=$IFS
+  IFS=,
+  for f in $HF; do
+    case $out in *"\"$f\""*) ;; *) continue ;; esac
+    case $f in
+    clocks_event_reasons.active|clocks_throttle_reasons.active)
+      [ -n "$clk" ] && continue
+      clk=1 ;;
+    esac
+    keep=$keep${keep:+,}$f
+  done
+  IFS=$oifs
+}
+xidlines() {
+  { kr=$( { { "$@"; echo "$?" >&3; } | grep -a -F 'NVRM: Xid' | tail -n @XIDLINES@ | cut -b 1-@XIDLINE@ >&4; } 3>&1 ); } 4>&1
+  return "${kr:-1}"
+}
+journalreader() {
+  [ "$(id -u 2>/dev/null)" = 0 ] && return 0
+  for g in $(id -Gn 2>/dev/null); do
+    case $g in systemd-journal|adm|wheel) return 0 ;; esac
+  done
+  return 1
+}
+since() {
+  kept=
+  while IFS= read -r l; do
+    t=${l#"["}
+    t=${t%%"]"*}
+    t=${t%%.*}
+    t=${t##*" "}
+    case $t in ''|*[!0-9]*|??????????*) continue ;; esac
+    [ "$t" -ge "$1" ] && kept=$kept$NL$l
+  done <<EOF
+$out
+EOF
+}
+kernellog() {
+  soft=1 why=
+  if ! command -v journalctl >/dev/null 2>&1; then
+    why="no journalctl"
+  elif ! journalreader; then
+    why="not in group systemd-journal or adm"
+  else
+    now=$(date +%s)
+    run @KLOG@ journalctl xidlines $TO journalctl -k -q --no-pager -o short-unix --since="@$((now - KS))"
+    out="source journal${out:+$NL$out}"
+    [ "$rc" -eq 0 ] || why="journalctl failed (exit $rc)"
+  fi
+  if [ -n "$why" ]; then
+    up=
+    read -r up rest </proc/uptime 2>/dev/null
+    up=${up%%.*}
+    if command -v dmesg >/dev/null 2>&1; then
+      run @KLOG@ dmesg xidlines $TO dmesg -k
+    else
+      out= rc=127
+    fi
+    if [ "$rc" -ne 0 ]; then
+      l=${out%%"$NL"*}
+      out="$why; ${l:-dmesg failed (exit $rc)}"
+    elif [ -z "$up" ]; then
+      out="$why; dmesg: no /proc/uptime to place its times" rc=1
+    else
+      since "$((up - KS))"
+      out="source dmesg${NL}uptime $up$kept"
+    fi
+  fi
+  soft=
+  printf '%s begin kernel_log\n%s\n%s end kernel_log %d\n' "$N" "$out" "$N" "$rc"
+}
+pmon() {
+  run @PMON@ "nvidia-smi pmon" $TO nvidia-smi pmon -c 1 -s u
+  printf '%s begin pmon\n%s\n%s end pmon %d\n' "$N" "$out" "$N" "$rc"
+}
+pm= pmpid=
+if [ "$PU" = 1 ]; then
+  pm=$(mktemp 2>/dev/null) || pm=
+  if [ -n "$pm" ] && { command exec 5>"$pm"; } 2>/dev/null; then
+    trap 'rm -f "$pm"' EXIT
+    trap 'rm -f "$pm"; exit 129' HUP
+    trap 'rm -f "$pm"; exit 141' PIPE
+    trap 'rm -f "$pm"; exit 143' TERM
+    (soft=1; pmon >&5) >/dev/null 2>&1 &
+    pmpid=$!
+    exec 5>&-
+  else
+    [ -n "$pm" ] && rm -f "$pm"
+    pm=
+  fi
+fi
+Q=$GF${HF:+,$HF}
+run @GPUS@ "nvidia-smi --query-gpu" $TO nvidia-smi --query-gpu="$Q" --format=csv,nounits
+if [ "$rc" -ne 0 ] && [ -n "$HF" ]; then
+  case $out in
+  *"is not a valid field to query"*)
+    knownfields
+    run @GPUS@ "nvidia-smi --query-gpu" $TO nvidia-smi --query-gpu="$GF${keep:+,$keep}" --format=csv,nounits ;;
+  esac
+fi
 printf '%s begin gpus\n%s\n%s end gpus %d\n' "$N" "$out" "$N" "$rc"
 pids= np=1
 if [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
@@ -333,6 +477,28 @@ if [ -n "$SF" ] && [ -f "$SF" ] && [ -r "$SF" ]; then
   out=$($TO head -c @STATE@ -- "$SF" 2>&1); rc=$?
   printf '%s begin idlemon\n%s\n%s end idlemon %d\n' "$N" "$out" "$N" "$rc"
 fi
+dg= drc=0 n=0
+if [ -d "$DG" ]; then
+  for d in "$DG"/*; do
+    [ -e "$d" ] || continue
+    n=$((n + 1))
+    [ "$n" -gt @DRIVERGPUS@ ] && break
+    dg=$dg${dg:+$NL}${d##*/}
+  done
+else
+  dg="$DG is not a folder: is the NVIDIA driver loaded?" drc=1
+fi
+printf '%s begin driver_gpus\n%s\n%s end driver_gpus %d\n' "$N" "$dg" "$N" "$drc"
+[ "$KS" -gt 0 ] && kernellog
+if [ -n "$pmpid" ]; then
+  wait "$pmpid"
+  [ -n "$pids" ] && cat "$pm"
+  rm -f "$pm"
+elif [ "$PU" = 1 ] && [ -n "$pids" ]; then
+  soft=1
+  pmon
+  soft=
+fi
 printf '%s done\n' "$N"
 }
 gpumon_probe </dev/null
@@ -344,9 +510,12 @@ var script = strings.NewReplacer(
 	"@GPUS@", strconv.Itoa(maxGPUsOutput), "@APPS@", strconv.Itoa(maxAppsOutput),
 	"@PS@", strconv.Itoa(maxPSOutput), "@PSBUDGET@", strconv.Itoa(psBudget),
 	"@STATE@", strconv.Itoa(maxStateFile), "@CGROUPS@", strconv.Itoa(maxCgroupsOutput),
-	"@SQUEUE@", strconv.Itoa(MaxSqueueOutput), "@CTRS@", strconv.Itoa(maxContainersOutput)).Replace(scriptBody)
+	"@SQUEUE@", strconv.Itoa(MaxSqueueOutput), "@CTRS@", strconv.Itoa(maxContainersOutput),
+	"@HELP@", strconv.Itoa(maxHelpOutput), "@PMON@", strconv.Itoa(MaxPmonOutput),
+	"@DRIVERGPUS@", strconv.Itoa(maxDriverGPUs), "@KLOG@", strconv.Itoa(MaxKernelLogOutput),
+	"@XIDLINES@", strconv.Itoa(maxXIDLines), "@XIDLINE@", strconv.Itoa(maxXIDLine)).Replace(scriptBody)
 
-var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF|CT)=(?:'([^']*)'|(\d+))$`)
+var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF|CT|HF|PU|KS|DG)=(?:'([^']*)'|(\d+))$`)
 
 // ParseScript recovers the request from a script made by Request.Script, so a
 // simulated host answers exactly the fields fetch asked for.
@@ -368,6 +537,16 @@ func ParseScript(script string) (Request, error) {
 			r.StateFile = m[2]
 		case "CT":
 			r.Containers = m[2]
+		case "HF":
+			if m[2] != "" {
+				r.HealthFields = strings.Split(m[2], ",")
+			}
+		case "PU":
+			r.ProcessUtil = m[3] == "1"
+		case "KS":
+			r.KernelLogSince, _ = strconv.Atoi(m[3])
+		case "DG":
+			r.DriverGPUs = m[2]
 		}
 	}
 	if !seen["N"] || !seen["GF"] || !seen["AF"] {
