@@ -2,6 +2,7 @@ package simfleet
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"path"
 	"strconv"
@@ -149,14 +150,16 @@ func healthValue(gh *GPUHealth, field, v string) (string, bool) {
 	return v, false
 }
 
-// renderDriverGPUs answers the driver_gpus section: the names in
-// /proc/driver/nvidia/gpus, the PCI addresses of every GPU the driver
-// lists, nvidia-smi's and those it leaves out, as ls sorts them.
-func (h *host) renderDriverGPUs() rendered {
-	if h.spec.Failure == DriverNotLoaded {
-		return rendered{[]byte("ls: cannot access '/proc/driver/nvidia/gpus': No such file or directory\n"), 2}
-	}
-	if h.spec.Failure == NoDevices {
+// renderDriverGPUs answers the driver_gpus section: the names in the
+// driver's folder (/proc/driver/nvidia/gpus), the PCI addresses of every
+// GPU the driver lists, nvidia-smi's and those it leaves out, as the
+// shell's glob sorts them; where the driver is not loaded there is no
+// folder.
+func (h *host) renderDriverGPUs(folder string) rendered {
+	switch h.spec.Failure {
+	case DriverNotLoaded:
+		return rendered{[]byte(folder + " is not a folder: is the NVIDIA driver loaded?\n"), 1}
+	case NoDevices:
 		return rendered{}
 	}
 	var b bytes.Buffer
@@ -176,25 +179,27 @@ func (h *host) driverGPUs() []simGPU {
 // driverAddr is the GPU's name in /proc/driver/nvidia/gpus.
 func (g *simGPU) driverAddr() string { return fmt.Sprintf("0000:%02x:00.0", g.bus) }
 
-// renderKernelLog answers the kernel_log section as the probe's journalctl
-// -k -o short-unix (or dmesg) and grep would at now: the XIDs of the
-// host's GPUs, each logged a second before now.
+// renderKernelLog answers the kernel_log section as the probe's
+// journalctl -k -o short-unix (or dmesg -k) and grep would at now: the
+// XIDs of the host's GPUs, each logged a second before now, so in the
+// window of any poll.
 func (h *host) renderKernelLog(now time.Time) rendered {
 	if h.spec.KernelLog == KernelLogUnreadable {
 		return rendered{[]byte(msgKernelLogUnreadable + "\n"), exitKernelLogUnreadable}
 	}
 	var b bytes.Buffer
-	at := now.Add(-time.Second)
+	xids := h.xidLines()
 	if h.spec.KernelLog == KernelLogDmesg {
 		uptime := h.uptime(now)
-		fmt.Fprintf(&b, "source dmesg\nuptime %.2f\n", uptime.Seconds())
-		for _, l := range h.xidLines() {
+		fmt.Fprintf(&b, "source dmesg\nuptime %d\n", int64(uptime.Seconds()))
+		for _, l := range xids {
 			fmt.Fprintf(&b, "[%12.6f] %s\n", (uptime - time.Second).Seconds(), l)
 		}
 		return rendered{b.Bytes(), 0}
 	}
+	at := now.Add(-time.Second)
 	b.WriteString("source journal\n")
-	for _, l := range h.xidLines() {
+	for _, l := range xids {
 		fmt.Fprintf(&b, "%d.%06d %s kernel: %s\n", at.Unix(), at.Nanosecond()/1000, h.spec.Name, l)
 	}
 	return rendered{b.Bytes(), 0}
@@ -283,24 +288,53 @@ func (m *capModel) mig() bool {
 	return ok && m.rows["idle"][i] == "Enabled"
 }
 
-// queryFields is what the script asks nvidia-smi --query-gpu for on this
-// host: the GPU fields, then those of the health fields that its driver
-// lists in --help-query-gpu, a reading asked under two names (the clock
-// reasons' new and old) once, by the first.
+// queryFields is what nvidia-smi --query-gpu answers on this host as the
+// probe asks it: the GPU fields and the health fields at once; where the
+// driver refuses one of them, the health fields its --help-query-gpu
+// lists, the clock reasons under one name only, the first the driver
+// knows (590 knows both, 465 only the old one).
 func (h *host) queryFields(req probe.Request) []string {
 	if len(req.HealthFields) == 0 {
 		return req.GPUFields
 	}
 	m := h.model
 	fields := append(make([]string, 0, len(req.GPUFields)+len(req.HealthFields)), req.GPUFields...)
-	kept := map[string]bool{}
+	refused := false
 	for _, f := range req.HealthFields {
-		_, canon, ok := m.col(f)
-		if !ok || (m.known != nil && !m.known[f]) || kept[canon] {
+		if _, _, ok := m.col(f); !ok {
+			refused = true
+		}
+	}
+	if !refused {
+		return append(fields, req.HealthFields...)
+	}
+	clock := false
+	for _, f := range req.HealthFields {
+		if _, _, ok := m.col(f); !ok || (m.known != nil && !m.known[f]) {
 			continue
 		}
-		kept[canon] = true
+		if f == "clocks_event_reasons.active" || f == "clocks_throttle_reasons.active" {
+			if clock {
+				continue
+			}
+			clock = true
+		}
 		fields = append(fields, f)
 	}
 	return fields
+}
+
+// writeHealth writes what the probe prints after the host's sections:
+// driver_gpus, kernel_log where asked, and pmon where asked and nvidia-smi
+// listed a process.
+func (h *host) writeHealth(w probe.Writer, req probe.Request, hasPIDs bool) {
+	d := h.renderDriverGPUs(cmp.Or(req.DriverGPUs, probe.DriverGPUsFolder))
+	_ = w.Section(probe.SectionDriverGPUs, d.body, d.code)
+	if req.KernelLogSince > 0 {
+		k := h.renderKernelLog(time.Now())
+		_ = w.Section(probe.SectionKernelLog, k.body, k.code)
+	}
+	if req.ProcessUtil && hasPIDs {
+		_ = w.Section(probe.SectionPmon, h.pmon.body, h.pmon.code)
+	}
 }

@@ -100,7 +100,7 @@ func TestKernelLog(t *testing.T) {
 		}, 0},
 		{"dmesg", KernelLogDmesg, []string{
 			"source dmesg",
-			"uptime 3456000.00",
+			"uptime 3456000",
 			"[3455999.000000] NVRM: Xid (PCI:0000:84:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1",
 			"[3455999.000000] NVRM: Xid (PCI:0000:84:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
 		}, 0},
@@ -129,13 +129,13 @@ func TestDriverGPUs(t *testing.T) {
 		{"7 of 8 reported", HostSpec{GPUs: 7, DriverOnlyGPUs: 1},
 			[]string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"}, 0},
 		{"one lost with a message", HostSpec{GPUs: 2, Failure: GPULost}, []string{"0000:83:00.0", "0000:84:00.0"}, 0},
-		{"no driver", HostSpec{GPUs: 2, Failure: DriverNotLoaded}, []string{"ls: cannot access '/proc/driver/nvidia/gpus': No such file or directory"}, 2},
+		{"no driver", HostSpec{GPUs: 2, Failure: DriverNotLoaded}, []string{"/proc/driver/nvidia/gpus is not a folder: is the NVIDIA driver loaded?"}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.spec.Name, tt.spec.Capture = "h", "h200"
 			h := newTestHost(t, tt.spec)
-			r := h.renderDriverGPUs()
+			r := h.renderDriverGPUs(probe.DriverGPUsFolder)
 			if diff := cmp.Diff(tt.want, lines(r.body)); diff != "" || r.code != tt.code {
 				t.Errorf("exit %d, want %d; lines (-want +got):\n%s", r.code, tt.code, diff)
 			}
@@ -146,10 +146,10 @@ func TestDriverGPUs(t *testing.T) {
 	}
 }
 
-// A host answers the health fields its driver knows, with its GPUs'
-// conditions; a driver 465 host drops remapped_rows.* and
-// clocks_event_reasons.*, as the probe does after --help-query-gpu, and a
-// 590 host answers the clock reasons once, under their new name.
+// A host answers the health fields, with its GPUs' conditions; a driver
+// 465 host refuses remapped_rows.* and clocks_event_reasons.*, and then
+// answers what the probe keeps after --help-query-gpu: the others, and the
+// clock reasons under their old name.
 func TestHealthFields(t *testing.T) {
 	tests := []struct {
 		name string
@@ -158,9 +158,9 @@ func TestHealthFields(t *testing.T) {
 	}{
 		{"H200", HostSpec{Capture: "h200", GPUs: 2, State: "load", Health: []GPUHealth{{GPU: 1, RemapPending: true, RemapFailure: true, ECCUncorrected: 3, ClockEvents: ClockHWSlowdown | ClockHWPowerBrake}}},
 			[]string{
-				"index, pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active",
-				"0, P0, Enabled, 0, [N/A], No, No, 0x0000000000000000",
-				"1, P0, Enabled, 3, [N/A], Yes, Yes, 0x0000000000000088",
+				"index, pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_throttle_reasons.active",
+				"0, P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000",
+				"1, P0, Enabled, 3, [N/A], Yes, Yes, 0x0000000000000088, 0x0000000000000088",
 			}},
 		{"driver 465", HostSpec{Capture: "465", GPUs: 1, Health: []GPUHealth{{GPU: 0, ClockEvents: ClockHWThermal}}},
 			[]string{

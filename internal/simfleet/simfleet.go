@@ -206,7 +206,6 @@ type host struct {
 	lostGPU    int
 	hostBody   []byte
 	pmon       rendered // nvidia-smi pmon -c 1 -s u
-	driverList rendered // the driver_gpus section
 	containers []byte   // the engine's ps, recordMark for the record prefix
 	cache      answers
 	count      counters
@@ -353,7 +352,6 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	h.started = time.Now()
 	h.hostBody = h.renderHost()
 	h.pmon = h.renderPmon()
-	h.driverList = h.renderDriverGPUs()
 	h.containers = h.renderContainers()
 
 	_, hpriv, err := ed25519.GenerateKey(rand.Reader)
@@ -709,26 +707,20 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 		_ = c.Close()
 		return
 	}
+	hasPIDs := false
 	if gpusRun.code != exitTimeout && gpusRun.code != 137 {
 		a := h.appsAnswer(req.AppFields)
 		_ = w.Section(probe.SectionApps, a.apps.body, a.apps.code)
-		if a.hasPS {
+		if hasPIDs = a.hasPS; hasPIDs {
 			_ = w.Section(probe.SectionPS, a.ps.body, a.ps.code)
 			h.writeAttrib(w, req, a.attrib)
-			if req.ProcessUtil {
-				_ = w.Section(probe.SectionPmon, h.pmon.body, h.pmon.code)
-			}
 		}
 	}
-	_ = w.Section(probe.SectionDriverGPUs, h.driverList.body, h.driverList.code)
 	_ = w.Section(probe.SectionHost, h.hostBody, 0)
-	if req.KernelLogSince > 0 {
-		k := h.renderKernelLog(time.Now())
-		_ = w.Section(probe.SectionKernelLog, k.body, k.code)
-	}
 	if req.StateFile != "" && h.spec.Idlemon != "" {
 		_ = w.Section(probe.SectionIdlemon, []byte(h.spec.Idlemon), 0)
 	}
+	h.writeHealth(w, req, hasPIDs)
 	_ = w.Done()
 	if _, err := ch.Write(out.Bytes()); err != nil {
 		return
