@@ -27,14 +27,15 @@ var jobs = []job{
 // arguments: nvidia-smi prints '?' for the comma, ps prints it as is.
 var commaJob = job{"/home/erin/my runs/eval,v2.sh", "/home/erin/my runs/eval,v2.sh --tasks mmlu,gsm8k --shots 5"}
 
-// Generate returns n healthy hosts named gpu-0001…, 8 GPUs each, cycling
+// Generate returns n working hosts named gpu-0001…, 8 GPUs each, cycling
 // through the Linux captures, with about half the GPUs running processes of
 // several users. The same n and seed give the same fleet. Some processes
 // span two GPUs (one pid, one row per GPU); some have a comma and spaces in
 // their name. Every third host is a Slurm node, each process in a job of
 // its own (every fourth an array task); every third, from the second, runs
 // its processes in Docker containers (engine docker, so their names are
-// there for a fetch with containers = docker).
+// there for a fetch with containers = docker). A few have a degraded GPU
+// or log XIDs (generatedHealth).
 func Generate(n int, seed int64) []HostSpec {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 	caps := linuxCaptures()
@@ -101,9 +102,39 @@ func Generate(n int, seed int64) []HostSpec {
 		}
 		s.Load1 = float64(busy)*1.5 + float64(rng.IntN(400))/100
 		attribute(&s, i) // after every draw: a seed's fleet is as it was
+		s.Health = generatedHealth(capName, i)
 		specs[i] = s
 	}
 	return specs
+}
+
+// generatedHealth is what is wrong with host i's GPUs: every 50th host
+// (from the 8th) has a degraded GPU 3, by what its capture can show (a
+// pending row remap, else uncorrectable ECC errors, else a hardware
+// thermal slowdown); every 100th (from the 43rd) logs XID 94 (a contained
+// ECC error) on GPU 5 at every poll. Few, so that a fleet stays mostly
+// healthy, and a benchmark's fetch reads each kind of health.
+func generatedHealth(capName string, i int) []GPUHealth {
+	var out []GPUHealth
+	if i%50 == 7 {
+		g := GPUHealth{GPU: 3}
+		m, err := loadModel(capName)
+		switch {
+		case err != nil:
+			return nil
+		case m.hasValue("remapped_rows.pending"):
+			g.RemapPending = true
+		case m.hasValue("ecc.errors.uncorrected.volatile.total"):
+			g.ECCUncorrected = 1
+		default:
+			g.ClockEvents = ClockHWThermal
+		}
+		out = append(out, g)
+	}
+	if i%100 == 42 {
+		out = append(out, GPUHealth{GPU: 5, XIDs: []int{94}})
+	}
+	return out
 }
 
 // attribute puts the processes of host i into Slurm jobs (i%3 == 0) or

@@ -544,7 +544,7 @@ func TestGenerate(t *testing.T) {
 	if fmt.Sprint(a) == fmt.Sprint(simfleet.Generate(1000, 8)) {
 		t.Error("seed makes no difference")
 	}
-	var gpus, busy, shared, comma, slurm, docker int
+	var gpus, busy, shared, comma, slurm, docker, degraded, xids int
 	users, caps := map[string]bool{}, map[string]bool{}
 	for _, s := range a {
 		if len(s.Slurm) > 0 {
@@ -558,6 +558,13 @@ func TestGenerate(t *testing.T) {
 		}
 		caps[s.Capture] = true
 		gpus += s.GPUs
+		for _, h := range s.Health {
+			if len(h.XIDs) > 0 {
+				xids++
+			} else {
+				degraded++
+			}
+		}
 		onGPU := map[int]bool{}
 		pids := map[int]int{}
 		for _, p := range s.Processes {
@@ -580,6 +587,9 @@ func TestGenerate(t *testing.T) {
 	}
 	if shared == 0 || comma == 0 || len(users) < 5 || len(caps) != 3 {
 		t.Errorf("shared pids %d, comma names %d, users %d, captures %d", shared, comma, len(users), len(caps))
+	}
+	if degraded != 20 || xids != 10 {
+		t.Errorf("%d degraded GPUs and %d with XIDs of 1000 hosts, want 20 and 10", degraded, xids)
 	}
 	if slurm < 300 || docker < 300 {
 		t.Errorf("%d Slurm nodes, %d Docker hosts of 1000", slurm, docker)
