@@ -162,12 +162,17 @@ func (h *host) renderDriverGPUs(folder string) rendered {
 	case NoDevices:
 		return rendered{}
 	}
+	return rendered{h.driverNames, 0}
+}
+
+// listDriverGPUs is the names in the driver's folder, one a line.
+func (h *host) listDriverGPUs() []byte {
 	var b bytes.Buffer
 	for _, g := range h.driverGPUs() {
 		b.WriteString(g.driverAddr())
 		b.WriteByte('\n')
 	}
-	return rendered{b.Bytes(), 0}
+	return b.Bytes()
 }
 
 // driverGPUs are the GPUs the driver lists, by PCI address (the buses are

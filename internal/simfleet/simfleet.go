@@ -188,27 +188,28 @@ func (c *counters) stats() Stats {
 const handshakeTimeout = 20 * time.Second
 
 type host struct {
-	spec       HostSpec
-	ip         string
-	port       int
-	signer     ssh.Signer
-	knownKey   ssh.PublicKey // what known_hosts says
-	keyMu      sync.Mutex    // guards signer and cfg, which RotateHostKey replaces
-	ln         net.Listener
-	reserved   io.Closer // Refuse: the bound, non-listening socket
-	cfg        *ssh.ServerConfig
-	model      *capModel
-	gpus       []simGPU
-	hidden     []simGPU // DriverOnlyGPUs: the driver lists them, nvidia-smi does not
-	started    time.Time
-	procsByGPU [][]*Process
-	procByPID  map[int]*Process
-	lostGPU    int
-	hostBody   []byte
-	pmon       rendered // nvidia-smi pmon -c 1 -s u
-	containers []byte   // the engine's ps, recordMark for the record prefix
-	cache      answers
-	count      counters
+	spec        HostSpec
+	ip          string
+	port        int
+	signer      ssh.Signer
+	knownKey    ssh.PublicKey // what known_hosts says
+	keyMu       sync.Mutex    // guards signer and cfg, which RotateHostKey replaces
+	ln          net.Listener
+	reserved    io.Closer // Refuse: the bound, non-listening socket
+	cfg         *ssh.ServerConfig
+	model       *capModel
+	gpus        []simGPU
+	hidden      []simGPU // DriverOnlyGPUs: the driver lists them, nvidia-smi does not
+	started     time.Time
+	procsByGPU  [][]*Process
+	procByPID   map[int]*Process
+	lostGPU     int
+	hostBody    []byte
+	pmon        rendered // nvidia-smi pmon -c 1 -s u
+	driverNames []byte   // the driver_gpus section of a host whose driver is loaded
+	containers  []byte   // the engine's ps, recordMark for the record prefix
+	cache       answers
+	count       counters
 }
 
 // Fleet is a running simulated fleet.
@@ -352,6 +353,7 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	h.started = time.Now()
 	h.hostBody = h.renderHost()
 	h.pmon = h.renderPmon()
+	h.driverNames = h.listDriverGPUs()
 	h.containers = h.renderContainers()
 
 	_, hpriv, err := ed25519.GenerateKey(rand.Reader)
