@@ -10,6 +10,11 @@
 // is reserved; a busy GPU stays busy and only shows the reservation. A GPU
 // of a host that failed, or one the driver could not read (gpu_error), is
 // failed.
+//
+// Each GPU's health readings are assessed by the [health] policy
+// (Options.Health, package health): a failed Health makes the GPU failed
+// (offered to nobody, its findings the reason); a degraded one leaves it
+// free, busy or reserved, and is counted apart (Degraded).
 package cluster
 
 import (
@@ -67,6 +72,7 @@ type Cluster struct {
 	Models   []*Model
 	Count    map[string]int // GPUs per state
 	GPUs     int            // GPUs known (down hosts' GPUs are not)
+	Degraded int            // GPUs whose health is degraded, whatever their state
 	Down     int            // hosts that did not answer
 }
 
@@ -84,6 +90,7 @@ type Host struct {
 	GPUs      []*GPU
 	Reserved  *reservations.Reservation // a whole-host reservation, for a down host's card
 	Count     map[string]int
+	Degraded  int    // GPUs whose health is degraded
 	ModelName string // the GPUs' full name when they all share it
 	KernelLog string // load_data.csv's kernel_log: where XIDs were read, or why not
 }
@@ -404,8 +411,12 @@ func (b *Builder) Cluster() *Cluster {
 		markSharedIndexes(h.GPUs)
 		for _, g := range h.GPUs {
 			g.Reservation = gpuReservation(hr, g)
+			g.Health = health.Assess(readingsOf(g), o.Health)
 			classify(g, o.FreeMemMiB)
 			h.Count[g.State]++
+			if g.Health.State == health.Degraded {
+				h.Degraded++
+			}
 			t.add(h, g)
 		}
 	}
@@ -507,6 +518,9 @@ func newTally(c *Cluster, gpuNames map[string]string) *tally {
 func (t *tally) add(h *Host, g *GPU) {
 	t.c.Count[g.State]++
 	t.c.GPUs++
+	if g.Health.State == health.Degraded {
+		t.c.Degraded++
+	}
 	t.addModel(h, g)
 	t.addUsers(h, g)
 }
@@ -636,10 +650,11 @@ func (t *tally) sort() {
 	})
 }
 
-// classify sets g's state and notes.
+// classify sets g's state and notes. A GPU that could not be read is
+// failed whatever the policy: it has no readings to offer it by.
 func classify(g *GPU, freeMiB float64) {
 	g.Notes = nil
-	if g.Error != "" {
+	if g.Error != "" || g.Health.State == health.Failed {
 		g.State = Failed
 		return
 	}
@@ -784,4 +799,62 @@ func (c *Cluster) Subset(hosts []*Host, gpuNames map[string]string) *Cluster {
 	}
 	t.sort()
 	return s
+}
+
+// Bounds on what a host's health cells may cost: a poll logs a handful of
+// XIDs, and every clock event name fits in well under 256 bytes.
+const (
+	xidsMax        = 32
+	clockEventsMax = 256
+)
+
+// eccMax is the largest uncorrected ECC count believed: nvidia-smi's
+// "not available" comes as 2^64-1 from some drivers, which no GPU logs.
+const eccMax = 1 << 53
+
+// readingsOf is g's health readings for health.Assess: a reading not
+// known, or absurd, is left out, so it is never a condition.
+func readingsOf(g *GPU) health.Readings {
+	ecc := g.ECCUncorrected
+	clock := g.ClockEvents
+	if len(clock) > clockEventsMax {
+		clock = clock[:clockEventsMax]
+	}
+	return health.Readings{
+		Lost:                g.Error,
+		ECCUncorrected:      ecc.Value,
+		ECCUncorrectedValid: ecc.Valid && ecc.Value >= 0 && ecc.Value < eccMax,
+		RetiredPagesPending: g.RetiredPagesPending.Valid && g.RetiredPagesPending.Value,
+		RemapPending:        g.RemappedRowsPending.Valid && g.RemappedRowsPending.Value,
+		RemapFailure:        g.RemappedRowsFailure.Valid && g.RemappedRowsFailure.Value,
+		ClockEvents:         clock,
+		XIDs:                parseXIDs(g.XIDs),
+	}
+}
+
+// parseXIDs reads the xids cell ("13,79"): the first xidsMax codes that
+// are whole numbers from 1 to 65535; anything else is skipped.
+func parseXIDs(cell string) []int {
+	var xids []int
+	for cell != "" && len(xids) < xidsMax {
+		var item string
+		item, cell, _ = strings.Cut(cell, ",")
+		n, err := strconv.Atoi(strings.TrimSpace(item))
+		if err == nil && n >= 1 && n <= 65535 {
+			xids = append(xids, n)
+		}
+	}
+	return xids
+}
+
+// FailedReason is why the [health] policy failed g: its failed findings'
+// details, "; " between them; "" when it did not.
+func (g *GPU) FailedReason() string {
+	var parts []string
+	for _, f := range g.Health.Findings {
+		if f.Severity == health.Failed && f.Condition != health.Lost {
+			parts = append(parts, f.Detail)
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -2,10 +2,12 @@ package cluster
 
 import (
 	stdcmp "cmp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
@@ -416,5 +418,142 @@ func TestNaturalCompare(t *testing.T) {
 				t.Errorf("naturalCompare(%q, %q) = %d, want %d", a, b, got, want)
 			}
 		}
+	}
+}
+
+// healthRow is an idle GPU row with its health cells set by set.
+func healthRow(t testing.TB, set func(r *loaddata.Row)) loaddata.Row {
+	t.Helper()
+	r := gpuRow(t, "h", 0, 3)
+	r.ECCMode, r.ECCUncorrected = "enabled", loaddata.Num(0)
+	r.RemappedRowsPending, r.RemappedRowsFailure = loaddata.TriOf(false), loaddata.TriOf(false)
+	r.ClockEvents = "gpu_idle"
+	set(&r)
+	return r
+}
+
+func TestHealthClassification(t *testing.T) {
+	def := health.DefaultPolicy()
+	moved := health.DefaultPolicy()
+	moved.Failed, moved.Degraded = append(moved.Failed, health.RemapPending), []string{health.ECCUncorrected}
+	tests := []struct {
+		name      string
+		policy    health.Policy
+		set       func(r *loaddata.Row)
+		busy      bool // a process holds the GPU
+		wantState string
+		want      health.Health
+	}{
+		{"healthy", def, func(r *loaddata.Row) {}, false, Free, health.Health{}},
+		{"lost: the row's gpu_error", def, func(r *loaddata.Row) {
+			*r = loaddata.Row{Timestamp: r.Timestamp, Host: "h", HostStatus: hoststatus.OK, GPUBusID: "00000000:3B:00.0",
+				GPUError: "listed by the driver, not reported by nvidia-smi"}
+		}, false, Failed, health.Health{State: health.Failed, Findings: []health.Finding{
+			{Condition: health.Lost, Severity: health.Failed, Detail: "listed by the driver, not reported by nvidia-smi"}}}},
+		{"remap failure", def, func(r *loaddata.Row) { r.RemappedRowsFailure = loaddata.TriOf(true) }, false, Failed,
+			failedBy(health.RemapFailure, "a row remapping failed: the GPU needs service")},
+		{"a fatal XID fails even a busy GPU", def, func(r *loaddata.Row) { r.XIDs = "13,79" }, true, Failed,
+			failedBy(health.XIDFatal, "XID 79 logged since the last poll")},
+		{"remap pending keeps free", def, func(r *loaddata.Row) { r.RemappedRowsPending = loaddata.TriOf(true) }, false, Free,
+			degradedBy(health.RemapPending, "a row remapping is pending: reset the GPU when idle")},
+		{"retired pages pending keeps busy", def, func(r *loaddata.Row) { r.RetiredPagesPending = loaddata.TriOf(true) }, true, Busy,
+			degradedBy(health.RetiredPagesPending, "a page retirement is pending: reset the GPU when idle")},
+		{"uncorrected ECC", def, func(r *loaddata.Row) { r.ECCUncorrected = loaddata.Num(3) }, false, Free,
+			degradedBy(health.ECCUncorrected, "3 uncorrectable ECC errors since the driver loaded")},
+		{"warning XID", def, func(r *loaddata.Row) { r.XIDs = "94" }, false, Free,
+			degradedBy(health.XIDWarning, "XID 94 logged since the last poll")},
+		{"an application's XID is no condition", def, func(r *loaddata.Row) { r.XIDs = "13,31,43,45" }, false, Free, health.Health{}},
+		{"power brake", def, func(r *loaddata.Row) { r.ClockEvents = "sw_power_cap hw_power_brake" }, false, Free,
+			degradedBy(health.HWPowerBrake, "clocks held down by a power brake")},
+		{"hardware thermal", def, func(r *loaddata.Row) { r.ClockEvents = "hw_thermal" }, false, Free,
+			degradedBy(health.HWThermal, "clocks held down by hardware thermal slowdown")},
+		{"hardware slowdown", def, func(r *loaddata.Row) { r.ClockEvents = "hw_slowdown" }, false, Free,
+			degradedBy(health.HWSlowdown, "clocks held down by hardware slowdown")},
+		{"software thermal", def, func(r *loaddata.Row) { r.ClockEvents = "sw_thermal" }, false, Free,
+			degradedBy(health.SWThermal, "clocks cut by the driver for heat")},
+		{"a power cap is no condition", def, func(r *loaddata.Row) { r.ClockEvents = "sw_power_cap" }, false, Free, health.Health{}},
+		{"failed and degraded together: failed", def, func(r *loaddata.Row) {
+			r.RemappedRowsFailure, r.RemappedRowsPending = loaddata.TriOf(true), loaddata.TriOf(true)
+		}, false, Failed, health.Health{State: health.Failed, Findings: []health.Finding{
+			{Condition: health.RemapFailure, Severity: health.Failed, Detail: "a row remapping failed: the GPU needs service"},
+			{Condition: health.RemapPending, Severity: health.Degraded, Detail: "a row remapping is pending: reset the GPU when idle"}}}},
+		{"policy: remap pending made failed", moved, func(r *loaddata.Row) { r.RemappedRowsPending = loaddata.TriOf(true) }, false, Failed,
+			failedBy(health.RemapPending, "a row remapping is pending: reset the GPU when idle")},
+		{"policy: hw slowdown ignored", moved, func(r *loaddata.Row) { r.ClockEvents = "hw_slowdown" }, false, Free, health.Health{}},
+		{"no policy: nothing assessed", health.Policy{}, func(r *loaddata.Row) { r.RemappedRowsFailure = loaddata.TriOf(true) }, false, Free, health.Health{}},
+		{"readings not known are never a condition", def, func(r *loaddata.Row) {
+			r.ECCMode, r.ECCUncorrected = "", loaddata.Number{}
+			r.RetiredPagesPending, r.RemappedRowsPending, r.RemappedRowsFailure = loaddata.Tri{}, loaddata.Tri{}, loaddata.Tri{}
+			r.ClockEvents, r.XIDs = "[N/A]", "[N/A]"
+		}, false, Free, health.Health{}},
+		{"absurd ECC counts are not believed", def, func(r *loaddata.Row) { r.ECCUncorrected = loaddata.Num(18446744073709551615) }, false, Free, health.Health{}},
+		{"negative ECC counts are not believed", def, func(r *loaddata.Row) { r.ECCUncorrected = loaddata.Num(-1) }, false, Free, health.Health{}},
+		{"garbage around an XID", def, func(r *loaddata.Row) { r.XIDs = "x, 0,-79, 99999999999999999999,48 ,," }, false, Failed,
+			failedBy(health.XIDFatal, "XID 48 logged since the last poll")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := healthRow(t, tc.set)
+			if tc.busy {
+				r = withProc(r, "alice", "python train.py", 1000, false)
+			}
+			c := build([]loaddata.Row{r}, Options{FreeMemMiB: 1024, Now: now, Health: tc.policy})
+			g := c.Hosts[0].GPUs[0]
+			if g.State != tc.wantState {
+				t.Errorf("state %s, want %s", g.State, tc.wantState)
+			}
+			if diff := cmp.Diff(tc.want, g.Health); diff != "" {
+				t.Errorf("health (-want +got):\n%s", diff)
+			}
+			wantDegraded := 0
+			if tc.want.State == health.Degraded {
+				wantDegraded = 1
+			}
+			if c.Degraded != wantDegraded || c.Hosts[0].Degraded != wantDegraded {
+				t.Errorf("degraded: cluster %d, host %d, want %d", c.Degraded, c.Hosts[0].Degraded, wantDegraded)
+			}
+		})
+	}
+}
+
+func failedBy(cond, detail string) health.Health {
+	return health.Health{State: health.Failed, Findings: []health.Finding{{Condition: cond, Severity: health.Failed, Detail: detail}}}
+}
+
+func degradedBy(cond, detail string) health.Health {
+	return health.Health{State: health.Degraded, Findings: []health.Finding{{Condition: cond, Severity: health.Degraded, Detail: detail}}}
+}
+
+func TestParseXIDsIsBounded(t *testing.T) {
+	cell := strings.Repeat("79,", 100000)
+	if got := parseXIDs(cell); len(got) != xidsMax {
+		t.Errorf("%d XIDs kept, want %d", len(got), xidsMax)
+	}
+}
+
+func TestFailedReason(t *testing.T) {
+	r := healthRow(t, func(r *loaddata.Row) {
+		r.RemappedRowsFailure, r.XIDs = loaddata.TriOf(true), "79"
+		r.ECCUncorrected = loaddata.Num(2)
+	})
+	g := build([]loaddata.Row{r}, Options{Now: now, Health: health.DefaultPolicy()}).Hosts[0].GPUs[0]
+	want := "a row remapping failed: the GPU needs service; XID 79 logged since the last poll"
+	if got := g.FailedReason(); got != want {
+		t.Errorf("FailedReason() = %q, want %q", got, want)
+	}
+}
+
+func TestDegradedCountedInSubsets(t *testing.T) {
+	bad := func(host string) loaddata.Row {
+		r := gpuRow(t, host, 0, 3)
+		r.ClockEvents = "hw_slowdown"
+		return r
+	}
+	c := build([]loaddata.Row{bad("a"), gpuRow(t, "b", 0, 3), bad("c")}, Options{Now: now, Health: health.DefaultPolicy()})
+	if c.Degraded != 2 {
+		t.Errorf("cluster: %d degraded, want 2", c.Degraded)
+	}
+	if s := c.Subset(c.Hosts[:2], nil); s.Degraded != 1 {
+		t.Errorf("subset of a and b: %d degraded, want 1", s.Degraded)
 	}
 }

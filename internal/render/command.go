@@ -275,7 +275,7 @@ func buildReport(cfg *Config, rows Rows, now time.Time, loc *time.Location) (*Re
 	// The rows go straight into the cluster: they are never all in memory.
 	b := cluster.NewBuilder(cluster.Options{
 		FreeMemMiB: cfg.FreeMemMiB, Ignore: cfg.Ignore, Reservations: resv,
-		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now,
+		HostNames: cfg.HostNames, GPUNames: cfg.GPUNames, Now: now, Health: cfg.Health,
 	})
 	n, err := rows(b.Add)
 	if _, hinted := errors.AsType[cli.Hinted](err); err != nil && !hinted {

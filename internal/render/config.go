@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/configini"
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hostrange"
 	"github.com/gpumon/gpumon/internal/ignore"
@@ -25,7 +26,7 @@ const (
 )
 
 // Config is what the render command reads from config.ini: [render],
-// [host_names] and [gpu_names], and [common] output (fetch's output is
+// [health], [host_names] and [gpu_names], and [common] output (fetch's output is
 // render's default input). The rest of the file is checked for unknown
 // keys only; a file without [common] is fine.
 type Config struct {
@@ -52,6 +53,7 @@ type Config struct {
 
 	History history.Config
 	Notify  notify.Config
+	Health  health.Policy // [health]: what makes a GPU failed or degraded
 
 	Groups []groupRule // [groups], in the file's order
 
@@ -77,6 +79,7 @@ func DefaultConfig() *Config {
 		Ignore:     ignore.With(),
 		History:    history.DefaultConfig(),
 		Notify:     notify.DefaultConfig(),
+		Health:     health.DefaultPolicy(),
 		HostNames:  map[string]string{},
 		GPUNames:   map[string]string{},
 	}
@@ -109,6 +112,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 		return nil, err
 	}
 	if err := notify.ReadConfig(f, &c.Notify, c.History.DB != ""); err != nil {
+		return nil, err
+	}
+	if err := health.ReadConfig(f, &c.Health); err != nil {
 		return nil, err
 	}
 	if err := readNames(f.Section("host_names"), c.HostNames); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/notify"
@@ -86,6 +87,7 @@ page_url = https://gpus.example.org/
 		Ignore:       []string{"nvidia-smi", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "Xorg", "Xwayland", "gnome-shell"},
 		Reservations: "/etc/gpumon/reservations.json",
 		PromDetail:   promHost,
+		Health:       health.DefaultPolicy(),
 		Groups:       []groupRule{{Name: "lab a", Hosts: []string{"gpu01", "gpu02"}}},
 		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
 		GPUNames:     map[string]string{"nvidia h100 80gb hbm3": "H100"},

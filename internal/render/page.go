@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumon/gpumon/assets"
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/reservations"
 	"github.com/gpumon/gpumon/templates"
@@ -118,6 +119,7 @@ type pageView struct {
 	Busy           int
 	Reserved       int
 	Failed         int
+	Degraded       int // GPUs whose health is degraded, whatever their state
 	Total          int
 	Hosts          int
 	Down           int
@@ -163,6 +165,7 @@ func pageViewOf(r *Report) *pageView {
 		Busy:           c.Count[cluster.Busy],
 		Reserved:       c.Count[cluster.Reserved],
 		Failed:         c.Count[cluster.Failed],
+		Degraded:       c.Degraded,
 		Total:          c.GPUs,
 		Hosts:          len(c.Hosts),
 		Down:           c.Down,
@@ -302,6 +305,10 @@ func writeCardHead(w *bufio.Writer, s *history.Summary, h *cluster.Host, ids boo
 	if h.Up() && h.Error != "" { // an ok host's warnings
 		w.WriteString("<p class=hn>")
 		esc(w, h.Error)
+	}
+	if s := kernelLogNote(h); s != "" {
+		w.WriteString("<p class=hn>")
+		esc(w, shorten(s, hostErrorMax))
 	}
 	return util
 }
@@ -459,18 +466,24 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 		w.WriteString("<p class=idle>idle ")
 		w.WriteString(idleText(idle.Seconds()))
 	}
-	sens := sensors(g)
-	if g.Name != h.ModelName && g.Name != "" {
-		sens = strings.TrimSuffix(g.Name+" · "+sens, " · ")
+	if words := degradedWords(g); words != "" {
+		// words, not a colour: the style sheet adds the sign and a frame
+		w.WriteString("<p class=hl>")
+		esc(w, shorten(words, gpuErrorMax))
 	}
-	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig {
+	sens := joinNonEmpty(sensors(g), healthReadings(g))
+	if g.Name != h.ModelName && g.Name != "" {
+		sens = joinNonEmpty(g.Name, sens)
+	}
+	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig &&
+		len(g.Health.Findings) == 0 {
 		return scratch // nothing to tell
 	}
 	w.WriteString("<aside>")
 	esc(w, sens) // the first line; notes and the table are blocks
 	writeNotes(w, g, r, mig)
 	if len(g.Procs) > 0 {
-		scratch = writeProcTable(w, g.Procs, scratch)
+		scratch = writeProcTable(w, g.Procs, idleShares(g, r.idlePct()), scratch)
 	}
 	w.WriteString("</aside>") // </li> is implied by the next <li> or </ul>
 	return scratch
@@ -481,6 +494,9 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 func writeCellStart(w *bufio.Writer, h *cluster.Host, g *cluster.GPU) {
 	w.WriteString("\n<li class=gpu data-state=")
 	w.WriteString(g.State) // one of cluster.States
+	if g.Health.State == health.Degraded {
+		w.WriteString(" data-health=degraded")
+	}
 	// the host is the card's data-host: 8,000 cells need not repeat it
 	attr(w, "data-gpu", g.ID())
 	// The style sheet writes the index and the state, as a symbol and a
@@ -490,10 +506,25 @@ func writeCellStart(w *bufio.Writer, h *cluster.Host, g *cluster.GPU) {
 		w.WriteString("<p class=m>") // a line of its own: a name may be long
 		esc(w, g.Short)
 	}
-	if g.Error != "" {
-		w.WriteString("<p class=why>")
-		esc(w, reasonText(g.Error, gpuErrorMax))
+	why := g.Error
+	if why == "" {
+		why = g.FailedReason() // the [health] policy's
 	}
+	if why != "" {
+		w.WriteString("<p class=why>")
+		esc(w, reasonText(why, gpuErrorMax))
+	}
+}
+
+// joinNonEmpty joins a and b with " · ", or is the one that is not "".
+func joinNonEmpty(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + " · " + b
 }
 
 // writeMemLine writes a cell's memory and utilization, under a bar of
@@ -534,6 +565,9 @@ func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, mig bool) {
 	if g.Error != "" {
 		note(g.Error)
 	}
+	for _, l := range findingLines(g) {
+		note(l)
+	}
 	if mig {
 		note(migNote)
 	}
@@ -553,21 +587,33 @@ func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, mig bool) {
 // before the command only where a process has one, in every row then (the
 // style sheet names the command by td:last-child, the job by a 5th cell
 // that is not the last): a page of a cluster without Slurm or containers
-// pays nothing for it.
-func writeProcTable(w *bufio.Writer, procs []*cluster.Proc, scratch []byte) []byte {
+// pays nothing for it. An "SM" column after the memory, each process's own
+// utilization, only where a process has one (the table's class s moves
+// the headers), says "idle share" for the holders in idle (idleShares).
+func writeProcTable(w *bufio.Writer, procs []*cluster.Proc, idle map[string]bool, scratch []byte) []byte {
 	jobs := slices.ContainsFunc(procs, attributed)
-	w.WriteString("<table>")
+	sm := slices.ContainsFunc(procs, func(p *cluster.Proc) bool { return p.SMPct.Valid })
+	if sm {
+		w.WriteString("<table class=s>")
+	} else {
+		w.WriteString("<table>")
+	}
 	for _, p := range procs {
-		scratch = writeProcRow(w, p, jobs, scratch)
+		scratch = writeProcRow(w, p, procColumns{jobs: jobs, sm: sm, idleShare: p.Holds() && idle[p.Holder()]}, scratch)
 	}
 	w.WriteString("</table>")
 	return scratch
 }
 
-// writeProcRow writes a process's row: user, pid, memory, running time,
-// its job or container where the table has the column, and its command,
-// marked (and greyed, class x) when it holds the GPU for nobody.
-func writeProcRow(w *bufio.Writer, p *cluster.Proc, jobs bool, scratch []byte) []byte {
+// procColumns are the optional columns of a process's row, and whether its
+// share of the GPU is idle.
+type procColumns struct{ jobs, sm, idleShare bool }
+
+// writeProcRow writes a process's row: user, pid, memory, its SM % where
+// the table has the column, running time, its job or container where the
+// table has the column, and its command, marked (and greyed, class x) when
+// it holds the GPU for nobody.
+func writeProcRow(w *bufio.Writer, p *cluster.Proc, cols procColumns, scratch []byte) []byte {
 	mark := ""
 	switch {
 	case p.Preemptible:
@@ -593,13 +639,16 @@ func writeProcRow(w *bufio.Writer, p *cluster.Proc, jobs bool, scratch []byte) [
 	} else {
 		w.WriteString("?")
 	}
+	if cols.sm {
+		scratch = writeSMCell(w, p, cols.idleShare, scratch)
+	}
 	w.WriteString("<td>")
 	if p.ElapsedS.Valid {
 		w.WriteString(spanText(p.ElapsedS.Value))
 	} else {
 		w.WriteString("?")
 	}
-	if jobs {
+	if cols.jobs {
 		writeJobCell(w, p)
 	}
 	w.WriteString("<td>")
@@ -608,6 +657,22 @@ func writeProcRow(w *bufio.Writer, p *cluster.Proc, jobs bool, scratch []byte) [
 		w.WriteString(" <em>")
 		w.WriteString(mark)
 		w.WriteString("</em>")
+	}
+	return scratch
+}
+
+// writeSMCell writes a process's SM utilization, "?" when not known, and
+// "idle share" when it holds its share of a shared GPU idle.
+func writeSMCell(w *bufio.Writer, p *cluster.Proc, idleShare bool, scratch []byte) []byte {
+	w.WriteString("<td>")
+	if !p.SMPct.Valid {
+		w.WriteString("?")
+		return scratch
+	}
+	scratch = append(appendFloat(scratch[:0], p.SMPct.Value), '%')
+	w.Write(scratch) // a number only
+	if idleShare {
+		w.WriteString(" <em>idle share</em>")
 	}
 	return scratch
 }

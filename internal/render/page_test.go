@@ -316,7 +316,7 @@ func templateViews(t testing.TB) map[string]*pageView {
 	group.Warnings = []string{"a warning"}
 	group.LiveText = "1 min"
 	group.MoreModels = &moreModels{N: 2, Free: 1, Total: 16}
-	group.DownGPUs, group.IdleHeld = 2, 1
+	group.DownGPUs, group.IdleHeld, group.Degraded = 2, 1, 1
 	group.UtilFrom, group.UtilTo, group.UtilHours = "from", "to", 24
 	group.UserJobs = true
 	group.Up, group.GroupName, group.IdleLink = "../index.html", "gpu", "../index.html#idle"
@@ -472,6 +472,7 @@ func TestPageGolden(t *testing.T) {
 	for _, tt := range []struct{ golden, csv, resv string }{
 		{"page.html.golden", "testdata/load_data.csv", "testdata/reservations.json"},
 		{"page-attrib.html.golden", "testdata/attrib.csv", ""},
+		{"page-health.html.golden", "testdata/health.csv", ""},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
 			var b bytes.Buffer

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/health"
 )
 
 // The page budgets (docs/performance.md): index.html is at most
@@ -366,6 +367,11 @@ func writeFinder(w *bufio.Writer, r *Report, p *pagePlan) {
 			esc(w, hf.h.Display)
 			w.WriteString("</a> ")
 			w.WriteString(strconv.Itoa(hf.n))
+			if hf.degraded > 0 {
+				w.WriteString(" (")
+				w.WriteString(strconv.Itoa(hf.degraded))
+				w.WriteString(" degraded)")
+			}
 		}
 		if len(hosts) > finderHostsMax {
 			writeMoreHosts(w, p, hosts[finderHostsMax:])
@@ -377,28 +383,39 @@ func writeFinder(w *bufio.Writer, r *Report, p *pagePlan) {
 	w.WriteString("\n</section>")
 }
 
-// hostFree is a host with free GPUs of a model, and how many.
+// hostFree is a host with free GPUs of a model, how many, and how many of
+// them are degraded.
 type hostFree struct {
-	h *cluster.Host
-	n int
+	h           *cluster.Host
+	n, degraded int
 }
 
 // freeHosts is the hosts with free GPUs of the model (by short name),
-// those with the most first.
+// those with the most healthy ones first: a degraded GPU is never offered
+// before a healthy one. Between as many healthy ones, the most free first.
 func freeHosts(all []*cluster.Host, model string) []hostFree {
 	var hosts []hostFree
 	for _, h := range all {
-		n := 0
+		hf := hostFree{h: h}
 		for _, g := range h.GPUs {
 			if g.State == cluster.Free && g.Short == model {
-				n++
+				hf.n++
+				if g.Health.State == health.Degraded {
+					hf.degraded++
+				}
 			}
 		}
-		if n > 0 {
-			hosts = append(hosts, hostFree{h, n})
+		if hf.n > 0 {
+			hosts = append(hosts, hf)
 		}
 	}
-	sort.SliceStable(hosts, func(i, j int) bool { return hosts[i].n > hosts[j].n })
+	sort.SliceStable(hosts, func(i, j int) bool {
+		a, b := hosts[i], hosts[j]
+		if a.n-a.degraded != b.n-b.degraded {
+			return a.n-a.degraded > b.n-b.degraded
+		}
+		return a.n > b.n
+	})
 	return hosts
 }
 

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/loaddata"
 
 	"github.com/gpumon/gpumon/internal/history"
@@ -81,6 +82,7 @@ func writeProm(w io.Writer, r *Report) error {
 	case promGPU:
 		promGPUs(pw, each, c)
 	}
+	promHealth(pw, c, detail == promGPU)
 	promUsers(pw, r)
 	return pw.Flush()
 }
@@ -154,6 +156,36 @@ func promGPUs(pw *promWriter, each func(name, help string, val func(g *cluster.G
 				}
 			}
 			pw.sample("gpumon_gpu_processes", []string{"host", h.Name, "gpu", g.ID()}, float64(n))
+		}
+	}
+}
+
+// healthStateValue is gpumon_gpu_health_state's value of a health state.
+var healthStateValue = map[string]float64{health.OK: 0, health.Degraded: 1, health.Failed: 2}
+
+// promHealth writes the GPUs' health: the degraded count whatever
+// prom_detail says, and where the file has series per GPU (perGPU) each
+// GPU's health state and a gpumon_gpu_health series for each finding (its
+// labels a fixed set of conditions and severities), which the alert rules
+// in dist/prometheus use.
+func promHealth(pw *promWriter, c *cluster.Cluster, perGPU bool) {
+	pw.family("gpumon_gpus_degraded", "gauge", "GPUs whose health is degraded (counted in gpumon_gpus by their state too).")
+	pw.sample("gpumon_gpus_degraded", nil, float64(c.Degraded))
+	if !perGPU {
+		return
+	}
+	pw.family("gpumon_gpu_health", "gauge", "1 for each condition ([health] policy) a GPU is in, by condition and severity (failed or degraded).")
+	for _, h := range c.Hosts {
+		for _, g := range h.GPUs {
+			for _, f := range g.Health.Findings {
+				pw.sample("gpumon_gpu_health", []string{"host", h.Name, "gpu", g.ID(), "condition", f.Condition, "severity", f.Severity}, 1)
+			}
+		}
+	}
+	pw.family("gpumon_gpu_health_state", "gauge", "The GPU's health: 0 ok, 1 degraded, 2 failed.")
+	for _, h := range c.Hosts {
+		for _, g := range h.GPUs {
+			pw.sample("gpumon_gpu_health_state", []string{"host", h.Name, "gpu", g.ID()}, healthStateValue[g.Health.State])
 		}
 	}
 }

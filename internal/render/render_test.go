@@ -61,14 +61,19 @@ func readRows(t testing.TB, path string) []loaddata.Row {
 	return rows
 }
 
-// TestGolden renders two fixtures: load_data.csv, as an older fetch wrote
-// it (without the Slurm and container columns), and attrib.csv, whose
-// processes run in Slurm jobs, Docker containers and Kubernetes pods
-// (root in a container named by its container, a user's own container,
-// a job squeue did not name).
+// TestGolden renders three fixtures: load_data.csv, as an older fetch
+// wrote it (without the Slurm and container columns, nor the health ones),
+// attrib.csv, whose processes run in Slurm jobs, Docker containers and
+// Kubernetes pods (root in a container named by its container, a user's
+// own container, a job squeue did not name), and health.csv: a GPU of
+// each health (ok, a pending remap, a fatal XID with a process on it, a
+// hardware slowdown on a GPU shared by a worker and an idle holder,
+// uncorrected ECC, a lost GPU), a host whose kernel log is unreadable and
+// one of an old driver without the health fields.
 func TestGolden(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
 	attrib := testReport(t, readRows(t, "testdata/attrib.csv"), "")
+	sick := testReport(t, readRows(t, "testdata/health.csv"), "")
 	for _, o := range []struct {
 		name  string
 		write func(w *bytes.Buffer) error
@@ -79,6 +84,12 @@ func TestGolden(t *testing.T) {
 		{"table-color.txt.golden", func(w *bytes.Buffer) error { return writeText(w, rep, true) }},
 		{"status-attrib.json.golden", func(w *bytes.Buffer) error { return writeJSON(w, attrib) }},
 		{"table-attrib.txt.golden", func(w *bytes.Buffer) error { return writeText(w, attrib, false) }},
+		{"status-health.json.golden", func(w *bytes.Buffer) error { return writeJSON(w, sick) }},
+		{"metrics-health.prom.golden", func(w *bytes.Buffer) error { return writeProm(w, sick) }},
+		{"table-health.txt.golden", func(w *bytes.Buffer) error { return writeText(w, sick, false) }},
+		{"table-health-free.txt.golden", func(w *bytes.Buffer) error {
+			return writeTextWith(w, sick, textOptions{Free: true})
+		}},
 	} {
 		t.Run(o.name, func(t *testing.T) {
 			var b bytes.Buffer

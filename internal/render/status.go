@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/reservations"
@@ -52,6 +53,7 @@ type statusSummary struct {
 	Busy      int           `json:"busy"`
 	Reserved  int           `json:"reserved"`
 	Failed    int           `json:"failed"`
+	Degraded  int           `json:"degraded"` // GPUs whose health is degraded, in whatever state
 	Hosts     int           `json:"hosts"`
 	HostsDown int           `json:"hosts_down"`
 	Models    []statusModel `json:"models"`
@@ -113,6 +115,7 @@ type statusGPU struct {
 	ShortName   *string            `json:"short_name,omitempty"`
 	BusID       string             `json:"bus_id"`
 	State       string             `json:"state"` // free, busy, reserved or failed
+	Health      statusHealth       `json:"health"`
 	Notes       []string           `json:"notes,omitempty"`
 	Error       string             `json:"error,omitempty"`
 	UtilPct     *float64           `json:"util_pct"`
@@ -137,6 +140,7 @@ type statusProcess struct {
 	User           string   `json:"user"`
 	Command        string   `json:"command"`
 	MemMiB         *float64 `json:"mem_mib"`
+	SMPct          *float64 `json:"sm_pct,omitempty"` // its own SM utilization (pmon); left out when not known
 	ElapsedS       *int64   `json:"elapsed_s"`
 	Preemptible    bool     `json:"preemptible,omitempty"`
 	Ignored        bool     `json:"ignored,omitempty"`
@@ -146,6 +150,36 @@ type statusProcess struct {
 	Container      string   `json:"container,omitempty"`
 	ContainerName  string   `json:"container_name,omitempty"`
 	Pod            string   `json:"pod,omitempty"`
+}
+
+// statusHealth is what the [health] policy made of a GPU's readings: ok,
+// degraded (still free, busy or reserved) or failed, and each condition
+// behind it ([] for ok).
+type statusHealth struct {
+	State    string          `json:"state"` // ok, degraded or failed
+	Findings []statusFinding `json:"findings"`
+}
+
+// statusFinding is one condition a GPU is in.
+type statusFinding struct {
+	Condition string `json:"condition"` // one of health.Conditions
+	Severity  string `json:"severity"`  // failed or degraded
+	Detail    string `json:"detail"`
+}
+
+// noFindings is every healthy GPU's findings: [], allocated once.
+var noFindings = []statusFinding{}
+
+// healthOf is g's statusHealth.
+func healthOf(h health.Health) statusHealth {
+	if h.State == health.OK {
+		return statusHealth{State: "ok", Findings: noFindings}
+	}
+	s := statusHealth{State: h.State, Findings: make([]statusFinding, 0, len(h.Findings))}
+	for _, f := range h.Findings {
+		s.Findings = append(s.Findings, statusFinding{Condition: f.Condition, Severity: f.Severity, Detail: f.Detail})
+	}
+	return s
 }
 
 // statusReservation is a current reservation.
@@ -193,7 +227,7 @@ func statusHead(r *Report) *statusPrefix {
 		StaleAfterS: r.Config.StaleAfter.Seconds(),
 		Live:        statusLive(r.Config.LiveEvery),
 		Summary: statusSummary{GPUs: c.GPUs, Free: c.Count[cluster.Free], Busy: c.Count[cluster.Busy],
-			Reserved: c.Count[cluster.Reserved], Failed: c.Count[cluster.Failed], Hosts: len(c.Hosts), HostsDown: c.Down,
+			Reserved: c.Count[cluster.Reserved], Failed: c.Count[cluster.Failed], Degraded: c.Degraded, Hosts: len(c.Hosts), HostsDown: c.Down,
 			Models: []statusModel{}},
 	}
 	if !c.DataTime.IsZero() {
@@ -249,7 +283,7 @@ func fillStatusHost(sh *statusHost, h *cluster.Host, hist *history.Summary, nums
 			procs = gpus[:cap(gpus)][i].Processes[:0] // the last host's
 		}
 		sg := statusGPU{Index: nil, UUID: g.UUID, BusID: g.BusID,
-			State: g.State, Notes: g.Notes, Error: g.Error,
+			State: g.State, Health: healthOf(g.Health), Notes: g.Notes, Error: g.Error,
 			UtilPct: nums.float(g.Util), MemUtilPct: nums.float(g.MemUtil), MemUsedMiB: nums.float(g.MemUsed), MemTotalMiB: nums.float(g.MemTotal),
 			TempC: nums.float(g.Temp), PowerW: nums.float(g.Power), PowerLimitW: nums.float(g.PowerLimit), FanPct: nums.float(g.Fan),
 			Reservation: resvOf(g.Reservation), Processes: procs}
@@ -265,7 +299,7 @@ func fillStatusHost(sh *statusHost, h *cluster.Host, hist *history.Summary, nums
 		}
 		for _, p := range g.Procs {
 			sg.Processes = append(sg.Processes, statusProcess{PID: nums.int(p.PID), User: p.User, Command: p.Command,
-				MemMiB: nums.float(p.MemMiB), ElapsedS: nums.int(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
+				MemMiB: nums.float(p.MemMiB), SMPct: nums.float(p.SMPct), ElapsedS: nums.int(p.ElapsedS), Preemptible: p.Preemptible, Ignored: p.Ignored,
 				SlurmJob: p.SlurmJob, SlurmJobName: p.SlurmJobName, SlurmPartition: p.SlurmPartition,
 				Container: p.Container, ContainerName: p.ContainerName, Pod: p.Pod})
 		}
@@ -515,14 +549,16 @@ var statusKeys = map[reflect.Type][]string{
 	reflect.TypeFor[statusHost](): {"name", "display_name", "up", "status", "error,omitempty", "timestamp", "cpus", "load1",
 		"mem_used_mib", "mem_total_mib", "reservation,omitempty", "gpu_name,omitempty", "gpu_short_name,omitempty", "gpus",
 		"down_since,omitempty", "last_known_gpus,omitzero"},
-	reflect.TypeFor[statusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "bus_id", "state", "notes,omitempty",
+	reflect.TypeFor[statusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "bus_id", "state", "health", "notes,omitempty",
 		"error,omitempty", "util_pct", "mem_util_pct", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w",
 		"power_limit_w", "fan_pct", "reservation,omitempty", "processes,omitempty"},
-	reflect.TypeFor[statusProcess](): {"pid", "user", "command", "mem_mib", "elapsed_s", "preemptible,omitempty", "ignored,omitempty",
+	reflect.TypeFor[statusProcess](): {"pid", "user", "command", "mem_mib", "sm_pct,omitempty", "elapsed_s", "preemptible,omitempty", "ignored,omitempty",
 		"slurm_job,omitempty", "slurm_job_name,omitempty", "slurm_partition,omitempty", "container,omitempty",
 		"container_name,omitempty", "pod,omitempty"},
 	reflect.TypeFor[statusReservation](): {"name", "until", "comment"},
 	reflect.TypeFor[statusKnownGPU]():    {"id", "name"},
+	reflect.TypeFor[statusHealth]():      {"state", "findings"},
+	reflect.TypeFor[statusFinding]():     {"condition", "severity", "detail"},
 }
 
 var _ = checkStatusKeys()
@@ -635,6 +671,7 @@ func appendStatusGPU(b []byte, g *statusGPU, ok *bool) []byte {
 	b = appendJSONString(b, g.BusID)
 	b = append(b, `,"state":`...)
 	b = appendJSONString(b, g.State)
+	b = appendStatusHealth(b, &g.Health)
 	if len(g.Notes) > 0 {
 		b = append(b, `,"notes":[`...)
 		for i, n := range g.Notes {
@@ -686,6 +723,10 @@ func appendStatusProcess(b []byte, p *statusProcess, ok *bool) []byte {
 	b = appendJSONString(b, p.Command)
 	b = append(b, `,"mem_mib":`...)
 	b = appendJSONFloatp(b, p.MemMiB, ok)
+	if p.SMPct != nil {
+		b = append(b, `,"sm_pct":`...)
+		b = appendJSONFloatp(b, p.SMPct, ok)
+	}
 	b = append(b, `,"elapsed_s":`...)
 	b = appendJSONIntp(b, p.ElapsedS)
 	if p.Preemptible {
@@ -703,6 +744,29 @@ func appendStatusProcess(b []byte, p *statusProcess, ok *bool) []byte {
 		}
 	}
 	return append(b, '}')
+}
+
+// appendStatusHealth appends a GPU's "health" key and its object.
+func appendStatusHealth(b []byte, h *statusHealth) []byte {
+	b = append(b, `,"health":{"state":`...)
+	b = appendJSONString(b, h.State)
+	if h.Findings == nil {
+		return append(b, `,"findings":null}`...)
+	}
+	b = append(b, `,"findings":[`...)
+	for i, f := range h.Findings {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"condition":`...)
+		b = appendJSONString(b, f.Condition)
+		b = append(b, `,"severity":`...)
+		b = appendJSONString(b, f.Severity)
+		b = append(b, `,"detail":`...)
+		b = appendJSONString(b, f.Detail)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
 }
 
 func appendStatusReservation(b []byte, r *statusReservation) []byte {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/health"
 )
 
 // ANSI colours per state; failed is dim.
@@ -66,6 +68,11 @@ func writeTextWith(w io.Writer, r *Report, o textOptions) error {
 	t := newTextTable(r, o)
 	for _, line := range t.lines() {
 		writeSegs(b, fitSegs(line, o.Width), o.Color)
+	}
+	if !o.Free {
+		for _, line := range healthList(r.Cluster) {
+			writeSegs(b, fitSegs(line, o.Width), o.Color)
+		}
 	}
 	return b.Flush()
 }
@@ -130,7 +137,11 @@ type textTable struct {
 
 func newTextTable(r *Report, o textOptions) *textTable {
 	t := &textTable{o: o}
-	for _, h := range r.Cluster.Hosts {
+	hosts := r.Cluster.Hosts
+	if o.Free {
+		hosts = freeFirst(hosts)
+	}
+	for _, h := range hosts {
 		if o.Free && (!h.Up() || h.Count[cluster.Free] == 0) {
 			continue
 		}
@@ -140,10 +151,17 @@ func newTextTable(r *Report, o textOptions) *textTable {
 			if h.Error != "" {
 				hl.notes = append(hl.notes, clean(h.Error, reasonMax))
 			}
+			if s := kernelLogNote(h); s != "" {
+				hl.notes = append(hl.notes, clean(s, reasonMax))
+			}
 		} else {
 			hl.down = downSegs(h, r)
 		}
-		for _, g := range h.GPUs {
+		gpus := h.GPUs
+		if o.Free {
+			gpus = healthyFirst(gpus)
+		}
+		for _, g := range gpus {
 			if o.Free && g.State != cluster.Free {
 				continue
 			}
@@ -152,6 +170,42 @@ func newTextTable(r *Report, o textOptions) *textTable {
 		t.add(hl)
 	}
 	return t
+}
+
+// freeFirst is -free's order of the hosts: those with a healthy free GPU
+// first, so that a degraded GPU is never offered before a healthy one;
+// else as they were.
+func freeFirst(hosts []*cluster.Host) []*cluster.Host {
+	healthyFree := func(h *cluster.Host) bool {
+		return slices.ContainsFunc(h.GPUs, func(g *cluster.GPU) bool {
+			return g.State == cluster.Free && g.Health.State == health.OK
+		})
+	}
+	out := slices.Clone(hosts)
+	slices.SortStableFunc(out, func(a, b *cluster.Host) int {
+		return cmpBool(healthyFree(b), healthyFree(a))
+	})
+	return out
+}
+
+// healthyFirst is a host's GPUs with the degraded ones last.
+func healthyFirst(gpus []*cluster.GPU) []*cluster.GPU {
+	out := slices.Clone(gpus)
+	slices.SortStableFunc(out, func(a, b *cluster.GPU) int {
+		return cmpBool(a.Health.State == health.Degraded, b.Health.State == health.Degraded)
+	})
+	return out
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func (t *textTable) add(hl hostLines) {
@@ -321,7 +375,7 @@ func newGPULine(g *cluster.GPU, r *Report) gpuLine {
 // "alice(62G) bob(3G)", "free · idle job: sweep(20G)", "reserved by carol
 // until ...", "failed: GPU is lost; ...". Ignored processes are not named.
 func gpuTail(g *cluster.GPU, r *Report) []seg {
-	users, idle := gpuUsers(g)
+	users, idle := gpuUsers(g, idleShares(g, r.idlePct()))
 	var main string
 	var notes []string
 	switch g.State {
@@ -330,7 +384,11 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 		if !g.HasIndex && g.ID() != "?" {
 			main += " (" + clean(g.ID(), 48) + ")"
 		}
-		if e := clean(g.Error, reasonMax); e != "" {
+		why := g.Error
+		if why == "" {
+			why = g.FailedReason() // the [health] policy's
+		}
+		if e := clean(why, reasonMax); e != "" {
 			main += ": " + e
 		}
 	case cluster.Free:
@@ -345,6 +403,9 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 	}
 	if !g.HasIndex && g.ID() != "?" && g.State != cluster.Failed {
 		notes = append(notes, "GPU "+clean(g.ID(), 48)) // its line says [?]
+	}
+	if words := degradedWords(g); words != "" {
+		notes = append(notes, "degraded: "+words)
 	}
 	if idle != "" {
 		notes = append(notes, "idle job: "+idle)
@@ -367,8 +428,9 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 // gpuUsers are the users holding g with their memory, the most first,
 // "alice(62G) bob(3G)", and apart those of the idle-time job. A process
 // of root in a container counts under the container's name, else its
-// short id (cluster.Proc.Holder): "vllm-server(70G)".
-func gpuUsers(g *cluster.GPU) (holders, idle string) {
+// short id (cluster.Proc.Holder): "vllm-server(70G)". A holder whose
+// share of a shared GPU is idle (idleShares) says so: "alice(29G idle)".
+func gpuUsers(g *cluster.GPU, idleShare map[string]bool) (holders, idle string) {
 	type use struct {
 		name  string
 		mib   float64
@@ -409,8 +471,13 @@ func gpuUsers(g *cluster.GPU) (holders, idle string) {
 				break
 			}
 			s := clean(userName(u.name), userNameMax)
-			if u.known {
+			switch {
+			case u.known && idleShare[u.name]:
+				s += "(" + memG(u.mib) + " idle)"
+			case u.known:
 				s += "(" + memG(u.mib) + ")"
+			case idleShare[u.name]:
+				s += "(idle)"
 			}
 			parts = append(parts, s)
 		}
@@ -464,6 +531,9 @@ func writeTextSummary(b *bufio.Writer, r *Report, o textOptions) {
 	}
 	if more != nil {
 		items = append(items, fmt.Sprintf("+%d more: %d free of %d", more.N, more.Free, more.Total))
+	}
+	if c.Degraded > 0 {
+		items = append(items, fmt.Sprintf("%d degraded", c.Degraded))
 	}
 	if c.Down > 0 {
 		items = append(items, fmt.Sprintf("%d host%s down", c.Down, plural(c.Down)))
@@ -723,3 +793,37 @@ func plural(n int) string {
 	}
 	return "s"
 }
+
+// healthList is -text's last lines: the GPUs whose health is not ok, the
+// failed first, each with its findings, "h100a [2] failed: XID 79 logged
+// since the last poll"; none when every GPU is healthy.
+func healthList(c *cluster.Cluster) [][]seg {
+	var failed, degraded [][]seg
+	for _, h := range c.Hosts {
+		for _, g := range h.GPUs {
+			if g.Health.State == health.OK {
+				continue
+			}
+			var details []string
+			for _, f := range g.Health.Findings {
+				details = append(details, f.Detail)
+			}
+			id := "[" + clean(g.ID(), 48) + "]"
+			line := []seg{{text: "  " + clean(h.Display, hostNameMax) + " " + id + " "},
+				{g.Health.State, healthColor[g.Health.State]}, {text: ": " + clean(strings.Join(details, "; "), reasonMax)}}
+			if g.Health.State == health.Failed {
+				failed = append(failed, line)
+			} else {
+				degraded = append(degraded, line)
+			}
+		}
+	}
+	if len(failed)+len(degraded) == 0 {
+		return nil
+	}
+	head := []seg{{text: fmt.Sprintf("health: %d failed, %d degraded", len(failed), len(degraded))}}
+	return append(append([][]seg{head}, failed...), degraded...)
+}
+
+// healthColor is each health state's colour in -text's list.
+var healthColor = map[string]string{health.Failed: stateColor[cluster.Failed], health.Degraded: "\x1b[33m"}
