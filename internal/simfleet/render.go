@@ -328,7 +328,7 @@ type rendered struct {
 }
 
 func badField(f string) rendered {
-	return rendered{[]byte(fmt.Sprintf("Field \"%s\" is not a valid field to query.\n", f)), exitBadField}
+	return rendered{[]byte(fmt.Sprintf("Field \"%s\" is not a valid field to query.\n\n", f)), exitBadField}
 }
 
 // lostMessage is what nvidia-smi prints in place of a lost GPU's row.
@@ -357,7 +357,10 @@ func (h *host) renderGPUs(fields []string) rendered {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(f)
+		// an alias comes back under the field's own name (driver 580,
+		// asked for clocks_throttle_reasons.active, printed
+		// clocks_event_reasons.active)
+		b.WriteString(name)
 		if u := m.units[c]; u != "" {
 			b.WriteString(" [" + u + "]")
 		}

@@ -218,7 +218,7 @@ func TestFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(string(o.Sections["gpus"].Body), "\n")
-		if lines[0] != "gpu_name, memory.free [MiB], count, timestamp" || !strings.HasPrefix(lines[1], "NVIDIA H200, ") || !strings.Contains(lines[1], ", 4, ") {
+		if lines[0] != "name, memory.free [MiB], count, timestamp" || !strings.HasPrefix(lines[1], "NVIDIA H200, ") || !strings.Contains(lines[1], ", 4, ") {
 			t.Errorf("custom gpus:\n%s", o.Sections["gpus"].Body)
 		}
 		apps := strings.Split(string(o.Sections["apps"].Body), "\n")
