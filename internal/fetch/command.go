@@ -161,7 +161,7 @@ func pollAndWrite(ctx context.Context, cfg *Config) ([]Result, error) {
 	// idlemon's state file, where a host has one, says which processes are
 	// its idle-time job (read in the same round trip; absent is fine).
 	p := &Poller{Runner: client, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers,
-		RecordsOnly: true}
+		ProcessUtil: cfg.ProcessUtil, KernelLogWindow: cfg.KernelLogWindow(cfg.PollInterval), RecordsOnly: true}
 	results := p.Poll(ctx, hosts)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("interrupted; %s left as it was", cfg.Output)
@@ -347,7 +347,8 @@ func SetupLive(ctx context.Context, cfg *Config, every time.Duration, publishing
 		return nil, nil, err
 	}
 	keeper := &remote.Keeper{Client: client, Backoff: every}
-	p := &Poller{Runner: keeper, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers}
+	p := &Poller{Runner: keeper, Timeout: cfg.Timeout, Concurrency: cfg.Concurrency, StateFile: cfg.IdlemonState, Containers: cfg.Containers,
+		ProcessUtil: cfg.ProcessUtil, KernelLogWindow: cfg.KernelLogWindow(every)}
 	l = &Live{Poller: p, Hosts: hosts, Output: cfg.Output, Every: every, Log: stderr, Summaries: true, Publish: publish}
 	keeper.Now = l.RoundStart
 	closeAll = func() {

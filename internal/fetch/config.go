@@ -15,7 +15,9 @@ import (
 const (
 	defaultTimeout     = 20 * time.Second
 	defaultConcurrency = 1000
-	DefaultOutput      = configini.DefaultOutput
+	// defaultPollInterval is cron's usual interval (README's crontab line).
+	defaultPollInterval = 5 * time.Minute
+	DefaultOutput       = configini.DefaultOutput
 	// defaultSystemSSHConfig is the system's ssh_config.
 	defaultSystemSSHConfig = "/etc/ssh/ssh_config"
 )
@@ -55,6 +57,14 @@ type Config struct {
 	// "" (containers = none, the default: the account would need the
 	// engine's socket, which is root on the host).
 	Containers string
+	// ProcessUtil asks each host for its processes' own utilization
+	// (process_util, default yes).
+	ProcessUtil bool
+	// KernelLog asks each host for its kernel's XIDs (kernel_log, default
+	// yes), those of the last PollInterval and Timeout: PollInterval is
+	// how often cron runs fetch (poll_interval); live mode uses its own.
+	KernelLog    bool
+	PollInterval time.Duration
 
 	file *inifile.File // for errors found later (ResolveHosts)
 }
@@ -79,6 +89,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 		Output:                f.Resolve(DefaultOutput),
 		IdlemonState:          idlestate.DefaultPath,
 		SystemSSHConfig:       defaultSystemSSHConfig,
+		ProcessUtil:           true,
+		KernelLog:             true,
+		PollInterval:          defaultPollInterval,
 		file:                  f,
 	}
 	common := f.Section("common")
@@ -126,6 +139,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 			return nil, common.ErrorAt("containers", "%q is not docker, podman or none", v)
 		}
 	}
+	if err := readHealthKeys(common, c); err != nil {
+		return nil, err
+	}
 	if len(c.Hosts) == 0 && c.HostsFile == "" && c.HostsCommand == "" {
 		return nil, common.ErrorAt("hosts", "no hosts: set hosts, hosts_file or hosts_command in [common]")
 	}
@@ -158,4 +174,29 @@ func readStrict(common inifile.Section, dst *string) error {
 // found after reading (a hosts_file that cannot be read, say).
 func (c *Config) errorAt(key, format string, args ...any) *inifile.Error {
 	return c.file.ErrorAt("common", key, format, args...)
+}
+
+// readHealthKeys reads what the probe asks beside the GPUs' own readings:
+// process_util, kernel_log and poll_interval.
+func readHealthKeys(common inifile.Section, c *Config) error {
+	if err := common.Bool("process_util", &c.ProcessUtil); err != nil {
+		return err
+	}
+	if err := common.Bool("kernel_log", &c.KernelLog); err != nil {
+		return err
+	}
+	return common.Duration("poll_interval", inifile.Limits[time.Duration]{
+		Min: time.Second, Max: 24 * time.Hour, Want: "a duration from 1s to 24h (how often cron runs fetch, e.g. 5m)",
+	}, &c.PollInterval)
+}
+
+// KernelLogWindow is how far back each poll reads the kernel log (0: not
+// at all): the interval between polls and a host's timeout, so that
+// consecutive polls overlap, and an XID logged while the last poll ran is
+// not missed. render counts an XID seen twice once.
+func (c *Config) KernelLogWindow(every time.Duration) time.Duration {
+	if !c.KernelLog {
+		return 0
+	}
+	return every + c.Timeout
 }

@@ -34,6 +34,7 @@ key_filename = /home/monitor/.ssh/id_rsa
 		KeyFiles: []string{"/home/monitor/.ssh/id_rsa"}, StrictHostKeyChecking: strictYes,
 		Timeout: defaultTimeout, Concurrency: defaultConcurrency, Output: "/etc/gpumon/load_data.csv",
 		IdlemonState: "/run/idlemon/state.json", SystemSSHConfig: "/etc/ssh/ssh_config",
+		ProcessUtil: true, KernelLog: true, PollInterval: 5 * time.Minute,
 	}
 	if diff := cmp.Diff(want, c, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)

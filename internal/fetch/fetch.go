@@ -17,6 +17,7 @@ import (
 	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/idlestate"
+	"github.com/gpumon/gpumon/internal/kernlog"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/nvsmi"
 	"github.com/gpumon/gpumon/internal/probe"
@@ -46,6 +47,13 @@ type Poller struct {
 	// Containers is the engine asked for container names
 	// (probe.Request.Containers): "docker", "podman" or "" for none.
 	Containers string
+	// ProcessUtil asks each host for its processes' own utilization
+	// (nvidia-smi pmon, about a second beside the probe's other commands).
+	ProcessUtil bool
+	// KernelLogWindow asks each host for the XIDs its kernel logged this
+	// long ago or later (0: none): the interval between polls and the
+	// timeout, so that consecutive polls overlap and miss nothing.
+	KernelLogWindow time.Duration
 	// MaxRowBytes bounds the run's rows (0: the package's MaxRowBytes): a
 	// host whose rows would go past it is failed instead of kept.
 	MaxRowBytes int64
@@ -55,6 +63,10 @@ type Poller struct {
 	RecordsOnly bool
 
 	rowBytes atomic.Int64 // kept so far in this Poll
+
+	// driverGPUs stands in for the driver's GPU folder on the hosts
+	// (probe.Request.DriverGPUs) in tests: "" for the real one.
+	driverGPUs string
 }
 
 // Result is one host's outcome.
@@ -167,7 +179,8 @@ func (p *Poller) keep(res Result) Result {
 func rowBytes(r *loaddata.Row) int64 {
 	return int64(len(r.Timestamp)+len(r.Host)+len(r.HostError)+len(r.GPUUUID)+len(r.GPUName)+
 		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)+len(r.SlurmJob)+len(r.SlurmJobName)+
-		len(r.SlurmPartition)+len(r.Container)+len(r.ContainerName)+len(r.Pod)) + 160
+		len(r.SlurmPartition)+len(r.Container)+len(r.ContainerName)+len(r.Pod)+
+		len(r.ECCMode)+len(r.ClockEvents)+len(r.XIDs)+len(r.KernelLog)) + 200
 }
 
 // nvTimeout leaves room for both nvidia-smi runs and the rest of the script
@@ -195,6 +208,12 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 	req := probe.NewRequest(nvTimeout(p.Timeout))
 	req.StateFile = p.StateFile
 	req.Containers = p.Containers
+	req.HealthFields = nvsmi.HealthFields
+	req.ProcessUtil = p.ProcessUtil
+	req.KernelLogSince = int((p.KernelLogWindow + time.Second - 1) / time.Second)
+	if p.driverGPUs != "" {
+		req.DriverGPUs = p.driverGPUs
+	}
 	script := []byte(req.Script())
 	var out []byte
 	var err error
@@ -217,9 +236,10 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 // (several KiB each) until the CSV was written, and the collector, near
 // fetch's memory limit, ran without pause.
 func detach(rows []loaddata.Row) {
-	fields := func(r *loaddata.Row) [15]*string {
+	fields := func(r *loaddata.Row) [19]*string {
 		return [...]*string{&r.Timestamp, &r.Host, &r.HostError, &r.GPUUUID, &r.GPUName, &r.GPUBusID, &r.GPUError,
-			&r.User, &r.Command, &r.SlurmJob, &r.SlurmJobName, &r.SlurmPartition, &r.Container, &r.ContainerName, &r.Pod}
+			&r.User, &r.Command, &r.SlurmJob, &r.SlurmJobName, &r.SlurmPartition, &r.Container, &r.ContainerName, &r.Pod,
+			&r.ECCMode, &r.ClockEvents, &r.XIDs, &r.KernelLog}
 	}
 	at := map[string]int{} // each distinct text once, at its offset
 	var b strings.Builder
@@ -260,8 +280,13 @@ func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Res
 	w.sharedUUIDs(gpus.GPUs)
 	procs := readApps(po, &w)
 	base := hostRow(ts, host, probe.ParseHost(po.Sections[probe.SectionHost].Body))
-	d := processDetails{ps: readPS(po, len(procs) > 0, &w), attrib: readAttribution(po, nonce, &w), jobPIDs: readIdlemon(po, &w)}
+	var events []kernlog.Event
+	base.KernelLog, events = readKernelLog(po)
+	d := processDetails{ps: readPS(po, len(procs) > 0, &w), attrib: readAttribution(po, nonce, &w), jobPIDs: readIdlemon(po, &w),
+		smPct: readPmon(po, &w)}
 	rows := gpuRows(base, gpus, procs, d)
+	rows = append(rows, lostGPURows(base, gpus, readDriverGPUs(po), &w)...)
+	markXIDs(rows, events, &w)
 	if len(rows) == 0 {
 		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Driver, Message: "nvidia-smi listed no GPU"})
 	}
@@ -480,6 +505,7 @@ type processDetails struct {
 	ps      map[int]probe.PSProcess
 	attrib  map[int]attrib.Attribution
 	jobPIDs map[int]bool
+	smPct   map[pmonKey]loaddata.Number // by GPU index and pid
 }
 
 // gpuRows is one row per GPU and process on it (one row for an idle GPU),
@@ -534,6 +560,7 @@ func gpuRow(base loaddata.Row, gpu nvsmi.GPU) loaddata.Row {
 	r.PowerW = loaddata.Number(gpu.PowerW)
 	r.PowerLimitW = loaddata.Number(gpu.PowerLimitW)
 	r.FanPct = loaddata.Number(gpu.FanPct)
+	healthCells(&r, gpu)
 	return r
 }
 
@@ -544,6 +571,9 @@ func (d processDetails) processRow(r loaddata.Row, pr nvsmi.Process) loaddata.Ro
 	r.PID = loaddata.IntOf(int64(pr.PID))
 	r.Preemptible = loaddata.Flag(d.jobPIDs[pr.PID])
 	r.ProcessMemMiB = loaddata.Number(pr.UsedMemMiB)
+	if r.GPUIndex.Valid {
+		r.ProcessSMPct = d.smPct[pmonKey{int(r.GPUIndex.Value), pr.PID}]
+	}
 	if p, ok := d.ps[pr.PID]; ok {
 		r.User, r.Command = p.User, p.Command
 		r.ProcessElapsedS = loaddata.IntOf(p.ElapsedS)

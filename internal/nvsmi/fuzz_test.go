@@ -166,16 +166,56 @@ func checkDiagnose(t *testing.T, data []byte) {
 	}
 }
 
+// healthSeeds are the captures' health columns, as the probe asks them.
+func healthSeeds() [][]byte {
+	var seeds [][]byte
+	cols := append([]string{"index"}, HealthFields...)
+	for _, name := range captures.Names() {
+		for _, state := range []string{"idle", "load"} {
+			if s, ok := captures.MustLoad(name).Section(state, "query-gpu"); ok {
+				seeds = append(seeds, []byte(project(s.Body, cols)))
+			}
+		}
+	}
+	return seeds
+}
+
+// checkHealth: a health reading the parser keeps is in its range.
+func checkHealth(t *testing.T, g GPU) {
+	t.Helper()
+	checkNumbers(t, fmt.Sprintf("GPU %d health", g.Index), g.PState, g.ECCUncorrected)
+	switch {
+	case g.PState.Valid && (g.PState.Value < 0 || g.PState.Value > 15 || g.PState.Value != math.Trunc(g.PState.Value)):
+		t.Fatalf("pstate %v", g.PState.Value)
+	case g.ECCUncorrected.Valid && (g.ECCUncorrected.Value < 0 || g.ECCUncorrected.Value > maxExact || g.ECCUncorrected.Value != math.Trunc(g.ECCUncorrected.Value)):
+		t.Fatalf("ECC errors %v", g.ECCUncorrected.Value)
+	case g.ECCMode != "" && g.ECCMode != "enabled" && g.ECCMode != "disabled":
+		t.Fatalf("ECC mode %q", g.ECCMode)
+	case g.ClockEventMask > maxExact || !g.ClockEventValid && g.ClockEventMask != 0:
+		t.Fatalf("clock mask %#x valid %v", g.ClockEventMask, g.ClockEventValid)
+	}
+	for _, fl := range []Flag{g.RetiredPagesPending, g.RemapPending, g.RemapFailure} {
+		if fl.Value && !fl.Valid {
+			t.Fatalf("flag %+v: yes but missing", fl)
+		}
+	}
+}
+
 func FuzzParseGPUs(f *testing.F) {
 	for i, s := range fuzzSeeds("query-gpu") {
 		f.Add(s, fuzzTokens[i%len(fuzzTokens)], "NVIDIA H200")
 	}
+	for _, s := range healthSeeds() {
+		f.Add(s, "0xFFFFFFFFFFFFFFFF", "P0")
+	}
+	f.Add(h100(f, "query-health"), "Yes", "P15")
 	f.Fuzz(func(t *testing.T, data []byte, tok, name string) {
 		rep, err := ParseGPUs(data)
 		checkParseErr(t, err)
 		checkSkipped(t, data, rep.Skipped)
 		for _, g := range rep.GPUs {
 			checkNumbers(t, fmt.Sprintf("GPU %d", g.Index), gpuNumbers(g)...)
+			checkHealth(t, g)
 			if g.Index < 0 {
 				t.Fatalf("index %d", g.Index)
 			}

@@ -28,17 +28,6 @@ type Flag struct {
 	Value, Valid bool
 }
 
-// Health columns, with their aliases (`nvidia-smi --help-query-gpu`).
-var (
-	colPState         = []string{"pstate"}
-	colECCMode        = []string{"ecc.mode.current"}
-	colECCUncorrected = []string{"ecc.errors.uncorrected.volatile.total"}
-	colRetiredPending = []string{"retired_pages.pending"}
-	colRemapPending   = []string{"remapped_rows.pending"}
-	colRemapFailure   = []string{"remapped_rows.failure"}
-	colClockEvents    = []string{"clocks_event_reasons.active", "clocks_throttle_reasons.active"}
-)
-
 // maxExact is the largest count a float64 holds exactly (2^53). A counter
 // above it is no count a GPU reached: drivers print 2^64-1 or -1 for
 // "unknown", and those must stay missing, never become a condition.

@@ -183,3 +183,19 @@ func TestKnownFieldsBadInput(t *testing.T) {
 		t.Errorf("a flood of names kept %d, more than %d", got, maxKnownFields)
 	}
 }
+
+func BenchmarkParseGPUsHealth(b *testing.B) {
+	rows := []string{fetchHeader + ", " + strings.Join(HealthFields[:len(HealthFields)-1], ", ")}
+	for i := range 8 {
+		rows = append(rows, fmt.Sprintf("%d, GPU-%08d-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 00000000:%02X:00.0, %d, 12, 40123, 81559, 61, 512.34, 700.00, [N/A], P0, Enabled, 0, [N/A], No, No, 0x0000000000000000", i, i, 0x18+i, 90+i))
+	}
+	out := lines(rows...)
+	b.SetBytes(int64(len(out)))
+	b.ReportAllocs()
+	for b.Loop() {
+		rep, err := ParseGPUs(out)
+		if err != nil || len(rep.GPUs) != 8 || !rep.GPUs[7].RemapFailure.Valid {
+			b.Fatalf("err %v, %d GPUs", err, len(rep.GPUs))
+		}
+	}
+}

@@ -142,7 +142,17 @@ var (
 	colGPUUUID  = []string{"gpu_uuid", "uuid"}
 	colProcName = []string{"process_name", "name"}
 	colProcUsed = []string{"used_gpu_memory", "used_memory"}
-	maxLineText = 200
+
+	// The health columns (HealthFields). The clock reasons under their new
+	// name and their old one (all driver 465 knows); 590+ knows both.
+	colPState         = []string{"pstate"}
+	colECCMode        = []string{"ecc.mode.current"}
+	colECCUncorrected = []string{"ecc.errors.uncorrected.volatile.total"}
+	colRetiredPending = []string{"retired_pages.pending"}
+	colRemapPending   = []string{"remapped_rows.pending"}
+	colRemapFailure   = []string{"remapped_rows.failure"}
+	colClockEvents    = []string{"clocks_event_reasons.active", "clocks_throttle_reasons.active"}
+	maxLineText       = 200
 )
 
 // ParseGPUs reads the output of `nvidia-smi --query-gpu=… --format=csv[,nounits]`

@@ -258,6 +258,7 @@ func FuzzParsePmon(f *testing.F) {
 		}
 	}
 	f.Add(lines(pmonHeader590, "    0      10309     C     99      7      -      -      -      -    a b", "    1  -  -  -  -  -  -  -  -  -"), uint8(0))
+	f.Add(h100(f, "pmon-load"), uint8(3))
 	f.Add([]byte("# gpu pid type sm command\r\n0 42 C 17 a\r\n"), uint8(100))
 	f.Add([]byte("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"), uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, forged uint8) {
@@ -299,4 +300,20 @@ func FuzzParsePmon(f *testing.F) {
 			}
 		}
 	})
+}
+
+func BenchmarkParsePmon(b *testing.B) {
+	rows := []string{pmonHeader590}
+	for i := range 32 {
+		rows = append(rows, fmt.Sprintf("    %d      %d     C     %d      7      -      -      -      -    python3", i/4, 10000+i, i*3))
+	}
+	out := lines(rows...)
+	b.SetBytes(int64(len(out)))
+	b.ReportAllocs()
+	for b.Loop() {
+		rep, err := ParsePmon(out)
+		if err != nil || len(rep.Samples) != 32 {
+			b.Fatalf("err %v, %d samples", err, len(rep.Samples))
+		}
+	}
 }

@@ -150,9 +150,9 @@ func NewRequest(nvTimeout int) Request {
 		panic(err) // crypto/rand never fails on Linux
 	}
 	return Request{
-		Nonce:     hex.EncodeToString(b[:]),
-		GPUFields: GPUFields,
-		AppFields: AppFields,
+		Nonce:      hex.EncodeToString(b[:]),
+		GPUFields:  GPUFields,
+		AppFields:  AppFields,
 		NVTimeout:  nvTimeout,
 		DriverGPUs: DriverGPUsFolder,
 	}

@@ -111,10 +111,16 @@ func TestAppFieldsHoldNoName(t *testing.T) {
 }
 
 func TestParseScriptRoundTrip(t *testing.T) {
-	for _, ct := range []string{ContainersDocker, ContainersPodman, ""} {
+	for i, ct := range []string{ContainersDocker, ContainersPodman, ""} {
 		req := NewRequest(7)
 		req.StateFile = "/run/idlemon/state.json"
 		req.Containers = ct
+		if i != 1 { // and one request as a bare NewRequest makes it
+			req.HealthFields = []string{"pstate", "clocks_event_reasons.active"}
+			req.ProcessUtil = true
+			req.KernelLogSince = 330 + i
+			req.DriverGPUs = "/tmp/gpus"
+		}
 		got, err := ParseScript(req.Script())
 		if err != nil {
 			t.Fatal(err)
