@@ -295,7 +295,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 	}
 	if r.PID.Valid || r.Command != "" {
 		p := b.procSlab.new()
-		*p = Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB, SMPct: r.ProcessSMPct,
+		*p = Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB, SMPct: smPct(r.ProcessSMPct),
 			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Ignored(ignore.Process{Args: r.Command, UID: ignore.Unknown, MemMiB: memOr(r.ProcessMemMiB, ignore.Unknown)}, b.o.Ignore),
 			SlurmJob: r.SlurmJob, SlurmJobName: r.SlurmJobName, SlurmPartition: r.SlurmPartition,
 			Container: r.Container, ContainerName: r.ContainerName, Pod: r.Pod}
@@ -830,6 +830,15 @@ func readingsOf(g *GPU) health.Readings {
 		ClockEvents:         clock,
 		XIDs:                parseXIDs(g.XIDs),
 	}
+}
+
+// smPct is a process's SM utilization when it is one (0 to 100 %), else
+// not known: a broken pmon's 1e300 is no reading.
+func smPct(n loaddata.Number) loaddata.Number {
+	if !n.Valid || n.Value < 0 || n.Value > 100 {
+		return loaddata.Number{}
+	}
+	return n
 }
 
 // parseXIDs reads the xids cell ("13,79"): the first xidsMax codes that

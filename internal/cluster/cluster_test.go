@@ -557,3 +557,27 @@ func TestDegradedCountedInSubsets(t *testing.T) {
 		t.Errorf("subset of a and b: %d degraded, want 1", s.Degraded)
 	}
 }
+
+func TestSMPctBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   loaddata.Number
+		want loaddata.Number
+	}{
+		{"not given", loaddata.Number{}, loaddata.Number{}},
+		{"idle", loaddata.Num(0), loaddata.Num(0)},
+		{"busy", loaddata.Num(97.5), loaddata.Num(97.5)},
+		{"all of it", loaddata.Num(100), loaddata.Num(100)},
+		{"negative", loaddata.Num(-1), loaddata.Number{}},
+		{"absurd", loaddata.Num(1e300), loaddata.Number{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := withProc(gpuRow(t, "h", 0, 3000), "alice", "python", 2000, false)
+			r.ProcessSMPct = tc.in
+			p := build([]loaddata.Row{r}, Options{Now: now}).Hosts[0].GPUs[0].Procs[0]
+			if p.SMPct != tc.want {
+				t.Errorf("SMPct %+v, want %+v", p.SMPct, tc.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,8 @@ package health
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -86,5 +88,43 @@ func TestReadConfigErrors(t *testing.T) {
 				t.Errorf("error:\n%s\nhint: %s\nwant:\n%s\nhint: %s", err, e.Hint(), tc.want, tc.hint)
 			}
 		})
+	}
+}
+
+// config.example.ini's [health] shows the defaults: its keys, uncommented,
+// read as DefaultPolicy.
+func TestExampleShowsTheDefaults(t *testing.T) {
+	src, err := os.ReadFile("../../config.example.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(src), "\n[health]\n")
+	if !ok { // commented until internal/configini knows the section
+		_, section, ok = strings.Cut(string(src), "\n# [health]\n")
+	}
+	if !ok {
+		t.Fatal("config.example.ini has no [health] section")
+	}
+	section, _, _ = strings.Cut(section, "\n\n# Display names")
+	key := regexp.MustCompile(`^# ([a-z_]+ = .*|    [a-z_]+(, [a-z_]+)*,?)$`) // a key, or its continuation line
+	text := "[health]\n"
+	keys := 0
+	for _, line := range strings.Split(section, "\n") {
+		if m := key.FindStringSubmatch(line); m != nil {
+			text += m[1] + "\n"
+			if !strings.HasPrefix(m[1], " ") {
+				keys++
+			}
+		}
+	}
+	if keys != len(ConfigKeys) {
+		t.Errorf("the example shows %d keys, want %d:\n%s", keys, len(ConfigKeys), text)
+	}
+	got, err := readPolicy(t, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(DefaultPolicy(), got); diff != "" {
+		t.Errorf("the example's [health] (-defaults +example):\n%s", diff)
 	}
 }

@@ -176,18 +176,34 @@ func Assess(r Readings, p Policy) Health {
 	if warn := xidsIn(r.XIDs, p.WarningXIDs); len(warn) > 0 {
 		add(XIDWarning, "XID "+joinInts(warn)+" logged since the last poll")
 	}
-	events := strings.Fields(r.ClockEvents)
-	for _, c := range []struct{ cond, detail string }{
-		{HWPowerBrake, "clocks held down by a power brake"},
-		{HWThermal, "clocks held down by hardware thermal slowdown"},
-		{HWSlowdown, "clocks held down by hardware slowdown"},
-		{SWThermal, "clocks cut by the driver for heat"},
-	} {
-		if slices.Contains(events, c.cond) {
+	for _, c := range clockConditions {
+		if hasField(r.ClockEvents, c.cond) {
 			add(c.cond, c.detail)
 		}
 	}
 	return h
+}
+
+// clockConditions are the clock events that are conditions, in the order
+// of Conditions, with their words.
+var clockConditions = []struct{ cond, detail string }{
+	{HWPowerBrake, "clocks held down by a power brake"},
+	{HWThermal, "clocks held down by hardware thermal slowdown"},
+	{HWSlowdown, "clocks held down by hardware slowdown"},
+	{SWThermal, "clocks cut by the driver for heat"},
+}
+
+// hasField reports whether name is one of s's space-separated fields,
+// without splitting s: Assess runs for each of thousands of GPUs.
+func hasField(s, name string) bool {
+	for s != "" {
+		var f string
+		f, s, _ = strings.Cut(s, " ")
+		if f == name {
+			return true
+		}
+	}
+	return false
 }
 
 // severity is what p makes of cond: Failed, Degraded or OK (ignored).

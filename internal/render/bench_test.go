@@ -78,13 +78,18 @@ func fleetRowsWith(hosts, gpus int, attrib bool) []loaddata.Row {
 				GPUName: "NVIDIA H100 80GB HBM3", GPUBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+g),
 				GPUUtilPct: loaddata.Num(0), MemUtilPct: loaddata.Num(0), MemUsedMiB: loaddata.Num(4), MemTotalMiB: loaddata.Num(81559),
 				TempC: loaddata.Num(35), PowerW: loaddata.Num(70.5), PowerLimitW: loaddata.Num(700),
-				CPUs: loaddata.IntOf(192), Load1: loaddata.Num(24.3), HostMemUsedMiB: loaddata.Num(1239040), HostMemTotalMiB: loaddata.Num(2097152)}
+				CPUs: loaddata.IntOf(192), Load1: loaddata.Num(24.3), HostMemUsedMiB: loaddata.Num(1239040), HostMemTotalMiB: loaddata.Num(2097152),
+				// the health readings of a recent driver, as fetch writes them
+				PState: loaddata.IntOf(8), ECCMode: "enabled", ECCUncorrected: loaddata.Num(0),
+				RemappedRowsPending: loaddata.TriOf(false), RemappedRowsFailure: loaddata.TriOf(false),
+				ClockEvents: "gpu_idle", KernelLog: "journal"}
 			n := (h*gpus + g) % 4 // 0, 1: free; 2: one process; 3: two
 			if n < 2 {
 				rows = append(rows, base)
 				continue
 			}
 			base.GPUUtilPct, base.MemUsedMiB = loaddata.Num(97), loaddata.Num(61000)
+			base.PState, base.ClockEvents, base.ProcessSMPct = loaddata.IntOf(0), "none", loaddata.Num(float64(90-n))
 			for p := 0; p < n-1; p++ {
 				r := base
 				r.PID = loaddata.IntOf(int64(400000 + h*16 + g*2 + p))
@@ -348,8 +353,11 @@ func BenchmarkPages(b *testing.B) {
 }
 
 // pageBudget is the page's size at 1,000 hosts × 8 GPUs that
-// docs/performance.md holds it to.
-const pageBudget = 2_000_000
+// docs/performance.md holds it to. It was 2,000,000 (with 6 kB to spare)
+// before GPU health: each cell's P-state (" · P8", 48 kB) and each
+// process's SM % (42 kB) in a table that says it has the column (32 kB)
+// added 122 kB.
+const pageBudget = 2_150_000
 
 // The page of BenchmarkRender/html (1,000 hosts × 8 GPUs, a busy month of
 // history) stays within its budget: every byte a cell or a process adds

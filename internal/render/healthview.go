@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bufio"
 	"strconv"
 	"strings"
 
@@ -57,33 +58,62 @@ func findingLines(g *cluster.GPU) []string {
 	return lines
 }
 
-// healthReadingsMax bounds the readings a host gave as text (ECC mode,
-// clock events): the names are short and few, a broken host's are not.
-const healthReadingsMax = 120
+// What a host's health readings sent as text may take in the detail: the
+// names are short and few, a broken host's are not.
+const (
+	eccModeMax     = 24
+	clockEventsMax = 120
+)
 
-// healthReadings is the detail's readings beside the sensors: "P0 · ECC
-// enabled · clocks: sw_power_cap hw_slowdown", leaving out what is not
-// known, and the clocks when no event is active but an idle GPU's own
-// (gpu_idle, on most free GPUs: 8,000 cells would repeat it).
-func healthReadings(g *cluster.GPU) string {
-	var parts []string
+// writeHealthReadings writes the detail's readings after its sensors (sep:
+// a " · " first): "P0 · ECC disabled · clocks: sw_power_cap hw_slowdown",
+// leaving out what is not known and what most GPUs would repeat in 8,000
+// cells (the page budget): ECC enabled, and the clocks when no event is
+// active but an idle GPU's own (gpu_idle). It allocates nothing: 8,000
+// cells.
+func writeHealthReadings(w *bufio.Writer, g *cluster.GPU, sep bool, scratch []byte) []byte {
+	part := func() {
+		if sep {
+			w.WriteString(" · ")
+		}
+		sep = true
+	}
 	if g.PState.Valid {
-		parts = append(parts, "P"+strconv.FormatInt(g.PState.Value, 10))
+		part()
+		scratch = strconv.AppendInt(append(scratch[:0], 'P'), g.PState.Value, 10)
+		w.Write(scratch)
 	}
-	if g.ECCMode != "" {
-		parts = append(parts, "ECC "+g.ECCMode)
+	if eccShown(g) {
+		part()
+		w.WriteString("ECC ")
+		esc(w, shorten(g.ECCMode, eccModeMax))
 	}
-	if c := g.ClockEvents; c != "" && c != "none" && c != "gpu_idle" {
-		parts = append(parts, "clocks: "+c)
+	if clocksShown(g) {
+		part()
+		w.WriteString("clocks: ")
+		esc(w, shorten(g.ClockEvents, clockEventsMax))
 	}
-	return shorten(strings.Join(parts, " · "), healthReadingsMax)
+	return scratch
+}
+
+// hasHealthReadings reports whether writeHealthReadings writes anything.
+func hasHealthReadings(g *cluster.GPU) bool {
+	return g.PState.Valid || eccShown(g) || clocksShown(g)
+}
+
+func eccShown(g *cluster.GPU) bool { return g.ECCMode != "" && g.ECCMode != "enabled" }
+
+func clocksShown(g *cluster.GPU) bool {
+	c := g.ClockEvents
+	return c != "" && c != "none" && c != "gpu_idle"
 }
 
 // idleShares are the holders (cluster.Proc.Holder) of a shared GPU whose
 // processes together use at most idlePct of its SMs while another holder's
 // use more: whose share is idle while someone works. nil when there is
-// none, or a holder's use is not known (pmon off, MIG).
-func idleShares(g *cluster.GPU, idlePct float64) map[string]bool {
+// none, or a holder's use is not known (pmon off, MIG). It allocates only
+// when it finds one: it runs for each of thousands of GPUs.
+func idleShares(g *cluster.GPU, idlePct float64) []string {
 	holding := 0
 	for _, p := range g.Procs {
 		if p.Holds() {
@@ -96,24 +126,43 @@ func idleShares(g *cluster.GPU, idlePct float64) map[string]bool {
 	if holding < 2 {
 		return nil
 	}
-	use := map[string]float64{}
-	for _, p := range g.Procs {
-		if p.Holds() {
-			use[p.Holder()] += p.SMPct.Value
+	working := false
+	var idle []string
+	for i, p := range g.Procs {
+		if !p.Holds() || holderSeen(g.Procs[:i], p.Holder()) {
+			continue
 		}
-	}
-	idle, working := map[string]bool{}, false
-	for who, pct := range use {
-		if pct <= idlePct {
-			idle[who] = true
-		} else {
+		if use := holderUse(g.Procs[i:], p.Holder()); use > idlePct {
 			working = true
+		} else {
+			idle = append(idle, p.Holder())
 		}
 	}
-	if !working || len(idle) == 0 {
+	if !working {
 		return nil
 	}
 	return idle
+}
+
+// holderSeen reports whether one of procs that holds its GPU is who's.
+func holderSeen(procs []*cluster.Proc, who string) bool {
+	for _, p := range procs {
+		if p.Holds() && p.Holder() == who {
+			return true
+		}
+	}
+	return false
+}
+
+// holderUse is the SM % of who's processes among procs together.
+func holderUse(procs []*cluster.Proc, who string) float64 {
+	use := 0.0
+	for _, p := range procs {
+		if p.Holds() && p.Holder() == who {
+			use += p.SMPct.Value
+		}
+	}
+	return use
 }
 
 // idlePct is the history's idle threshold ([history] idle_util_pct), which

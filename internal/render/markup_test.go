@@ -17,7 +17,10 @@ import (
 // name, uuid, bus id and error, user and command, a process's Slurm job,
 // its name and partition, its container, the container's name and its pod
 // (on a cell's detail and in the users table), root's container's name on
-// a cell, on an up host with a process, a host that is down and a lost GPU.
+// a cell, on an up host with a process, a host that is down and a lost GPU;
+// the health readings a host sends as text (ECC mode, clock events, the
+// kernel log's state) on a degraded GPU and a failed one, and a user
+// whose share of a GPU is idle.
 func markupRows(s string) []loaddata.Row {
 	ts := "2026-11-23T14:05:00Z"
 	return []loaddata.Row{
@@ -25,7 +28,19 @@ func markupRows(s string) []loaddata.Row {
 			GPUIndex: loaddata.IntOf(0), GPUName: "n" + s, GPUUUID: s, GPUBusID: s,
 			MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000), GPUUtilPct: loaddata.Num(50),
 			PID: loaddata.IntOf(1), User: s, Command: s,
-			SlurmJob: s, SlurmJobName: s, SlurmPartition: s, Container: s, ContainerName: s, Pod: s},
+			SlurmJob: s, SlurmJobName: s, SlurmPartition: s, Container: s, ContainerName: s, Pod: s,
+			PState: loaddata.IntOf(0), ECCMode: s, ClockEvents: "hw_slowdown " + s, RemappedRowsPending: loaddata.TriOf(true),
+			ProcessSMPct: loaddata.Num(40), KernelLog: "unreadable: " + s},
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
+			GPUIndex: loaddata.IntOf(3), GPUName: "n" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
+			ECCMode: s, ClockEvents: s, XIDs: "79," + s,
+			PID: loaddata.IntOf(5), User: s, Command: s, ProcessMemMiB: loaddata.Num(1000), ProcessSMPct: loaddata.Num(0)},
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
+			GPUIndex: loaddata.IntOf(4), GPUName: "n" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
+			PID: loaddata.IntOf(6), User: s, Command: s, ProcessMemMiB: loaddata.Num(1000), ProcessSMPct: loaddata.Num(0)},
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
+			GPUIndex: loaddata.IntOf(4), GPUName: "n" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
+			PID: loaddata.IntOf(7), User: "bob", Command: s, ProcessMemMiB: loaddata.Num(1000), ProcessSMPct: loaddata.Num(90)},
 		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
 			GPUIndex: loaddata.IntOf(2), GPUName: "n" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
 			PID: loaddata.IntOf(3), User: "root", Command: "python", ProcessMemMiB: loaddata.Num(4000),

@@ -471,16 +471,20 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 		w.WriteString("<p class=hl>")
 		esc(w, shorten(words, gpuErrorMax))
 	}
-	sens := joinNonEmpty(sensors(g), healthReadings(g))
+	sens := sensors(g)
 	if g.Name != h.ModelName && g.Name != "" {
 		sens = joinNonEmpty(g.Name, sens)
 	}
-	if sens == "" && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig &&
+	readings := hasHealthReadings(g)
+	if sens == "" && !readings && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig &&
 		len(g.Health.Findings) == 0 {
 		return scratch // nothing to tell
 	}
 	w.WriteString("<aside>")
 	esc(w, sens) // the first line; notes and the table are blocks
+	if readings {
+		scratch = writeHealthReadings(w, g, sens != "", scratch)
+	}
 	writeNotes(w, g, r, mig)
 	if len(g.Procs) > 0 {
 		scratch = writeProcTable(w, g.Procs, idleShares(g, r.idlePct()), scratch)
@@ -489,8 +493,9 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	return scratch
 }
 
-// writeCellStart writes a cell's <li>, its model on a host of mixed
-// models, and why a lost GPU failed.
+// writeCellStart writes a cell's <li> (data-health on a degraded GPU),
+// its model on a host of mixed models, and why a lost GPU failed, or why
+// the [health] policy failed it.
 func writeCellStart(w *bufio.Writer, h *cluster.Host, g *cluster.GPU) {
 	w.WriteString("\n<li class=gpu data-state=")
 	w.WriteString(g.State) // one of cluster.States
@@ -590,7 +595,7 @@ func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, mig bool) {
 // pays nothing for it. An "SM" column after the memory, each process's own
 // utilization, only where a process has one (the table's class s moves
 // the headers), says "idle share" for the holders in idle (idleShares).
-func writeProcTable(w *bufio.Writer, procs []*cluster.Proc, idle map[string]bool, scratch []byte) []byte {
+func writeProcTable(w *bufio.Writer, procs []*cluster.Proc, idle []string, scratch []byte) []byte {
 	jobs := slices.ContainsFunc(procs, attributed)
 	sm := slices.ContainsFunc(procs, func(p *cluster.Proc) bool { return p.SMPct.Valid })
 	if sm {
@@ -599,7 +604,7 @@ func writeProcTable(w *bufio.Writer, procs []*cluster.Proc, idle map[string]bool
 		w.WriteString("<table>")
 	}
 	for _, p := range procs {
-		scratch = writeProcRow(w, p, procColumns{jobs: jobs, sm: sm, idleShare: p.Holds() && idle[p.Holder()]}, scratch)
+		scratch = writeProcRow(w, p, procColumns{jobs: jobs, sm: sm, idleShare: p.Holds() && slices.Contains(idle, p.Holder())}, scratch)
 	}
 	w.WriteString("</table>")
 	return scratch

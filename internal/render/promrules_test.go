@@ -1,8 +1,11 @@
 package render
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,6 +56,30 @@ func TestAlertmanagerExample(t *testing.T) {
 		out, err := exec.Command(amtool, args...).Output()
 		if got := strings.TrimSpace(string(out)); err != nil || got != want {
 			t.Errorf("route of %s: %q (%v), want %q", labels, got, err, want)
+		}
+	}
+}
+
+// Every gpumon metric the rules in dist/prometheus name is one render
+// writes (a rename in prom.go would leave an alert that never fires), with
+// the health fixture and a history, as prom_detail = gpu writes them.
+func TestPromRulesNameWrittenMetrics(t *testing.T) {
+	rep := testReport(t, readRows(t, "testdata/health.csv"), "")
+	rep.History = markupSummary("alice")
+	var b strings.Builder
+	if err := writeProm(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`\bgpumon_[a-z0-9_]+`)
+	for _, file := range []string{"gpumon.rules.yml", "gpumon.alerts.yml"} {
+		src, err := os.ReadFile(filepath.Join("..", "..", "dist", "prometheus", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range slices.Compact(slices.Sorted(slices.Values(name.FindAllString(string(src), -1)))) {
+			if !strings.Contains(b.String(), "# TYPE "+m+" ") {
+				t.Errorf("%s names %s, which metrics.prom does not have", file, m)
+			}
 		}
 	}
 }

@@ -528,6 +528,7 @@ func TestJSONStreamedIsEncodingJSON(t *testing.T) {
 		testReport(t, attributedFleetRows(30, 8), ""),
 		testReport(t, readRows(t, "testdata/attrib.csv"), ""),
 		testReport(t, markupRows(`<"&'>`), ""),
+		testReport(t, readRows(t, "testdata/health.csv"), ""),
 	} {
 		var got, want bytes.Buffer
 		if err := writeJSON(&got, rep); err != nil {

@@ -430,7 +430,7 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 // of root in a container counts under the container's name, else its
 // short id (cluster.Proc.Holder): "vllm-server(70G)". A holder whose
 // share of a shared GPU is idle (idleShares) says so: "alice(29G idle)".
-func gpuUsers(g *cluster.GPU, idleShare map[string]bool) (holders, idle string) {
+func gpuUsers(g *cluster.GPU, idleShare []string) (holders, idle string) {
 	type use struct {
 		name  string
 		mib   float64
@@ -472,11 +472,11 @@ func gpuUsers(g *cluster.GPU, idleShare map[string]bool) (holders, idle string) 
 			}
 			s := clean(userName(u.name), userNameMax)
 			switch {
-			case u.known && idleShare[u.name]:
+			case u.known && slices.Contains(idleShare, u.name):
 				s += "(" + memG(u.mib) + " idle)"
 			case u.known:
 				s += "(" + memG(u.mib) + ")"
-			case idleShare[u.name]:
+			case slices.Contains(idleShare, u.name):
 				s += "(idle)"
 			}
 			parts = append(parts, s)
