@@ -69,13 +69,17 @@ func TestOnce(t *testing.T) {
 		{"h100-a02", "0", "free"},     // only idlemon's preemptible job
 		{"ws-c02", "0", "reserved"},   // the whole host is reserved
 		{"h200-b04", "1", "busy"},     // heidi, on the host with a lost GPU
+		{"h200-b03", "5", "failed"},   // its row remapping failed
+		{"h200-b02", "6", "failed"},   // XIDs 48 and 79
+		{"h200-b01", "6", "busy"},     // degraded, alice's run goes on
+		{"ws-c03", "0", "free"},       // driver 465 lacks fields, not health
 	}
 	for _, tt := range tests {
 		if got := state(tt.host, tt.gpu); got != tt.want {
 			t.Errorf("%s GPU %s: state %q, want %q", tt.host, tt.gpu, got, tt.want)
 		}
 	}
-	for _, want := range []string{"h200-b05", "refused", "lost"} {
+	for _, want := range []string{"h200-b05", "refused", "lost", "the driver lists this GPU", "kernel log unreadable", "remap pending"} {
 		if !bytes.Contains(page, []byte(want)) {
 			t.Errorf("page does not mention %q", want)
 		}
