@@ -1,8 +1,9 @@
 // Package simfleet is a simulated fleet of GPU hosts: in-process SSH servers
 // on loopback addresses (127.0.X.Y, one per host) that answer fetch's probe
 // script (internal/probe) by replaying real nvidia-smi captures
-// (internal/captures), each host with its own GPUs, processes and users, or
-// with one of the ways a real host fails (Failure).
+// (internal/captures), each host with its own GPUs, processes and users, the
+// health its driver and kernel log tell (GPUHealth, DriverOnlyGPUs,
+// KernelLog), or with one of the ways a real host fails (Failure).
 //
 // Tests and benchmarks use Start; the demo program (cmd/simfleet) uses Launch.
 // WriteClientFiles writes what a client needs to reach the fleet: a key, an
