@@ -616,8 +616,24 @@ func BenchmarkStart(b *testing.B) {
 // BenchmarkServe: every host of the fleet probed at once, one connection and
 // one session each, as fetch does. Client and servers share the CPUs.
 func BenchmarkServe(b *testing.B) {
-	for _, n := range []int{1, 100, 1000} {
-		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
+	health := func() probe.Request {
+		r := probe.NewRequest(5)
+		r.HealthFields, r.ProcessUtil, r.KernelLogSince = nvsmi.HealthFields, true, 360
+		return r
+	}
+	for _, bc := range []struct {
+		n       int
+		name    string
+		request func() probe.Request
+	}{
+		{1, "", func() probe.Request { return probe.NewRequest(5) }},
+		{100, "", func() probe.Request { return probe.NewRequest(5) }},
+		{100, "/health", health},
+		{1000, "", func() probe.Request { return probe.NewRequest(5) }},
+		{1000, "/health", health},
+	} {
+		n := bc.n
+		b.Run(fmt.Sprintf("hosts=%d%s", n, bc.name), func(b *testing.B) {
 			f := testenv.StartFleet(b, simfleet.Generate(n, 1))
 			c := newClient(b, f)
 			hosts := f.Hosts()
@@ -628,7 +644,7 @@ func BenchmarkServe(b *testing.B) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						o, err := c.probeHost(h.Name, probe.NewRequest(5), time.Minute)
+						o, err := c.probeHost(h.Name, bc.request(), time.Minute)
 						if err == nil && !o.Complete {
 							err = fmt.Errorf("%s: incomplete", h.Name)
 						}
