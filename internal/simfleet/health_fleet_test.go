@@ -2,6 +2,7 @@ package simfleet_test
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,7 +16,8 @@ import (
 	"github.com/gpumon/gpumon/internal/testenv"
 )
 
-// probeRaw runs req's script on the host over SSH and returns what it printed.
+// probeRaw runs req's script on the host over SSH and returns what it
+// printed; it fails the test when the host has not answered in 10 s.
 func (c *client) probeRaw(t *testing.T, name string, req probe.Request) []byte {
 	t.Helper()
 	conn, err := c.dial(name, 10*time.Second)
@@ -31,7 +33,16 @@ func (c *client) probeRaw(t *testing.T, name string, req probe.Request) []byte {
 	var out bytes.Buffer
 	s.Stdin = strings.NewReader(req.Script())
 	s.Stdout = &out
-	if err := s.Run(probe.Command); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- s.Run(probe.Command) }()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		conn.Close()
+		<-done // the session's copy goroutines are done with out
+		err = errors.New("no answer in 10s")
+	}
+	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return out.Bytes()
@@ -112,4 +123,35 @@ func TestFleetHealth(t *testing.T) {
 			t.Errorf("sections (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// A host's pmon takes PmonDelay to sample: an answer with pmon comes no
+// sooner, one without it (not asked, or no process) does not wait.
+func TestPmonDelay(t *testing.T) {
+	procs := []simfleet.Process{{PID: 7, User: "bob", Command: "python x.py", GPU: 0, MemMiB: 100}}
+	f := testenv.StartFleet(t, []simfleet.HostSpec{
+		{Name: "quick", GPUs: 1, PmonDelay: 300 * time.Millisecond, Processes: procs},
+		{Name: "stuck", GPUs: 1, PmonDelay: time.Hour, Processes: procs},
+		{Name: "idle", GPUs: 1, PmonDelay: time.Hour},
+	})
+	c := newClient(t, f)
+	pmon := probe.NewRequest(1)
+	pmon.ProcessUtil = true
+	start := time.Now()
+	if o := probe.ParseOutput(pmon.Nonce, c.probeRaw(t, "quick", pmon)); !o.Complete || !o.Has("pmon") {
+		t.Errorf("quick: no pmon in the answer: %+v", o)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("the answer with pmon came after %v, before pmon's 300ms", d)
+	}
+	// an hour's wait would fail these: probeRaw gives up after 10 s
+	plain := probe.NewRequest(1)
+	for _, tt := range []struct {
+		host string
+		req  probe.Request
+	}{{"stuck", plain}, {"idle", pmon}} {
+		if o := probe.ParseOutput(tt.req.Nonce, c.probeRaw(t, tt.host, tt.req)); !o.Complete || o.Has("pmon") {
+			t.Errorf("%s: %+v", tt.host, o)
+		}
+	}
 }

@@ -156,6 +156,10 @@ type HostSpec struct {
 	// KernelLog is how its kernel log reads for the monitor account:
 	// KernelLogJournal (the default), KernelLogDmesg or KernelLogUnreadable.
 	KernelLog string
+	// PmonDelay is how long its nvidia-smi pmon samples before it prints
+	// (a real one about a second): an answer with pmon in it comes no
+	// sooner than that after the script arrived. 0 answers at once.
+	PmonDelay time.Duration
 }
 
 // HostInfo is where a simulated host listens.
@@ -680,6 +684,7 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 	if err != nil {
 		return
 	}
+	start := time.Now()
 	req, err := parseScript(string(script))
 	if err != nil {
 		fmt.Fprintf(ch.Stderr(), "simfleet: %v\n", err)
@@ -724,6 +729,12 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 		_ = w.Section(probe.SectionIdlemon, []byte(h.spec.Idlemon), 0)
 	}
 	h.writeHealth(w, req, hasPIDs)
+	if req.ProcessUtil && hasPIDs && h.spec.PmonDelay > 0 {
+		// the script started pmon first thing, beside everything else
+		if left := h.spec.PmonDelay - time.Since(start); left > 0 && !wait(left) {
+			return
+		}
+	}
 	_ = w.Done()
 	if _, err := ch.Write(out.Bytes()); err != nil {
 		return
