@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"time"
 )
 
 // Users are the accounts Generate and Demo run processes as.
@@ -186,7 +187,8 @@ func containerID(seed string) string {
 // degraded GPU (remap pending, hardware slowdown, uncorrectable ECC
 // errors) busy with alice's run, a shared GPU where bob's run computes and
 // alice's notebook holds 30 GB idle, and a workstation whose kernel log
-// the monitor account may not read.
+// the monitor account may not read. Each host's pmon takes a second, as a
+// real one does.
 func Demo() []HostSpec {
 	const (
 		h100   = "nvidia-h100-mig"
@@ -218,7 +220,7 @@ func Demo() []HostSpec {
 	}
 	vllmCtr, proxyCtr := containerID("demo/frank-vllm"), containerID("demo/proxy")
 	pod, podCtr := "7c1e9b52-4d3a-4f0e-9a61-2b8d5e3f1c07", containerID("demo/erin-ddp")
-	return []HostSpec{
+	specs := []HostSpec{
 		// alice's 8-GPU pretraining is Slurm job 7310
 		{Name: "h100-a01", Capture: h100, State: "load", CPUs: 192, Load1: 24.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1210 * 1024,
 			Processes: in(slurmCgroup(7310), eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")...),
@@ -297,4 +299,8 @@ func Demo() []HostSpec {
 					p(61500, "erin", 6, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
 					p(61500, "erin", 7, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"))...)},
 	}
+	for i := range specs {
+		specs[i].PmonDelay = time.Second // as a real pmon samples
+	}
+	return specs
 }
