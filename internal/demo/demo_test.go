@@ -13,8 +13,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/testenv"
 )
 
@@ -65,13 +69,17 @@ func TestOnce(t *testing.T) {
 		{"h100-a02", "0", "free"},     // only idlemon's preemptible job
 		{"ws-c02", "0", "reserved"},   // the whole host is reserved
 		{"h200-b04", "1", "busy"},     // heidi, on the host with a lost GPU
+		{"h200-b03", "5", "failed"},   // its row remapping failed
+		{"h200-b02", "6", "failed"},   // XIDs 48 and 79
+		{"h200-b01", "6", "busy"},     // degraded, alice's run goes on
+		{"ws-c03", "0", "free"},       // driver 465 lacks fields, not health
 	}
 	for _, tt := range tests {
 		if got := state(tt.host, tt.gpu); got != tt.want {
 			t.Errorf("%s GPU %s: state %q, want %q", tt.host, tt.gpu, got, tt.want)
 		}
 	}
-	for _, want := range []string{"h200-b05", "refused", "lost"} {
+	for _, want := range []string{"h200-b05", "refused", "lost", "the driver lists this GPU", "kernel log unreadable", "remap pending"} {
 		if !bytes.Contains(page, []byte(want)) {
 			t.Errorf("page does not mention %q", want)
 		}
@@ -160,5 +168,43 @@ func TestMainRefuses(t *testing.T) {
 	var stdout bytes.Buffer
 	if err := Main(context.Background(), []string{"-h"}, &stdout, io.Discard); !errors.Is(err, flag.ErrHelp) || stdout.String() != usage {
 		t.Errorf("-h: %v, printed %q", err, stdout.String())
+	}
+}
+
+// The seeded week gives each health condition a past: episodes that
+// start, and some that end, not one that has lasted all week.
+func TestPastHealth(t *testing.T) {
+	now := loaddata.Row{XIDs: "48,79", RemappedRowsFailure: loaddata.TriOf(true), RemappedRowsPending: loaddata.TriOf(true),
+		ECCUncorrected: loaddata.Num(2), ClockEvents: "sw_power_cap hw_slowdown"}
+	type health struct {
+		XIDs, ClockEvents string
+		Failure, Pending  bool
+		ECCUncorrected    float64
+	}
+	tests := []struct {
+		name string
+		age  time.Duration
+		day  bool
+		want health
+	}{
+		{"an hour ago, by day", time.Hour, true, health{"48,79", "sw_power_cap hw_slowdown", true, true, 2}},
+		{"an hour ago, by night", time.Hour, false, health{"48,79", "sw_power_cap", true, true, 2}},
+		{"a day and a half ago", 36 * time.Hour, true, health{"", "sw_power_cap hw_slowdown", true, false, 0}},
+		{"three days ago, the first XIDs", 72*time.Hour + 10*time.Minute, true, health{"48,79", "sw_power_cap hw_slowdown", false, false, 0}},
+		{"four days ago", 96 * time.Hour, false, health{"", "sw_power_cap", false, false, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := now
+			pastHealth(&r, tt.age, tt.day)
+			got := health{r.XIDs, r.ClockEvents, r.RemappedRowsFailure.Value, r.RemappedRowsPending.Value, r.ECCUncorrected.Value}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	r := loaddata.Row{ClockEvents: "hw_slowdown"}
+	if pastHealth(&r, time.Hour, false); r.ClockEvents != "none" {
+		t.Errorf("hw_slowdown alone at night became %q, want none", r.ClockEvents)
 	}
 }

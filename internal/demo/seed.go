@@ -7,8 +7,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/render"
 )
@@ -46,7 +48,7 @@ func (s *site) seedHistory(ctx context.Context, now time.Time, stdout, stderr io
 	var files []string
 	for t := first.Add(-seedDays*24*time.Hour + 5*time.Minute); t.Before(first.Add(-seedStep / 2)); t = t.Add(seedStep) {
 		f := filepath.Join(dir, t.UTC().Format("20060102T150405")+".csv")
-		if err := loaddata.WriteFile(f, pastRows(rows, t)); err != nil {
+		if err := loaddata.WriteFile(f, pastRows(rows, t, first)); err != nil {
 			return err
 		}
 		files = append(files, f)
@@ -55,16 +57,18 @@ func (s *site) seedHistory(ctx context.Context, now time.Time, stdout, stderr io
 	return render.Main(ctx, append([]string{"-c", s.config, "-import"}, files...), stdout, stderr)
 }
 
-// pastRows is rows as they might have been at t. Working hours are from 8
-// to 20 local time; at night most jobs are gone, and the rest run at lower
-// utilization. Failed hosts and GPUs stay as they are.
-func pastRows(rows []loaddata.Row, t time.Time) []loaddata.Row {
+// pastRows is rows as they might have been at t, the first fetch's being
+// at first. Working hours are from 8 to 20 local time; at night most jobs
+// are gone, and the rest run at lower utilization. Lost GPUs and failed
+// hosts stay as they are; the GPUs' health has a past (pastHealth).
+func pastRows(rows []loaddata.Row, t, first time.Time) []loaddata.Row {
 	hour := float64(t.Hour()) + float64(t.Minute())/60
 	day := hour >= 8 && hour < 20
 	wave := 0.5 + 0.5*math.Sin(2*math.Pi*hour/24+float64(t.YearDay()))
 	out := make([]loaddata.Row, 0, len(rows))
 	for i, r := range rows {
 		r.Timestamp = t.UTC().Format(loaddata.TimeFormat)
+		pastHealth(&r, first.Sub(t), day)
 		held := r.PID.Valid && !bool(r.Preemptible)
 		// a job goes home at night, except every third one and alice's; a
 		// GPU left idle (judy's notebook) stays held day and night
@@ -80,4 +84,37 @@ func pastRows(rows []loaddata.Row, t time.Time) []loaddata.Row {
 		out = append(out, r)
 	}
 	return out
+}
+
+// pastHealth is how a GPU's health readings were age before the first
+// fetch: the XIDs it logs now were logged in the last two hours and once,
+// for half an hour, three days ago; a row remap failed two days ago; the
+// remap pending and its ECC errors are a day old; hardware slowdown holds
+// its clocks down in working hours only (the room is hot then). So the
+// history has episodes to show, each with a start and, but for the
+// present ones, an end.
+func pastHealth(r *loaddata.Row, age time.Duration, day bool) {
+	const hour = time.Hour
+	if r.XIDs != "" && age > 2*hour && (age < 72*hour || age > 72*hour+30*time.Minute) {
+		r.XIDs = ""
+	}
+	if r.RemappedRowsFailure.Value && age > 48*hour {
+		r.RemappedRowsFailure = loaddata.TriOf(false)
+	}
+	if r.RemappedRowsPending.Value && age > 24*hour {
+		r.RemappedRowsPending = loaddata.TriOf(false)
+		r.ECCUncorrected = loaddata.Num(0)
+	}
+	if !day && strings.Contains(r.ClockEvents, health.HWSlowdown) {
+		var rest []string
+		for _, e := range strings.Fields(r.ClockEvents) {
+			if e != health.HWSlowdown {
+				rest = append(rest, e)
+			}
+		}
+		r.ClockEvents = "none"
+		if len(rest) > 0 {
+			r.ClockEvents = strings.Join(rest, " ")
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"time"
 )
 
 // Users are the accounts Generate and Demo run processes as.
@@ -27,14 +28,15 @@ var jobs = []job{
 // arguments: nvidia-smi prints '?' for the comma, ps prints it as is.
 var commaJob = job{"/home/erin/my runs/eval,v2.sh", "/home/erin/my runs/eval,v2.sh --tasks mmlu,gsm8k --shots 5"}
 
-// Generate returns n healthy hosts named gpu-0001…, 8 GPUs each, cycling
+// Generate returns n working hosts named gpu-0001…, 8 GPUs each, cycling
 // through the Linux captures, with about half the GPUs running processes of
 // several users. The same n and seed give the same fleet. Some processes
 // span two GPUs (one pid, one row per GPU); some have a comma and spaces in
 // their name. Every third host is a Slurm node, each process in a job of
 // its own (every fourth an array task); every third, from the second, runs
 // its processes in Docker containers (engine docker, so their names are
-// there for a fetch with containers = docker).
+// there for a fetch with containers = docker). A few have a degraded GPU
+// or log XIDs (generatedHealth).
 func Generate(n int, seed int64) []HostSpec {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 	caps := linuxCaptures()
@@ -101,9 +103,39 @@ func Generate(n int, seed int64) []HostSpec {
 		}
 		s.Load1 = float64(busy)*1.5 + float64(rng.IntN(400))/100
 		attribute(&s, i) // after every draw: a seed's fleet is as it was
+		s.Health = generatedHealth(capName, i)
 		specs[i] = s
 	}
 	return specs
+}
+
+// generatedHealth is what is wrong with host i's GPUs: every 50th host
+// (from the 8th) has a degraded GPU 3, by what its capture can show (a
+// pending row remap, else uncorrectable ECC errors, else a hardware
+// thermal slowdown); every 100th (from the 43rd) logs XID 94 (a contained
+// ECC error) on GPU 5 at every poll. Few, so that a fleet stays mostly
+// healthy, and a benchmark's fetch reads each kind of health.
+func generatedHealth(capName string, i int) []GPUHealth {
+	var out []GPUHealth
+	if i%50 == 7 {
+		g := GPUHealth{GPU: 3}
+		m, err := loadModel(capName)
+		switch {
+		case err != nil:
+			return nil
+		case m.hasValue("remapped_rows.pending"):
+			g.RemapPending = true
+		case m.hasValue("ecc.errors.uncorrected.volatile.total"):
+			g.ECCUncorrected = 1
+		default:
+			g.ClockEvents = ClockHWThermal
+		}
+		out = append(out, g)
+	}
+	if i%100 == 42 {
+		out = append(out, GPUHealth{GPU: 5, XIDs: []int{94}})
+	}
+	return out
 }
 
 // attribute puts the processes of host i into Slurm jobs (i%3 == 0) or
@@ -146,16 +178,24 @@ func containerID(seed string) string {
 }
 
 // Demo is the fleet `make demo` shows: every Linux capture model (H100 with
-// MIG, H200, RTX 2080 SUPER), several users, idle and busy hosts, one host
-// that refuses connections, one with a lost GPU and one whose driver is not
-// loaded; processes in Slurm jobs (one an array task), in a Docker
-// container run by root, and in a Kubernetes pod.
+// MIG, H200, RTX 2080 SUPER on drivers 595 and 465), several users, idle
+// and busy hosts, one host that refuses connections, one whose driver is
+// not loaded; processes in Slurm jobs (one an array task), in a Docker
+// container run by root, and in a Kubernetes pod. And GPUs in trouble: one
+// that nvidia-smi reports lost, one it leaves out (the driver lists 8, it
+// reports 7), a failed row remapping, XIDs 48 and 79 on one GPU, a
+// degraded GPU (remap pending, hardware slowdown, uncorrectable ECC
+// errors) busy with alice's run, a shared GPU where bob's run computes and
+// alice's notebook holds 30 GB idle, and a workstation whose kernel log
+// the monitor account may not read. Each host's pmon takes a second, as a
+// real one does.
 func Demo() []HostSpec {
 	const (
-		h100 = "nvidia-h100-mig"
-		h200 = "nvidia-h200"
-		rtx  = "linux-x86_64__nvidia-geforce-rtx-2080-super"
-		day  = 24 * 3600
+		h100   = "nvidia-h100-mig"
+		h200   = "nvidia-h200"
+		rtx    = "linux-x86_64__nvidia-geforce-rtx-2080-super"
+		old465 = "rtx-2080-super__465.27"
+		day    = 24 * 3600
 	)
 	p := func(pid int, user string, gpu, mem, elapsed int, command string) Process {
 		return Process{PID: pid, User: user, GPU: gpu, MemMiB: mem, ElapsedS: elapsed, Command: command}
@@ -180,7 +220,7 @@ func Demo() []HostSpec {
 	}
 	vllmCtr, proxyCtr := containerID("demo/frank-vllm"), containerID("demo/proxy")
 	pod, podCtr := "7c1e9b52-4d3a-4f0e-9a61-2b8d5e3f1c07", containerID("demo/erin-ddp")
-	return []HostSpec{
+	specs := []HostSpec{
 		// alice's 8-GPU pretraining is Slurm job 7310
 		{Name: "h100-a01", Capture: h100, State: "load", CPUs: 192, Load1: 24.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1210 * 1024,
 			Processes: in(slurmCgroup(7310), eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")...),
@@ -208,23 +248,38 @@ func Demo() []HostSpec {
 				p(70442, "alice", 4, 98000, 2*day, train), p(70443, "alice", 5, 98000, 2*day, train),
 				p(70444, "alice", 6, 98000, 2*day, train), p(70445, "alice", 7, 98000, 2*day, train)),
 			ContainerEngine: "docker",
-			Containers:      []Container{{ID: vllmCtr, Names: "frank-vllm-70b"}, {ID: proxyCtr, Names: "nginx-proxy,proxy"}}},
+			Containers:      []Container{{ID: vllmCtr, Names: "frank-vllm-70b"}, {ID: proxyCtr, Names: "nginx-proxy,proxy"}},
+			// alice's GPU 6 works on, degraded: reset it when idle
+			Health: []GPUHealth{{GPU: 6, RemapPending: true, ECCUncorrected: 2, ClockEvents: ClockHWSlowdown}}},
 		{Name: "h200-b02", Capture: h200, CPUs: 224, Load1: 6.1, MemTotalMiB: 2048 * 1024, MemUsedMiB: 300 * 1024,
+			// GPU 0 is shared: bob's run computes, alice's notebook has
+			// held 30 GB for a day and computes nothing
 			Processes: []Process{
-				p(88001, "bob", 0, 64000, 3600, train),
-				p(88002, "bob", 0, 1200, 3590, "python3 tensorboard_logger.py --logdir runs/"),
+				func() Process { r := p(88001, "bob", 0, 64000, 3600, train); r.SMPct = 90; return r }(),
+				func() Process {
+					k := p(88050, "alice", 0, 30720, day+2*3600, "python3 -m ipykernel_launcher -f kernel-8d2e.json")
+					k.Idle = true
+					return k
+				}(),
 				comma,
 				p(88310, "grace", 7, 28234, 300, "./gpu_burn 600"),
-			}},
-		{Name: "h200-b03", Capture: h200, State: "idle", CPUs: 224, Load1: 0.05, MemTotalMiB: 2048 * 1024, MemUsedMiB: 20 * 1024},
+			},
+			// GPU 6 logged a double bit error, then fell off the bus
+			Health: []GPUHealth{{GPU: 6, XIDs: []int{48, 79}}}},
+		{Name: "h200-b03", Capture: h200, State: "idle", CPUs: 224, Load1: 0.05, MemTotalMiB: 2048 * 1024, MemUsedMiB: 20 * 1024,
+			Health: []GPUHealth{{GPU: 5, RemapFailure: true}}},
 		{Name: "h200-b04", Capture: h200, Failure: GPULost, CPUs: 224, Load1: 3.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 200 * 1024,
 			Processes: []Process{
 				p(90100, "heidi", 1, 50000, day, train),
 				p(90200, "dave", 4, 77000, day, "/usr/local/bin/ollama serve"),
 			}},
 		{Name: "h200-b05", Capture: h200, Failure: Refuse},
-		// judy's notebook kernel holds GPU 1 and computes nothing: idle-held
-		{Name: "ws-c01", Capture: rtx, GPUs: 2, CPUs: 16, Load1: 2.7, MemTotalMiB: 64 * 1024, MemUsedMiB: 22 * 1024,
+		// nvidia-smi reports 7 GPUs, the driver lists 8, and no XID says why
+		{Name: "h200-b06", Capture: h200, GPUs: 7, DriverOnlyGPUs: 1, CPUs: 224, Load1: 5.2, MemTotalMiB: 2048 * 1024, MemUsedMiB: 400 * 1024,
+			Processes: []Process{p(93001, "carol", 2, 40000, 5*3600, "python train.py --config configs/vit-h.yaml")}},
+		// judy's notebook kernel holds GPU 1 and computes nothing: idle-held;
+		// the monitor account may not read the kernel log here
+		{Name: "ws-c01", Capture: rtx, GPUs: 2, CPUs: 16, Load1: 2.7, MemTotalMiB: 64 * 1024, MemUsedMiB: 22 * 1024, KernelLog: KernelLogUnreadable,
 			Processes: []Process{
 				p(5267, "ivan", 0, 230, 420, "ffmpeg -hwaccel cuda -i input.mp4 -c:v h264_nvenc -b:v 8M out.mp4"),
 				p(5268, "ivan", 0, 370, 415, "ffmpeg -hwaccel cuda -i talk.mkv -c:v hevc_nvenc talk.mp4"),
@@ -234,7 +289,9 @@ func Demo() []HostSpec {
 					return k
 				}(),
 			}},
-		{Name: "ws-c02", Capture: rtx, State: "idle", GPUs: 1, CPUs: 16, Load1: 0.31, MemTotalMiB: 64 * 1024, MemUsedMiB: 9 * 1024},
+		{Name: "ws-c02", Capture: rtx, State: "idle", GPUs: 1, CPUs: 16, Load1: 0.31, MemTotalMiB: 64 * 1024, MemUsedMiB: 9 * 1024, KernelLog: KernelLogDmesg},
+		// driver 465: no remapped_rows.*, clock reasons by their old name
+		{Name: "ws-c03", Capture: old465, State: "idle", GPUs: 1, CPUs: 12, Load1: 0.12, MemTotalMiB: 32 * 1024, MemUsedMiB: 5 * 1024},
 		{Name: "h100-a05", Capture: h100, CPUs: 192, Load1: 4.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 250 * 1024,
 			// erin's run is a Kubernetes pod's
 			Processes: append([]Process{p(61000, "carol", 3, 60000, 4*day, "python train.py --config configs/vit-h.yaml")},
@@ -242,4 +299,8 @@ func Demo() []HostSpec {
 					p(61500, "erin", 6, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
 					p(61500, "erin", 7, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"))...)},
 	}
+	for i := range specs {
+		specs[i].PmonDelay = time.Second // as a real pmon samples
+	}
+	return specs
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/captures"
+	"github.com/gpumon/gpumon/internal/nvsmi"
 )
 
 // Messages that real nvidia-smi prints, with the exit codes that go with them.
@@ -36,6 +37,9 @@ type capModel struct {
 	rows    map[string][]string
 	// baseMiB is memory.used on the idle GPU: the driver's own share.
 	baseMiB int
+	// known is what its --help-query-gpu lists (nil: the columns);
+	// the probe drops the health fields a host's driver does not know.
+	known map[string]bool
 	// appsUnit is the unit of used_gpu_memory; appsMemNA is true where the
 	// capture's compute apps print [N/A] for it (Windows, WDDM).
 	appsUnit  string
@@ -133,6 +137,9 @@ func loadModel(name string) (*capModel, error) {
 	if i, ok := m.cols["memory.used"]; ok {
 		m.baseMiB, _ = strconv.Atoi(stripUnit(m.rows["idle"][i], m.units[i]))
 	}
+	if s, ok := c.Section("capabilities", "help-query-gpu"); ok {
+		m.known = nvsmi.KnownFields([]byte(s.Body))
+	}
 	if s, ok := c.Section("capabilities", "help-query-gpu"); ok && s.State != "" {
 		for _, line := range strings.Split(s.Body, "\n") {
 			if !strings.HasPrefix(line, `"`) || !strings.Contains(line, `" or "`) {
@@ -195,7 +202,8 @@ type simGPU struct {
 	serial  string
 	bus     int // PCI bus number
 	usedMiB int
-	state   string // capture row: "idle" or "load"
+	state   string     // capture row: "idle" or "load"
+	health  *GPUHealth // nil: as the capture reads
 }
 
 func (g *simGPU) busID() string { return fmt.Sprintf("00000000:%02X:00.0", g.bus) }
@@ -203,8 +211,9 @@ func (g *simGPU) busID() string { return fmt.Sprintf("00000000:%02X:00.0", g.bus
 // dgxBuses are the PCI buses of the eight GPUs of an HGX H100/H200 board.
 var dgxBuses = []int{0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB}
 
+// makeGPUs makes the host's GPUs, nvidia-smi's and then the driver's only.
 func makeGPUs(spec *HostSpec, m *capModel) []simGPU {
-	gpus := make([]simGPU, spec.GPUs)
+	gpus := make([]simGPU, spec.GPUs+spec.DriverOnlyGPUs)
 	captureBus := 0
 	if i, ok := m.cols["pci.bus"]; ok {
 		if v, err := strconv.ParseUint(strings.TrimPrefix(m.rows["idle"][i], "0x"), 16, 8); err == nil {
@@ -219,7 +228,7 @@ func makeGPUs(spec *HostSpec, m *capModel) []simGPU {
 		g.uuid = "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 		g.serial = strconv.FormatUint(1650000000000+binary.BigEndian.Uint64(sum[16:24])%10000000000, 10)
 		switch {
-		case spec.GPUs <= 2 && captureBus != 0:
+		case len(gpus) <= 2 && captureBus != 0:
 			g.bus = captureBus + i
 		case i < len(dgxBuses):
 			g.bus = dgxBuses[i]
@@ -228,6 +237,9 @@ func makeGPUs(spec *HostSpec, m *capModel) []simGPU {
 		}
 		g.usedMiB = m.baseMiB
 		g.state = spec.State
+	}
+	for i := range spec.Health {
+		gpus[spec.Health[i].GPU].health = &spec.Health[i]
 	}
 	for _, p := range spec.Processes {
 		gpus[p.GPU].usedMiB += p.MemMiB
@@ -292,6 +304,11 @@ func (h *host) gpuValue(g *simGPU, field string, col int, now string) string {
 			return withUnit(max(total-reserved-g.usedMiB, 0), unit)
 		}
 	}
+	if g.health != nil {
+		if v, ok := healthValue(g.health, field, m.rows[g.state][col]); ok {
+			return v
+		}
+	}
 	return m.rows[g.state][col]
 }
 
@@ -311,7 +328,7 @@ type rendered struct {
 }
 
 func badField(f string) rendered {
-	return rendered{[]byte(fmt.Sprintf("Field \"%s\" is not a valid field to query.\n", f)), exitBadField}
+	return rendered{[]byte(fmt.Sprintf("Field \"%s\" is not a valid field to query.\n\n", f)), exitBadField}
 }
 
 // lostMessage is what nvidia-smi prints in place of a lost GPU's row.
@@ -340,7 +357,10 @@ func (h *host) renderGPUs(fields []string) rendered {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(f)
+		// an alias comes back under the field's own name (driver 580,
+		// asked for clocks_throttle_reasons.active, printed
+		// clocks_event_reasons.active)
+		b.WriteString(name)
 		if u := m.units[c]; u != "" {
 			b.WriteString(" [" + u + "]")
 		}

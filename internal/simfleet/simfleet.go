@@ -1,8 +1,9 @@
 // Package simfleet is a simulated fleet of GPU hosts: in-process SSH servers
 // on loopback addresses (127.0.X.Y, one per host) that answer fetch's probe
 // script (internal/probe) by replaying real nvidia-smi captures
-// (internal/captures), each host with its own GPUs, processes and users, or
-// with one of the ways a real host fails (Failure).
+// (internal/captures), each host with its own GPUs, processes and users, the
+// health its driver and kernel log tell (GPUHealth, DriverOnlyGPUs,
+// KernelLog), or with one of the ways a real host fails (Failure).
 //
 // Tests and benchmarks use Start; the demo program (cmd/simfleet) uses Launch.
 // WriteClientFiles writes what a client needs to reach the fleet: a key, an
@@ -100,8 +101,12 @@ type Process struct {
 	// slurmCgroup, dockerCgroup, podCgroup.
 	Cgroup string
 	// Idle holds memory and computes nothing (a notebook left open): its
-	// GPU keeps the capture's idle readings (with State "").
+	// GPU keeps the capture's idle readings (with State ""), and pmon has
+	// no sample of it ("-").
 	Idle bool
+	// SMPct is what pmon says of a busy process's SM utilization; 0 gives
+	// each busy process on the GPU an even share of the GPU's.
+	SMPct int
 }
 
 func (p *Process) processName() string {
@@ -142,6 +147,19 @@ type HostSpec struct {
 	// "podman", "" for none); its ps lists Containers.
 	ContainerEngine string
 	Containers      []Container
+	// DriverOnlyGPUs are GPUs past GPUs that the driver lists and
+	// nvidia-smi leaves out without a word (lost GPUs): "driver lists 8,
+	// nvidia-smi reports 7" is GPUs 7, DriverOnlyGPUs 1.
+	DriverOnlyGPUs int
+	// Health is what is wrong with some of its GPUs.
+	Health []GPUHealth
+	// KernelLog is how its kernel log reads for the monitor account:
+	// KernelLogJournal (the default), KernelLogDmesg or KernelLogUnreadable.
+	KernelLog string
+	// PmonDelay is how long its nvidia-smi pmon samples before it prints
+	// (a real one about a second): an answer with pmon in it comes no
+	// sooner than that after the script arrived. 0 answers at once.
+	PmonDelay time.Duration
 }
 
 // HostInfo is where a simulated host listens.
@@ -175,24 +193,28 @@ func (c *counters) stats() Stats {
 const handshakeTimeout = 20 * time.Second
 
 type host struct {
-	spec       HostSpec
-	ip         string
-	port       int
-	signer     ssh.Signer
-	knownKey   ssh.PublicKey // what known_hosts says
-	keyMu      sync.Mutex    // guards signer and cfg, which RotateHostKey replaces
-	ln         net.Listener
-	reserved   io.Closer // Refuse: the bound, non-listening socket
-	cfg        *ssh.ServerConfig
-	model      *capModel
-	gpus       []simGPU
-	procsByGPU [][]*Process
-	procByPID  map[int]*Process
-	lostGPU    int
-	hostBody   []byte
-	containers []byte // the engine's ps, recordMark for the record prefix
-	cache      answers
-	count      counters
+	spec        HostSpec
+	ip          string
+	port        int
+	signer      ssh.Signer
+	knownKey    ssh.PublicKey // what known_hosts says
+	keyMu       sync.Mutex    // guards signer and cfg, which RotateHostKey replaces
+	ln          net.Listener
+	reserved    io.Closer // Refuse: the bound, non-listening socket
+	cfg         *ssh.ServerConfig
+	model       *capModel
+	gpus        []simGPU
+	hidden      []simGPU // DriverOnlyGPUs: the driver lists them, nvidia-smi does not
+	started     time.Time
+	procsByGPU  [][]*Process
+	procByPID   map[int]*Process
+	lostGPU     int
+	hostBody    []byte
+	pmon        rendered // nvidia-smi pmon -c 1 -s u
+	driverNames []byte   // the driver_gpus section of a host whose driver is loaded
+	containers  []byte   // the engine's ps, recordMark for the record prefix
+	cache       answers
+	count       counters
 }
 
 // Fleet is a running simulated fleet.
@@ -282,6 +304,14 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	if spec.State != "" && spec.State != "idle" && spec.State != "load" {
 		return nil, fmt.Errorf("host %s: state %q is neither idle nor load", spec.Name, spec.State)
 	}
+	if spec.DriverOnlyGPUs < 0 {
+		return nil, fmt.Errorf("host %s: %d driver-only GPUs", spec.Name, spec.DriverOnlyGPUs)
+	}
+	switch spec.KernelLog {
+	case KernelLogJournal, KernelLogDmesg, KernelLogUnreadable:
+	default:
+		return nil, fmt.Errorf("host %s: kernel log %q is none of journal (\"\"), dmesg, unreadable", spec.Name, spec.KernelLog)
+	}
 	switch spec.ContainerEngine {
 	case "", probe.ContainersDocker, probe.ContainersPodman:
 	default:
@@ -319,8 +349,16 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 			h.procByPID[p.PID] = p
 		}
 	}
-	h.gpus = makeGPUs(&h.spec, h.model)
+	h.spec.Health = append([]GPUHealth(nil), spec.Health...)
+	if err := h.checkHealth(); err != nil {
+		return nil, fmt.Errorf("host %s: %v", spec.Name, err)
+	}
+	all := makeGPUs(&h.spec, h.model)
+	h.gpus, h.hidden = all[:spec.GPUs], all[spec.GPUs:]
+	h.started = time.Now()
 	h.hostBody = h.renderHost()
+	h.pmon = h.renderPmon()
+	h.driverNames = h.listDriverGPUs()
 	h.containers = h.renderContainers()
 
 	_, hpriv, err := ed25519.GenerateKey(rand.Reader)
@@ -646,6 +684,7 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 	if err != nil {
 		return
 	}
+	start := time.Now()
 	req, err := parseScript(string(script))
 	if err != nil {
 		fmt.Fprintf(ch.Stderr(), "simfleet: %v\n", err)
@@ -664,7 +703,7 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 		}
 		gpusRun.code = exitTimeout
 	} else {
-		gpusRun = h.gpusAnswer(req.GPUFields)
+		gpusRun = h.gpusAnswer(h.queryFields(req))
 	}
 	_ = w.Section(probe.SectionGPUs, gpusRun.body, gpusRun.code)
 	if h.spec.Failure == DropMidOutput {
@@ -676,10 +715,11 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 		_ = c.Close()
 		return
 	}
+	hasPIDs := false
 	if gpusRun.code != exitTimeout && gpusRun.code != 137 {
 		a := h.appsAnswer(req.AppFields)
 		_ = w.Section(probe.SectionApps, a.apps.body, a.apps.code)
-		if a.hasPS {
+		if hasPIDs = a.hasPS; hasPIDs {
 			_ = w.Section(probe.SectionPS, a.ps.body, a.ps.code)
 			h.writeAttrib(w, req, a.attrib)
 		}
@@ -687,6 +727,13 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 	_ = w.Section(probe.SectionHost, h.hostBody, 0)
 	if req.StateFile != "" && h.spec.Idlemon != "" {
 		_ = w.Section(probe.SectionIdlemon, []byte(h.spec.Idlemon), 0)
+	}
+	h.writeHealth(w, req, hasPIDs)
+	if req.ProcessUtil && hasPIDs && h.spec.PmonDelay > 0 {
+		// the script started pmon first thing, beside everything else
+		if left := h.spec.PmonDelay - time.Since(start); left > 0 && !wait(left) {
+			return
+		}
 	}
 	_ = w.Done()
 	if _, err := ch.Write(out.Bytes()); err != nil {

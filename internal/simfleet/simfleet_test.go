@@ -218,7 +218,7 @@ func TestFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(string(o.Sections["gpus"].Body), "\n")
-		if lines[0] != "gpu_name, memory.free [MiB], count, timestamp" || !strings.HasPrefix(lines[1], "NVIDIA H200, ") || !strings.Contains(lines[1], ", 4, ") {
+		if lines[0] != "name, memory.free [MiB], count, timestamp" || !strings.HasPrefix(lines[1], "NVIDIA H200, ") || !strings.Contains(lines[1], ", 4, ") {
 			t.Errorf("custom gpus:\n%s", o.Sections["gpus"].Body)
 		}
 		apps := strings.Split(string(o.Sections["apps"].Body), "\n")
@@ -544,7 +544,7 @@ func TestGenerate(t *testing.T) {
 	if fmt.Sprint(a) == fmt.Sprint(simfleet.Generate(1000, 8)) {
 		t.Error("seed makes no difference")
 	}
-	var gpus, busy, shared, comma, slurm, docker int
+	var gpus, busy, shared, comma, slurm, docker, degraded, xids int
 	users, caps := map[string]bool{}, map[string]bool{}
 	for _, s := range a {
 		if len(s.Slurm) > 0 {
@@ -558,6 +558,13 @@ func TestGenerate(t *testing.T) {
 		}
 		caps[s.Capture] = true
 		gpus += s.GPUs
+		for _, h := range s.Health {
+			if len(h.XIDs) > 0 {
+				xids++
+			} else {
+				degraded++
+			}
+		}
 		onGPU := map[int]bool{}
 		pids := map[int]int{}
 		for _, p := range s.Processes {
@@ -580,6 +587,9 @@ func TestGenerate(t *testing.T) {
 	}
 	if shared == 0 || comma == 0 || len(users) < 5 || len(caps) != 3 {
 		t.Errorf("shared pids %d, comma names %d, users %d, captures %d", shared, comma, len(users), len(caps))
+	}
+	if degraded != 20 || xids != 10 {
+		t.Errorf("%d degraded GPUs and %d with XIDs of 1000 hosts, want 20 and 10", degraded, xids)
 	}
 	if slurm < 300 || docker < 300 {
 		t.Errorf("%d Slurm nodes, %d Docker hosts of 1000", slurm, docker)
@@ -606,8 +616,24 @@ func BenchmarkStart(b *testing.B) {
 // BenchmarkServe: every host of the fleet probed at once, one connection and
 // one session each, as fetch does. Client and servers share the CPUs.
 func BenchmarkServe(b *testing.B) {
-	for _, n := range []int{1, 100, 1000} {
-		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
+	health := func() probe.Request {
+		r := probe.NewRequest(5)
+		r.HealthFields, r.ProcessUtil, r.KernelLogSince = nvsmi.HealthFields, true, 360
+		return r
+	}
+	for _, bc := range []struct {
+		n       int
+		name    string
+		request func() probe.Request
+	}{
+		{1, "", func() probe.Request { return probe.NewRequest(5) }},
+		{100, "", func() probe.Request { return probe.NewRequest(5) }},
+		{100, "/health", health},
+		{1000, "", func() probe.Request { return probe.NewRequest(5) }},
+		{1000, "/health", health},
+	} {
+		n := bc.n
+		b.Run(fmt.Sprintf("hosts=%d%s", n, bc.name), func(b *testing.B) {
 			f := testenv.StartFleet(b, simfleet.Generate(n, 1))
 			c := newClient(b, f)
 			hosts := f.Hosts()
@@ -618,7 +644,7 @@ func BenchmarkServe(b *testing.B) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						o, err := c.probeHost(h.Name, probe.NewRequest(5), time.Minute)
+						o, err := c.probeHost(h.Name, bc.request(), time.Minute)
 						if err == nil && !o.Complete {
 							err = fmt.Errorf("%s: incomplete", h.Name)
 						}

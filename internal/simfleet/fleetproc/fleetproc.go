@@ -88,6 +88,11 @@ func Specs(n int, fault string) ([]simfleet.HostSpec, error) {
 		specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
 	case "flood":
 		specs[n/2].Failure = simfleet.Flood // prints without end
+	case "pmon1s":
+		// every host's pmon samples for a second, as a real one does
+		for i := range specs {
+			specs[i].PmonDelay = time.Second
+		}
 	case "tenth":
 		// every tenth host, spread over the fleet, in turn refusing
 		// connections (down), accepting and never speaking SSH (wedged
@@ -121,8 +126,9 @@ type Proc struct {
 // Start launches n generated hosts (simfleet.Generate(n, 1)) in a child
 // process writing its client files to dir. fault is "", "faulty" (one
 // silent and one hung host), "flood" (one host printing without end),
-// "floodN" (N such hosts) or "tenth" (every tenth host refusing, silent
-// or hung, a third each). HOME and SSH_AUTH_SOCK are cleared for the
+// "floodN" (N such hosts), "tenth" (every tenth host refusing, silent
+// or hung, a third each) or "pmon1s" (every host's pmon takes a second,
+// as a real one does). HOME and SSH_AUTH_SOCK are cleared for the
 // test, so that fetch uses the fleet's files only.
 func Start(tb testing.TB, n int, dir, fault string) *Proc {
 	tb.Helper()
