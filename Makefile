@@ -29,6 +29,8 @@ test: vet
 	$(GO) test -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParseGPUs$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseProcesses$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePmon$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/kernlog
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/fetch
 	$(GO) test -run '^$$' -fuzz '^FuzzMarkup$$' -fuzztime $(FUZZTIME) ./internal/render
 	$(GO) test -run '^$$' -fuzz '^FuzzStatusJSON$$' -fuzztime $(FUZZTIME) ./internal/render
@@ -52,6 +54,7 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
 	$(GO) test -run '^$$' -bench . ./internal/nvsmi
+	$(GO) test -run '^$$' -bench . ./internal/kernlog
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/render
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/loaddata
 	$(GO) test -run '^$$' -bench . ./internal/sitefiles
