@@ -416,13 +416,10 @@ func hostInfo(h *cluster.Host) string {
 		return strings.Join(info, " · ")
 	}
 	if h.ModelName != "" {
-		n := 0
-		for _, g := range h.GPUs {
-			if g.Name == h.ModelName {
-				n++
-			}
-		}
-		info = append(info, strconv.Itoa(n)+"× "+h.ModelName)
+		// every GPU: a lost one has no name, but is one of the host's
+		// model (as the models' tally counts it): 8×, not 7×, where one
+		// of 8 fell off the bus
+		info = append(info, strconv.Itoa(len(h.GPUs))+"× "+h.ModelName)
 	}
 	if h.Count[cluster.Free] > 0 {
 		info = append(info, strconv.Itoa(h.Count[cluster.Free])+"\u00a0free") // not cut from its number

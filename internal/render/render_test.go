@@ -139,7 +139,7 @@ func TestPageStructure(t *testing.T) {
 		`<p id="stale" role="alert" hidden>`,
 		`<table id="users">`,
 		`<section class=host data-host=gpu01>`,
-		`<h2>MIG box <small>mig01 · 1× NVIDIA H100 80GB HBM3</small></h2><p class=hs>64 CPUs · load 3.5 · RAM 117/503G` + "\n<ul>",
+		`<h2>MIG box <small>mig01 · 2× NVIDIA H100 80GB HBM3</small></h2><p class=hs>64 CPUs · load 3.5 · RAM 117/503G` + "\n<ul>",
 		`<meta http-equiv="refresh" content="60">`,
 		`<link rel="icon" href="data:,">`,
 		`<meta name="viewport"`,
