@@ -5,37 +5,23 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/hosttext"
-	"github.com/gpumon/gpumon/internal/inifile"
 )
 
 // healthReport prints the GPUs with health episodes in the span back from
 // now: `render -health 30d`, the list a sysadmin sends to the vendor.
 func healthReport(ctx context.Context, cfg *Config, span, format string, now time.Time, stdout io.Writer) error {
-	d, ok := inifile.ParseDuration(span)
-	if !ok || d <= 0 {
-		return &cli.UsageError{Msg: fmt.Sprintf("-health %q: want a span such as 24h, 30d or 1d12h", span)}
-	}
-	if cfg.History.DB == "" {
-		return cli.WithHint(errors.New("history is off ([history] db is empty)"), "set [history] db to a file")
-	}
-	if _, err := os.Stat(cfg.History.DB); err != nil {
-		return cli.WithHint(fmt.Errorf("no history at %s", cfg.History.DB), "render records one on every run; or name it in [history] db")
-	}
-	store, err := cfg.History.Open()
+	d, store, err := spanHistory(cfg, "-health", span, "24h, 30d or 1d12h")
 	if err != nil {
-		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
+		return err
 	}
 	defer store.Close()
 	from, to := now.Add(-d), now

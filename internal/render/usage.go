@@ -109,21 +109,31 @@ func fileError(file string, err error) error {
 	return fmt.Errorf("%s: %w", file, err)
 }
 
-// usageReport prints every user's GPU-hours over the span back from now.
-func usageReport(ctx context.Context, cfg *Config, span, format string, now time.Time, stdout io.Writer) error {
+// spanHistory reads the SPAN of a report over the history (-usage,
+// -health) and opens the history; the caller closes it.
+func spanHistory(cfg *Config, flag, span, examples string) (time.Duration, *history.Store, error) {
 	d, ok := inifile.ParseDuration(span)
 	if !ok || d <= 0 {
-		return &cli.UsageError{Msg: fmt.Sprintf("-usage %q: want a span such as 24h, 7d or 1d12h", span)}
+		return 0, nil, &cli.UsageError{Msg: fmt.Sprintf("%s %q: want a span such as %s", flag, span, examples)}
 	}
 	if cfg.History.DB == "" {
-		return cli.WithHint(errors.New("history is off ([history] db is empty)"), "set [history] db to a file")
+		return 0, nil, cli.WithHint(errors.New("history is off ([history] db is empty)"), "set [history] db to a file")
 	}
 	if _, err := os.Stat(cfg.History.DB); err != nil {
-		return cli.WithHint(fmt.Errorf("no history at %s", cfg.History.DB), "render records one on every run; or name it in [history] db")
+		return 0, nil, cli.WithHint(fmt.Errorf("no history at %s", cfg.History.DB), "render records one on every run; or name it in [history] db")
 	}
 	store, err := cfg.History.Open()
 	if err != nil {
-		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
+		return 0, nil, fmt.Errorf("history %s: %w", cfg.History.DB, err)
+	}
+	return d, store, nil
+}
+
+// usageReport prints every user's GPU-hours over the span back from now.
+func usageReport(ctx context.Context, cfg *Config, span, format string, now time.Time, stdout io.Writer) error {
+	d, store, err := spanHistory(cfg, "-usage", span, "24h, 7d or 1d12h")
+	if err != nil {
+		return err
 	}
 	defer store.Close()
 	from, to := history.UsageSpan(d, now)
