@@ -284,7 +284,7 @@ func CanonicalBusID(s string) (string, bool) {
 	if d, f, ok := strings.Cut(devFn, "."); ok {
 		devFn, fn = d, f
 	}
-	domain, ok1 := hexField(parts[0], 1, 8, 0xffffffff)
+	domain, ok1 := hexField(parts[0], 4, 8, 0xffffffff) // every form prints 4 or more: a "0:18:00" is not a bus id
 	bus, ok2 := hexField(parts[1], 2, 2, 0xff)
 	dev, ok3 := hexField(devFn, 2, 2, 0x1f)
 	function, ok4 := hexField(fn, 1, 1, 7)

@@ -319,18 +319,33 @@ const (
 const fakeID = `case "$1" in -u) echo "$UID_" ;; -Gn) echo "$GROUPS_" ;; *) exit 1 ;; esac`
 
 // fakeJournalctl logs its arguments and prints a kernel line that is not
-// an XID, then $XIDS XID lines (numbered), then one of 2,000 bytes; or
-// fails as $JFAIL says.
+// an XID, then $XIDS XID lines (XID i for i = 1 to $XIDS: each its own), then
+// one of 2,000 bytes; or fails as $JFAIL says. With $BURST it prints an
+// XID 79, then 300 lines of XID 13 on another GPU (a line per SM, as a
+// crashing job makes them), then a line that holds an XID's words but not
+// at the start of its message.
 const fakeJournalctl = `echo "$*" >"$DATA/journalctl.args"
 [ -n "$JFAIL" ] && { echo "$JFAIL" >&2; exit 1; }
 echo "1732600000.000001 gpu01 kernel: usb 1-1: new high-speed USB device"
+if [ -n "$BURST" ]; then
+  echo "1732600000.0 gpu01 kernel: ` + xidLine + `"
+  i=0
+  while [ $i -lt 300 ]; do
+    i=$((i + 1))
+    echo "1732600000.$i gpu01 kernel: ` + xid13 + ` n=$i"
+  done
+  echo "1732600002.0 gpu01 kernel: python[4242]: segfault in ` + xidLine + `"
+  exit 0
+fi
 i=0
 while [ $i -lt "$XIDS" ]; do
   i=$((i + 1))
-  echo "1732600000.$i gpu01 kernel: ` + xidLine + ` n=$i"
+  echo "1732600000.$i gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): $i, pid=1234 n=$i"
 done
-printf '1732600001.0 gpu01 kernel: ` + xidLine + ` %02000d\n' 0
+printf '1732600001.0 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 999, %02000d\n' 0
 `
+
+const xid13 = "NVRM: Xid (PCI:0000:1a:00): 13, pid=4242, name=python, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0)"
 
 // fakeDmesg prints an XID from boot, a line that is not one, and an XID
 // of 5 s ago (its times are seconds since boot, read from /proc/uptime);
@@ -350,10 +365,10 @@ printf '[%5d.200000] ` + xidLine + ` recent\n' $((up - 5))
 // else a non-zero exit that says why, with dmesg's own words.
 func TestScriptKernelLog(t *testing.T) {
 	const ks = 330
-	long := "1732600001.0 gpu01 kernel: " + xidLine + " " + strings.Repeat("0", 2000)
+	long := "1732600001.0 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 999, " + strings.Repeat("0", 2000)
 	journalLines := []string{"source journal"}
 	for i := 300 - 254; i <= 300; i++ {
-		journalLines = append(journalLines, fmt.Sprintf("1732600000.%d gpu01 kernel: %s n=%d", i, xidLine, i))
+		journalLines = append(journalLines, fmt.Sprintf("1732600000.%d gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): %d, pid=1234 n=%d", i, i, i))
 	}
 	journalLines = append(journalLines, long[:512])
 	wantJournal := strings.Join(journalLines, "\n") + "\n"
@@ -368,6 +383,11 @@ func TestScriptKernelLog(t *testing.T) {
 		{name: "systemd-journal reads the journal", env: []string{"UID_=1000", "GROUPS_=systemd-journal gpumon"}, want: wantJournal},
 		{name: "wheel reads the journal", env: []string{"UID_=1000", "GROUPS_=wheel"}, want: wantJournal},
 		{name: "root reads the journal", env: []string{"UID_=0", "GROUPS_=root"}, want: wantJournal},
+		// the newest line of each GPU and XID: a burst of XID 13 cannot push
+		// the XID 79 out, and a line with an XID's words past its start
+		// does not count against the bound
+		{name: "a burst of XID 13 keeps the XID 79", env: []string{"UID_=0", "GROUPS_=root", "BURST=1"},
+			want: "source journal\n1732600000.0 gpu01 kernel: " + xidLine + "\n1732600000.300 gpu01 kernel: " + xid13 + " n=300\n"},
 		{name: "no group: dmesg", env: []string{"UID_=1000", "GROUPS_=gpumon users"}, want: "dmesg"},
 		{name: "no group, dmesg restricted", env: []string{"UID_=1000", "GROUPS_=gpumon", "DFAIL=" + dmesgDeny},
 			want: "not in group systemd-journal or adm; " + dmesgDeny + "\n", wantExit: 1},

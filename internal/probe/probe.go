@@ -223,10 +223,13 @@ const (
 	// name at most 255 bytes.
 	maxDriverGPUs       = 64
 	maxDriverGPUsOutput = maxDriverGPUs * 256
-	// maxXIDLines and maxXIDLine bound the kernel_log section: the newest
-	// maxXIDLines lines of the window that hold "NVRM: Xid", each cut at
-	// maxXIDLine bytes (a real one is 100 to 300), on the host, by tail
-	// and cut. MaxKernelLogOutput is that and room for what journalctl
+	// maxXIDLines and maxXIDLine bound the kernel_log section: of the
+	// window's kernel messages that start with "NVRM: Xid (" (anchored
+	// after the journal's or dmesg's stamp, as kernlog reads them, so that
+	// no line a user can make counts against the bound), the newest of
+	// each GPU and XID (awk, where the host has it: a burst of XID 13,
+	// a line per SM, cannot push an XID 79 out), at most maxXIDLines, each
+	// cut at maxXIDLine bytes (a real one is 100 to 300), on the host. MaxKernelLogOutput is that and room for what journalctl
 	// or dmesg say on standard error; past it, the log is unreadable for
 	// this poll, and the section says so.
 	maxXIDLines        = 256
@@ -345,8 +348,15 @@ knownfields() {
   IFS=$oifs
 }
 xidlines() {
-  { kr=$( { { "$@"; echo "$?" >&3; } | grep -a -F 'NVRM: Xid' | tail -n @XIDLINES@ | cut -b 1-@XIDLINE@ >&4; } 3>&1 ); } 4>&1
+  { kr=$( { { "$@"; echo "$?" >&3; } | grep -a -E '^([0-9]+(\.[0-9]+)? [^ ]+ kernel: |\[ *[0-9]+(\.[0-9]+)?\](\[ *[CT][0-9]+\])? )NVRM: Xid \(' | cut -b 1-@XIDLINE@ | newestxid | tail -n @XIDLINES@ >&4; } 3>&1 ); } 4>&1
   return "${kr:-1}"
+}
+newestxid() {
+  if ! command -v awk >/dev/null 2>&1; then cat; return; fi
+  awk '{ k = substr($0, index($0, "NVRM: Xid (")); if (match(k, /^NVRM: Xid \([^)]*\): *[0-9]+/)) k = substr(k, 1, RLENGTH)
+    if (k in at) delete l[at[k]]
+    at[k] = NR; l[NR] = $0 }
+    END { for (n = 1; n <= NR; n++) if (n in l) print l[n] }'
 }
 journalreader() {
   [ "$(id -u 2>/dev/null)" = 0 ] && return 0
