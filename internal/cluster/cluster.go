@@ -841,15 +841,16 @@ func smPct(n loaddata.Number) loaddata.Number {
 	return n
 }
 
-// parseXIDs reads the xids cell ("13,79"): the first xidsMax codes that
-// are whole numbers from 1 to 65535; anything else is skipped.
+// parseXIDs reads the xids cell ("13,79"): the first xidsMax distinct
+// codes that are whole numbers from 1 to 65535 (fetch writes each once; a
+// cell of forty 13s before a 79 keeps the 79); anything else is skipped.
 func parseXIDs(cell string) []int {
 	var xids []int
 	for cell != "" && len(xids) < xidsMax {
 		var item string
 		item, cell, _ = strings.Cut(cell, ",")
 		n, err := strconv.Atoi(strings.TrimSpace(item))
-		if err == nil && n >= 1 && n <= 65535 {
+		if err == nil && n >= 1 && n <= 65535 && !slices.Contains(xids, n) {
 			xids = append(xids, n)
 		}
 	}

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	stdcmp "cmp"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -525,9 +527,16 @@ func degradedBy(cond, detail string) health.Health {
 }
 
 func TestParseXIDsIsBounded(t *testing.T) {
-	cell := strings.Repeat("79,", 100000)
-	if got := parseXIDs(cell); len(got) != xidsMax {
+	var cell strings.Builder
+	for i := range 100000 {
+		fmt.Fprintf(&cell, "%d,", i%1000+1)
+	}
+	if got := parseXIDs(cell.String()); len(got) != xidsMax {
 		t.Errorf("%d XIDs kept, want %d", len(got), xidsMax)
+	}
+	// repeats count once: forty 13s do not push the 79 out
+	if got := parseXIDs(strings.Repeat("13,", 40) + "79"); !slices.Equal(got, []int{13, 79}) {
+		t.Errorf("parseXIDs(13 x 40, 79) = %v, want [13 79]", got)
 	}
 }
 

@@ -86,6 +86,11 @@ func conditionList(sec inifile.Section, key string) ([]string, bool, error) {
 			e.HintText = "known conditions: " + strings.Join(Conditions, ", ")
 			return nil, true, e
 		}
+		if n == Lost && key == "degraded" {
+			e := sec.ErrorAt(key, "lost cannot be degraded: a GPU nvidia-smi cannot read is offered to nobody")
+			e.HintText = "leave lost out of degraded (it is always failed)"
+			return nil, true, e
+		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)
 		}

@@ -156,7 +156,11 @@ func Assess(r Readings, p Policy) Health {
 		}
 	}
 	if r.Lost != "" {
-		add(Lost, r.Lost)
+		// a GPU nvidia-smi cannot read has nothing to offer it by: it is
+		// failed whatever the policy says (ReadConfig refuses lost as
+		// degraded), so that its state and its health never disagree
+		h.Findings = append(h.Findings, Finding{Condition: Lost, Severity: Failed, Detail: r.Lost})
+		h.State = Failed
 	}
 	if r.RemapFailure {
 		add(RemapFailure, "a row remapping failed: the GPU needs service")
@@ -170,7 +174,7 @@ func Assess(r Readings, p Policy) Health {
 	if r.RetiredPagesPending {
 		add(RetiredPagesPending, "a page retirement is pending: reset the GPU when idle")
 	}
-	if r.ECCUncorrectedValid && r.ECCUncorrected > 0 {
+	if r.ECCUncorrectedValid && r.ECCUncorrected >= 1 { // a count: 0.5 is no error
 		add(ECCUncorrected, fmt.Sprintf("%.0f uncorrectable ECC errors since the driver loaded", r.ECCUncorrected))
 	}
 	if warn := xidsIn(r.XIDs, p.WarningXIDs); len(warn) > 0 {

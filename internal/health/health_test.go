@@ -37,3 +37,24 @@ func BenchmarkAssessHealthy(b *testing.B) {
 		Assess(r, p)
 	}
 }
+
+// A lost GPU is failed whatever the policy: with lost left out of failed,
+// its health would say ok while its state says failed.
+func TestAssessLostIsAlwaysFailed(t *testing.T) {
+	for _, p := range []Policy{DefaultPolicy(), {}, {Failed: []string{RemapFailure}, Degraded: []string{RemapPending}}} {
+		h := Assess(Readings{Lost: "GPU is lost", RemapPending: true}, p)
+		if h.State != Failed || len(h.Findings) == 0 || h.Findings[0] != (Finding{Condition: Lost, Severity: Failed, Detail: "GPU is lost"}) {
+			t.Errorf("policy %+v: health %+v, want failed with lost first", p, h)
+		}
+	}
+}
+
+// An ECC count is whole: a fraction (a hand-made CSV) is no error, and
+// never reads "0 uncorrectable ECC errors".
+func TestAssessECCFraction(t *testing.T) {
+	for _, v := range []float64{0.5, 1e-7} {
+		if h := Assess(Readings{ECCUncorrected: v, ECCUncorrectedValid: true}, DefaultPolicy()); h.State != OK {
+			t.Errorf("ecc_uncorrected %v: %+v, want ok", v, h)
+		}
+	}
+}
