@@ -130,6 +130,7 @@ type GPU struct {
 	RemappedRowsFailure loaddata.Tri
 	ClockEvents         string
 	XIDs                string
+	RecoveryAction      string
 	Health              health.Health
 	Procs               []*Proc
 	State               string
@@ -381,7 +382,8 @@ func (b *Builder) newGPU(r *loaddata.Row) *GPU {
 		Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct,
 		PState: r.PState, ECCMode: r.ECCMode, ECCUncorrected: r.ECCUncorrected,
 		RetiredPagesPending: r.RetiredPagesPending, RemappedRowsPending: r.RemappedRowsPending,
-		RemappedRowsFailure: r.RemappedRowsFailure, ClockEvents: r.ClockEvents, XIDs: r.XIDs}
+		RemappedRowsFailure: r.RemappedRowsFailure, ClockEvents: r.ClockEvents, XIDs: r.XIDs,
+		RecoveryAction: r.RecoveryAction}
 	short, ok := b.short[g.Name]
 	if !ok {
 		short = shortName(g.Name, b.o.GPUNames)
@@ -829,6 +831,7 @@ func readingsOf(g *GPU) health.Readings {
 		RemapFailure:        g.RemappedRowsFailure.Valid && g.RemappedRowsFailure.Value,
 		ClockEvents:         clock,
 		XIDs:                parseXIDs(g.XIDs),
+		RecoveryAction:      hosttextClip(g.RecoveryAction),
 	}
 }
 

@@ -11,10 +11,10 @@ import (
 	"github.com/gpumon/gpumon/internal/remote"
 )
 
-const gpuHeader = "index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%], pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_throttle_reasons.active\n"
+const gpuHeader = "index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%], pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_throttle_reasons.active, gpu_recovery_action\n"
 
 func gpuLine(index int, uuid, name string) string {
-	return fmt.Sprintf("%d, %s, %s, 00000000:%02X:00.0, 1, 1, 1, 143771, 30, 75.10, 700.00, [N/A], P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000\n", index, uuid, name, index%256)
+	return fmt.Sprintf("%d, %s, %s, 00000000:%02X:00.0, 1, 1, 1, 143771, 30, 75.10, 700.00, [N/A], P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000, None\n", index, uuid, name, index%256)
 }
 
 // repeat joins n lines made by line(i).

@@ -180,7 +180,7 @@ func rowBytes(r *loaddata.Row) int64 {
 	return int64(len(r.Timestamp)+len(r.Host)+len(r.HostError)+len(r.GPUUUID)+len(r.GPUName)+
 		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)+len(r.SlurmJob)+len(r.SlurmJobName)+
 		len(r.SlurmPartition)+len(r.Container)+len(r.ContainerName)+len(r.Pod)+
-		len(r.ECCMode)+len(r.ClockEvents)+len(r.XIDs)+len(r.KernelLog)) + 200
+		len(r.ECCMode)+len(r.ClockEvents)+len(r.XIDs)+len(r.RecoveryAction)+len(r.KernelLog)) + 200
 }
 
 // nvTimeout leaves room for both nvidia-smi runs and the rest of the script

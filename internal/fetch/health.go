@@ -33,6 +33,7 @@ func healthCells(r *loaddata.Row, gpu nvsmi.GPU) {
 	if gpu.ClockEventValid {
 		r.ClockEvents = health.ClockEvents(gpu.ClockEventMask)
 	}
+	r.RecoveryAction = gpu.RecoveryAction // one of nvsmi's own words
 }
 
 // pmonKey is a process on a GPU, as pmon names it: the GPU's index.

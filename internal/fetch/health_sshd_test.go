@@ -150,7 +150,7 @@ func TestRealSSHDHealthOldDriver(t *testing.T) {
 		}
 	}
 	wantQueries := []string{
-		"--query-gpu=" + strings.Join(probe.GPUFields, ",") + ",pstate,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,clocks_event_reasons.active,clocks_throttle_reasons.active",
+		"--query-gpu=" + strings.Join(probe.GPUFields, ",") + ",pstate,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,clocks_event_reasons.active,clocks_throttle_reasons.active,gpu_recovery_action",
 		"--help-query-gpu",
 		"--query-gpu=" + strings.Join(probe.GPUFields, ",") + ",pstate,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,clocks_throttle_reasons.active",
 	}

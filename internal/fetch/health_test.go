@@ -18,9 +18,9 @@ import (
 // them (internal/nvsmi/testdata/h100-580.159.04): GPU 0 with 3
 // uncorrectable errors, a remap pending and clocks held by hardware
 // slowdown and the power cap; GPU 1 idle with a failed remap.
-const healthGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%], pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_event_reasons.active
-0, GPU-aaaa, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 98, 10, 30342, 81559, 51, 412.50, 700.00, [N/A], P0, Enabled, 3, [N/A], Yes, No, 0x000000000000000C, 0x000000000000000C
-1, GPU-bbbb, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0, 0, 0, 81559, 30, 75.10, 700.00, [N/A], P8, Disabled, 0, No, No, Yes, 0x0000000000000001, 0x0000000000000001
+const healthGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%], pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_event_reasons.active, gpu_recovery_action
+0, GPU-aaaa, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 98, 10, 30342, 81559, 51, 412.50, 700.00, [N/A], P0, Enabled, 3, [N/A], Yes, No, 0x000000000000000C, 0x000000000000000C, None
+1, GPU-bbbb, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0, 0, 0, 81559, 30, 75.10, 700.00, [N/A], P8, Disabled, 0, No, No, Yes, 0x0000000000000001, 0x0000000000000001, None
 `
 
 // pmonLines is `nvidia-smi pmon -c 1 -s u` as driver 580 prints it.

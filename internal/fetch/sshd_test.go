@@ -118,9 +118,9 @@ const pmonHeader = "# gpu         pid   type     sm    mem    enc    dec    jpg 
 
 // realGPUs is what nvidia-smi prints for probe.GPUFields and
 // nvsmi.HealthFields (the fake refuses a header of other fields).
-const realGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%], pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_throttle_reasons.active
-0, GPU-real-0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 98, 41, 30000, 81559, 61, 512.00, 700.00, [N/A], P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000
-1, GPU-real-1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0, 0, 4, 81559, 30, 70.00, 700.00, [N/A], P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000
+const realGPUs = `index, uuid, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, power.draw [W], power.limit [W], fan.speed [%], pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_throttle_reasons.active, gpu_recovery_action
+0, GPU-real-0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 98, 41, 30000, 81559, 61, 512.00, 700.00, [N/A], P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000, None
+1, GPU-real-1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0, 0, 4, 81559, 30, 70.00, 700.00, [N/A], P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000, None
 `
 
 // realAppsHeader is what nvidia-smi prints first for probe.AppFields.

@@ -35,7 +35,7 @@ func TestReadConfig(t *testing.T) {
 				Degraded:  []string{RetiredPagesPending, ECCUncorrected, XIDWarning, HWPowerBrake, HWThermal, HWSlowdown, SWThermal},
 				FatalXIDs: def.FatalXIDs, WarningXIDs: def.WarningXIDs}},
 		{"degraded alone moves out of failed", "[health]\ndegraded = XID_Fatal,\n  sw_thermal\n",
-			Policy{Failed: []string{Lost, RemapFailure}, Degraded: []string{XIDFatal, SWThermal},
+			Policy{Failed: []string{Lost, RecoveryAction, RemapFailure}, Degraded: []string{XIDFatal, SWThermal},
 				FatalXIDs: def.FatalXIDs, WarningXIDs: def.WarningXIDs}},
 		{"empty lists ignore everything", "[health]\nfailed =\ndegraded =\n",
 			Policy{Failed: []string{}, Degraded: []string{}, FatalXIDs: def.FatalXIDs, WarningXIDs: def.WarningXIDs}},
@@ -63,7 +63,7 @@ func TestReadConfigErrors(t *testing.T) {
 	}{
 		{"unknown condition", "[health]\nfailed = lost, ecc_uncorected\n",
 			`/etc/gpumon/config.ini:2: failed: "ecc_uncorected" is not a condition`,
-			"known conditions: lost, remap_failure, xid_fatal, remap_pending, retired_pages_pending, ecc_uncorrected, xid_warning, hw_power_brake, hw_thermal, hw_slowdown, sw_thermal"},
+			"known conditions: lost, recovery_action, remap_failure, xid_fatal, remap_pending, retired_pages_pending, ecc_uncorrected, xid_warning, hw_power_brake, hw_thermal, hw_slowdown, sw_thermal"},
 		{"in both lists", "[health]\nfailed = remap_pending\n\ndegraded = hw_slowdown, remap_pending\n",
 			`/etc/gpumon/config.ini:4: degraded: remap_pending is in failed too: a GPU cannot be both`, ""},
 		{"lost degraded", "[health]\ndegraded = lost, remap_pending\n",

@@ -44,10 +44,11 @@ const (
 	SWThermal           = "sw_thermal"            // the driver cuts clocks for heat
 	XIDFatal            = "xid_fatal"             // an XID in the policy's failed list
 	XIDWarning          = "xid_warning"           // an XID in the policy's degraded list
+	RecoveryAction      = "recovery_action"       // the driver asks for a reset or a reboot (gpu_recovery_action)
 )
 
 // Conditions lists every condition, in the order a GPU's are shown.
-var Conditions = []string{Lost, RemapFailure, XIDFatal, RemapPending, RetiredPagesPending,
+var Conditions = []string{Lost, RecoveryAction, RemapFailure, XIDFatal, RemapPending, RetiredPagesPending,
 	ECCUncorrected, XIDWarning, HWPowerBrake, HWThermal, HWSlowdown, SWThermal}
 
 // ClockEventNames are the bits of nvidia-smi's clocks_event_reasons.active
@@ -98,7 +99,7 @@ type Policy struct {
 // DefaultPolicy is the policy without a [health] section.
 func DefaultPolicy() Policy {
 	return Policy{
-		Failed:   []string{Lost, RemapFailure, XIDFatal},
+		Failed:   []string{Lost, RecoveryAction, RemapFailure, XIDFatal},
 		Degraded: []string{RemapPending, RetiredPagesPending, ECCUncorrected, XIDWarning, HWPowerBrake, HWThermal, HWSlowdown, SWThermal},
 		// 48 double-bit ECC, 61/62 internal micro-controller halt, 64 row
 		// remap failure, 74 NVLink error, 79 fallen off the bus, 95
@@ -126,6 +127,10 @@ type Readings struct {
 	ClockEvents string
 	// XIDs are the XID codes logged since the last poll.
 	XIDs []int
+	// RecoveryAction is the driver's gpu_recovery_action ("none", "reset",
+	// "reboot", ...; "" not known): set after an uncorrectable error until
+	// the GPU is reset or the node rebooted.
+	RecoveryAction string
 }
 
 // A Finding is one condition a GPU is in, and how the policy ranks it.
@@ -161,6 +166,9 @@ func Assess(r Readings, p Policy) Health {
 		// degraded), so that its state and its health never disagree
 		h.Findings = append(h.Findings, Finding{Condition: Lost, Severity: Failed, Detail: r.Lost})
 		h.State = Failed
+	}
+	if a := r.RecoveryAction; a != "" && a != "none" {
+		add(RecoveryAction, "the driver asks for recovery: "+recoveryWords(a))
 	}
 	if r.RemapFailure {
 		add(RemapFailure, "a row remapping failed: the GPU needs service")
@@ -208,6 +216,26 @@ func hasField(s, name string) bool {
 		}
 	}
 	return false
+}
+
+// recoveryWords says what the driver's recovery action asks of an admin
+// (NVIDIA's GPU memory error management guide, "Recovery action flag").
+func recoveryWords(action string) string {
+	switch action {
+	case "reset":
+		return "reset the GPU (nvidia-smi -r) once its processes end"
+	case "reboot", "system_reboot":
+		return "reboot the node"
+	case "drain_p2p":
+		return "drain peer-to-peer traffic"
+	case "drain_and_reset":
+		return "drain peer-to-peer traffic, then reset the GPU"
+	case "bus_reset":
+		return "reset the GPU's PCIe bus"
+	case "recover_imex_domain":
+		return "recover the IMEX domain"
+	}
+	return action
 }
 
 // severity is what p makes of cond: Failed, Degraded or OK (ignored).

@@ -58,3 +58,23 @@ func TestAssessECCFraction(t *testing.T) {
 		}
 	}
 }
+
+// The driver's recovery action: failed by default, with what it asks in
+// words; "none" and not known are no condition.
+func TestAssessRecoveryAction(t *testing.T) {
+	for action, want := range map[string]string{
+		"":        "",
+		"none":    "",
+		"reset":   "the driver asks for recovery: reset the GPU (nvidia-smi -r) once its processes end",
+		"reboot":  "the driver asks for recovery: reboot the node",
+		"unknown": "the driver asks for recovery: unknown",
+	} {
+		h := Assess(Readings{RecoveryAction: action}, DefaultPolicy())
+		switch {
+		case want == "" && h.State != OK:
+			t.Errorf("%q: %+v, want ok", action, h)
+		case want != "" && (h.State != Failed || h.Findings[0] != Finding{Condition: RecoveryAction, Severity: Failed, Detail: want}):
+			t.Errorf("%q: %+v, want failed: %s", action, h, want)
+		}
+	}
+}

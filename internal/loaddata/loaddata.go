@@ -68,6 +68,11 @@ type Row struct {
 	RemappedRowsFailure Tri    `csv:"remapped_rows_failure"`
 	ClockEvents         string `csv:"clock_events"`
 	XIDs                string `csv:"xids"`
+	// RecoveryAction is the driver's gpu_recovery_action: "none", what it
+	// asks for ("reset", "reboot", "drain_p2p", "drain_and_reset", ...,
+	// "unknown" for a word fetch does not know), or empty. It stays set
+	// until the GPU is reset or the node rebooted.
+	RecoveryAction string `csv:"recovery_action"`
 
 	PID             Int    `csv:"pid"`
 	User            string `csv:"user"`

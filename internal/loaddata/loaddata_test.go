@@ -59,7 +59,7 @@ func TestRoundTripKeepsMissingApartFromZero(t *testing.T) {
 	data := encode(t, sampleRows())
 	lines := strings.Split(data, "\n")
 	// gpu_util_pct is missing (empty), mem_util_pct is a real 0
-	if !strings.Contains(lines[1], ",00000000:09:00.0,,,0,11052,81559,35,71.15,700,,,,,,,,,,21198,") {
+	if !strings.Contains(lines[1], ",00000000:09:00.0,,,0,11052,81559,35,71.15,700,,,,,,,,,,,21198,") {
 		t.Errorf("row 1 = %q", lines[1])
 	}
 	got, err := decode(t, data)
@@ -74,7 +74,7 @@ func TestRoundTripKeepsMissingApartFromZero(t *testing.T) {
 func TestColumnsAreTheDocumentedOnes(t *testing.T) {
 	want := "timestamp,host,host_status,host_error,gpu_index,gpu_uuid,gpu_name,gpu_bus_id,gpu_error," +
 		"gpu_util_pct,mem_util_pct,mem_used_mib,mem_total_mib,temperature_c,power_w,power_limit_w,fan_pct," +
-		"pstate,ecc_mode,ecc_uncorrected,retired_pages_pending,remapped_rows_pending,remapped_rows_failure,clock_events,xids," +
+		"pstate,ecc_mode,ecc_uncorrected,retired_pages_pending,remapped_rows_pending,remapped_rows_failure,clock_events,xids,recovery_action," +
 		"pid,user,command,process_mem_mib,process_elapsed_s,preemptible,process_sm_pct," +
 		"slurm_job,slurm_job_name,slurm_partition,container,container_name,pod," +
 		"cpus,load1,host_mem_used_mib,host_mem_total_mib,kernel_log"

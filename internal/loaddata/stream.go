@@ -246,7 +246,7 @@ var optional = map[string]bool{
 	"slurm_job": true, "slurm_job_name": true, "slurm_partition": true,
 	"container": true, "container_name": true, "pod": true,
 	"pstate": true, "ecc_mode": true, "ecc_uncorrected": true, "retired_pages_pending": true,
-	"remapped_rows_pending": true, "remapped_rows_failure": true, "clock_events": true, "xids": true,
+	"remapped_rows_pending": true, "remapped_rows_failure": true, "clock_events": true, "xids": true, "recovery_action": true,
 	"process_sm_pct": true, "kernel_log": true,
 }
 

@@ -35,6 +35,7 @@ func rtx2080(util, memUtil, used, temp, power float64, pstate float64, clocks ui
 		UtilGPU: n(util), UtilMem: n(memUtil), MemUsedMiB: n(used), MemTotalMiB: n(8192),
 		TempC: n(temp), PowerW: n(power), PowerLimitW: n(250), FanPct: n(38),
 		PState: n(pstate), ClockEventMask: clocks, ClockEventValid: true,
+		RecoveryAction: "none",
 	}
 }
 
@@ -47,7 +48,7 @@ func h100MIG(used, temp, power float64, clocks uint64) GPU {
 		TempC: n(temp), PowerW: n(power), PowerLimitW: n(700), FanPct: na,
 		// ECC on; this H100 prints [N/A] for retired pages and remapped rows.
 		PState: n(0), ECCMode: "enabled", ECCUncorrected: n(0),
-		ClockEventMask: clocks, ClockEventValid: true,
+		ClockEventMask: clocks, ClockEventValid: true, RecoveryAction: "none",
 	}
 }
 
@@ -59,7 +60,7 @@ func h200(util, memUtil, used, temp, power float64, clocks uint64) GPU {
 		// The H200 remaps rows (No, No) and does not retire pages ([N/A]).
 		PState: n(0), ECCMode: "enabled", ECCUncorrected: n(0),
 		RemapPending: Flag{Valid: true}, RemapFailure: Flag{Valid: true},
-		ClockEventMask: clocks, ClockEventValid: true,
+		ClockEventMask: clocks, ClockEventValid: true, RecoveryAction: "none",
 	}
 }
 

@@ -21,6 +21,11 @@ var HealthFields = []string{
 	"remapped_rows.failure",
 	"clocks_event_reasons.active",
 	"clocks_throttle_reasons.active",
+	// The driver's own verdict after an uncorrectable error (NVML's
+	// recovery action flag, drivers of the 550s on): set until the GPU is
+	// reset or the node rebooted, so it is the "since the last reset" that
+	// an XID in the kernel log cannot say.
+	"gpu_recovery_action",
 }
 
 // Flag is a Yes/No reading that may be missing. Missing is never No.
@@ -58,6 +63,38 @@ func parseECCMode(field string) string {
 		return "disabled"
 	}
 	return ""
+}
+
+// recoveryActions are the words nvidia-smi prints for NVML's recovery
+// actions (nvmlDeviceGpuRecoveryAction_t), lower case, by what
+// RecoveryAction keeps.
+var recoveryActions = map[string]string{
+	"none":                "none",
+	"reset":               "reset",
+	"gpu reset":           "reset",
+	"reboot":              "reboot",
+	"node reboot":         "reboot",
+	"drain p2p":           "drain_p2p",
+	"drain and reset":     "drain_and_reset",
+	"drain p2p and reset": "drain_and_reset",
+	"recover imex domain": "recover_imex_domain",
+	"bus reset":           "bus_reset",
+	"system reboot":       "system_reboot",
+}
+
+// parseRecoveryAction reads gpu_recovery_action: "None" is "none", a known
+// action its name (recoveryActions); "[N/A]" is "". Any other word is an
+// action this code does not know yet, kept as "unknown": a GPU the driver
+// wants recovered must not read as well.
+func parseRecoveryAction(field string) string {
+	s := strings.ToLower(strings.Join(strings.Fields(field), " "))
+	if a, ok := recoveryActions[s]; ok {
+		return a
+	}
+	if s == "" || missingTokens[strings.TrimSpace(field)] || strings.HasPrefix(s, "[") {
+		return ""
+	}
+	return "unknown"
 }
 
 // parseCount reads an error counter: decimal digits, from 0 to 2^53, read
@@ -144,7 +181,7 @@ func fieldListLine(line string) ([]string, bool) {
 // healthColumns are the positions of the health columns in one table, -1
 // where not asked for.
 type healthColumns struct {
-	pstate, eccMode, eccUncorrected, retiredPending, remapPending, remapFailure, clockEvents int
+	pstate, eccMode, eccUncorrected, retiredPending, remapPending, remapFailure, clockEvents, recovery int
 }
 
 func (t *table) healthColumns() healthColumns {
@@ -156,6 +193,7 @@ func (t *table) healthColumns() healthColumns {
 		remapPending:   t.col(colRemapPending),
 		remapFailure:   t.col(colRemapFailure),
 		clockEvents:    t.col(colClockEvents),
+		recovery:       t.col(colRecovery),
 	}
 }
 
@@ -176,4 +214,5 @@ func (r row) readHealth(c healthColumns, g *GPU) {
 	g.RemapPending = parseFlag(r.field(c.remapPending))
 	g.RemapFailure = parseFlag(r.field(c.remapFailure))
 	g.ClockEventMask, g.ClockEventValid = parseMask(r.field(c.clockEvents))
+	g.RecoveryAction = parseRecoveryAction(r.field(c.recovery))
 }

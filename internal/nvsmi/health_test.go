@@ -9,8 +9,10 @@ import (
 )
 
 // healthHeader is what the probe asks on a driver that knows every health
-// field (590+), after its usual fields, cut to index for brevity.
-var healthHeader = "index, " + strings.Join(HealthFields[:len(HealthFields)-1], ", ")
+// field (590+), after its usual fields, cut to index for brevity; without
+// the clock reasons' old name (the probe keeps one) and the recovery action
+// (TestParseRecoveryAction).
+var healthHeader = "index, " + strings.Join(HealthFields[:len(HealthFields)-2], ", ")
 
 func healthRow(pstate, eccMode, eccUncorr, retired, remapPending, remapFailure, clocks string) string {
 	return strings.Join([]string{"0", pstate, eccMode, eccUncorr, retired, remapPending, remapFailure, clocks}, ", ")
@@ -196,6 +198,26 @@ func BenchmarkParseGPUsHealth(b *testing.B) {
 		rep, err := ParseGPUs(out)
 		if err != nil || len(rep.GPUs) != 8 || !rep.GPUs[7].RemapFailure.Valid {
 			b.Fatalf("err %v, %d GPUs", err, len(rep.GPUs))
+		}
+	}
+}
+
+// gpu_recovery_action: NVML's words for each action, "None" for none, and a
+// token or an unknown word (a newer driver's action) kept apart.
+func TestParseRecoveryAction(t *testing.T) {
+	for in, want := range map[string]string{
+		"None": "none", "Reset": "reset", "GPU Reset": "reset", "Node Reboot": "reboot",
+		"Drain P2P": "drain_p2p", "Drain and Reset": "drain_and_reset", "Bus Reset": "bus_reset",
+		"System Reboot": "system_reboot", "Recover IMEX Domain": "recover_imex_domain",
+		"[N/A]": "", "[Unknown Error]": "", "ERR!": "", "": "",
+		"Call the vendor": "unknown", "<b>reset</b>": "unknown",
+	} {
+		got, err := ParseGPUs(lines("index, gpu_recovery_action", "0, "+in))
+		if err != nil || len(got.GPUs) != 1 {
+			t.Fatalf("%q: %v, %+v", in, err, got)
+		}
+		if got.GPUs[0].RecoveryAction != want {
+			t.Errorf("gpu_recovery_action %q read as %q, want %q", in, got.GPUs[0].RecoveryAction, want)
 		}
 	}
 }

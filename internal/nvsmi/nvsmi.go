@@ -52,6 +52,11 @@ type GPU struct {
 	// on older drivers); health.ClockEvents names its bits.
 	ClockEventMask  uint64
 	ClockEventValid bool
+
+	// RecoveryAction is gpu_recovery_action: "none", what the driver asks
+	// for ("reset", "reboot", "drain_p2p", ...; "unknown" for a word this
+	// code does not know), or "" where not given.
+	RecoveryAction string
 }
 
 // Process is one row of --query-compute-apps: one process on one GPU. A
@@ -152,6 +157,7 @@ var (
 	colRemapPending   = []string{"remapped_rows.pending"}
 	colRemapFailure   = []string{"remapped_rows.failure"}
 	colClockEvents    = []string{"clocks_event_reasons.active", "clocks_throttle_reasons.active"}
+	colRecovery       = []string{"gpu_recovery_action"}
 	maxLineText       = 200
 )
 

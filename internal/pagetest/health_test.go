@@ -131,7 +131,7 @@ func TestHealthInStatusAndText(t *testing.T) {
 		host, gpu, state, health string
 	}{
 		{"h200-b03", "5", "failed", "failed: remap_failure/failed"},
-		{"h200-b02", "6", "failed", "failed: xid_fatal/failed"},
+		{"h200-b02", "6", "failed", "failed: recovery_action/failed xid_fatal/failed"},
 		{"h200-b06", silentlyLostGPU, "failed", "failed: lost/failed"},
 		{"h200-b04", "bus 9a:00.0", "failed", "failed: lost/failed"},
 		{"h200-b01", "6", "busy", "degraded: remap_pending/degraded ecc_uncorrected/degraded hw_slowdown/degraded"},
@@ -148,8 +148,8 @@ func TestHealthInStatusAndText(t *testing.T) {
 			t.Errorf("%s GPU %s: state %q, health %q; want %q, %q", tt.host, tt.gpu, g.State, conditions(g), tt.state, tt.health)
 		}
 	}
-	if xid := st["h200-b02"]["6"]; xid.Health != nil && len(xid.Health.Findings) > 0 && !strings.Contains(xid.Health.Findings[0].Detail, "48, 79") {
-		t.Errorf("the XID GPU's finding says %q, want XIDs 48, 79", xid.Health.Findings[0].Detail)
+	if xid := st["h200-b02"]["6"]; xid.Health != nil && len(xid.Health.Findings) > 1 && !strings.Contains(xid.Health.Findings[1].Detail, "48, 79") {
+		t.Errorf("the XID GPU's xid_fatal finding says %q, want XIDs 48, 79", xid.Health.Findings[1].Detail)
 	}
 	sm := map[string]*float64{}
 	for _, p := range st["h200-b02"]["0"].Processes {
@@ -214,7 +214,8 @@ func TestHealthOnThePage(t *testing.T) {
 	free, _ := tb.background(`.host[data-host="h200-b03"] .gpu[data-gpu="4"]`)
 	for _, c := range []struct{ name, cell, why, detail string }{
 		{"remap failure", remapFailedGPU, "row remapping failed", "row remapping failed: the GPU needs service"},
-		{"XIDs", xidGPU, "XID 48, 79", "XID 48, 79 logged since the last poll"},
+		// the driver's own verdict first (it lasts until a reset), then the XIDs
+		{"XIDs", xidGPU, "the driver asks for recovery", "XID 48, 79 logged since the last poll"},
 		{"lost", `.host[data-host="h200-b06"] .gpu[data-state="failed"]`, "the driver lists this GPU", "nvidia-smi does not report it"},
 	} {
 		if st := eval[string](tb, `(document.querySelector(`+jsString(c.cell)+`) || {dataset: {}}).dataset.state || ""`); st != "failed" {

@@ -125,11 +125,11 @@ func TestScriptHealthFieldsByDriver(t *testing.T) {
 			// both clock names listed, the first is kept
 			name: "590's help with both clock names", capture: "linux-x86_64__nvidia-h200__590.48.01",
 			refuse:    "clocks_throttle_reasons.active",
-			wantQuery: gf + ",pstate,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,clocks_event_reasons.active",
+			wantQuery: gf + ",pstate,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,clocks_event_reasons.active,gpu_recovery_action",
 			wantCalls: []string{
 				"--query-gpu=" + gf + "," + hf + " --format=csv,nounits",
 				"--help-query-gpu",
-				"--query-gpu=" + gf + ",pstate,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,clocks_event_reasons.active --format=csv,nounits",
+				"--query-gpu=" + gf + ",pstate,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,clocks_event_reasons.active,gpu_recovery_action --format=csv,nounits",
 			},
 		},
 	} {

@@ -264,8 +264,9 @@ func Demo() []HostSpec {
 				comma,
 				p(88310, "grace", 7, 28234, 300, "./gpu_burn 600"),
 			},
-			// GPU 6 logged a double bit error, then fell off the bus
-			Health: []GPUHealth{{GPU: 6, XIDs: []int{48, 79}}}},
+			// GPU 6 logged a double bit error, then fell off the bus; the
+			// driver asks for a reset until it has one
+			Health: []GPUHealth{{GPU: 6, XIDs: []int{48, 79}, RecoveryAction: "Reset"}}},
 		{Name: "h200-b03", Capture: h200, State: "idle", CPUs: 224, Load1: 0.05, MemTotalMiB: 2048 * 1024, MemUsedMiB: 20 * 1024,
 			Health: []GPUHealth{{GPU: 5, RemapFailure: true}}},
 		{Name: "h200-b04", Capture: h200, Failure: GPULost, CPUs: 224, Load1: 3.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 200 * 1024,

@@ -27,6 +27,10 @@ type GPUHealth struct {
 	// XIDs are logged by the kernel just before each poll: a GPU that
 	// keeps failing, so that every poll sees them (states stay put).
 	XIDs []int
+	// RecoveryAction is gpu_recovery_action as nvidia-smi prints it
+	// ("Reset", "Node Reboot"): what the driver asks after an
+	// uncorrectable error, until the GPU is reset; "" keeps the capture's.
+	RecoveryAction string
 }
 
 // How a host's kernel log reads for the monitor account (HostSpec.KernelLog).
@@ -79,7 +83,7 @@ func (h *host) checkHealth() error {
 				return fmt.Errorf("GPU %d: no recorded message for XID %d", gh.GPU, x)
 			}
 		}
-		readings := gh.RemapPending || gh.RemapFailure || gh.ECCUncorrected > 0 || gh.ClockEvents != 0
+		readings := gh.RemapPending || gh.RemapFailure || gh.ECCUncorrected > 0 || gh.ClockEvents != 0 || gh.RecoveryAction != ""
 		if readings && gh.GPU >= h.spec.GPUs {
 			return fmt.Errorf("GPU %d: nvidia-smi does not report it, so it has no readings", gh.GPU)
 		}
@@ -91,6 +95,7 @@ func (h *host) checkHealth() error {
 			{gh.RemapFailure, "remapped_rows.failure"},
 			{gh.ECCUncorrected > 0, "ecc.errors.uncorrected.volatile.total"},
 			{gh.ClockEvents != 0, clockField(h.model)},
+			{gh.RecoveryAction != "", "gpu_recovery_action"},
 		} {
 			if need.set && !h.model.hasValue(need.field) {
 				return fmt.Errorf("GPU %d: capture %s has no value for %s", gh.GPU, h.model.name, need.field)
@@ -140,6 +145,8 @@ func healthValue(gh *GPUHealth, field, v string) (string, bool) {
 		return yesNo(gh.RemapFailure), gh.RemapFailure
 	case "ecc.errors.uncorrected.volatile.total":
 		return strconv.Itoa(gh.ECCUncorrected), gh.ECCUncorrected > 0
+	case "gpu_recovery_action":
+		return gh.RecoveryAction, gh.RecoveryAction != ""
 	case "clocks_event_reasons.active", "clocks_throttle_reasons.active":
 		mask, err := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 64)
 		if err != nil || gh.ClockEvents == 0 {

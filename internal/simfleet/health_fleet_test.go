@@ -84,7 +84,7 @@ func TestFleetHealth(t *testing.T) {
 		kernelExit int
 	}{
 		{"shared", []string{"gpus", "apps", "ps", "cgroups", "host", "driver_gpus", "kernel_log", "pmon"},
-			", pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_event_reasons.active",
+			", pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_event_reasons.active, gpu_recovery_action",
 			"0000:18:00.0\n0000:2a:00.0\n0000:3a:00.0\n0000:5d:00.0\n",
 			`^source journal\n\d+\.\d{6} shared kernel: NVRM: Xid \(PCI:0000:5d:00\): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus\.\n$`, 0},
 		{"old", []string{"gpus", "apps", "host", "driver_gpus", "kernel_log"},

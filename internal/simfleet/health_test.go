@@ -158,9 +158,9 @@ func TestHealthFields(t *testing.T) {
 	}{
 		{"H200", HostSpec{Capture: "h200", GPUs: 2, State: "load", Health: []GPUHealth{{GPU: 1, RemapPending: true, RemapFailure: true, ECCUncorrected: 3, ClockEvents: ClockHWSlowdown | ClockHWPowerBrake}}},
 			[]string{
-				"index, pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_event_reasons.active",
-				"0, P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000",
-				"1, P0, Enabled, 3, [N/A], Yes, Yes, 0x0000000000000088, 0x0000000000000088",
+				"index, pstate, ecc.mode.current, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending, remapped_rows.failure, clocks_event_reasons.active, clocks_event_reasons.active, gpu_recovery_action",
+				"0, P0, Enabled, 0, [N/A], No, No, 0x0000000000000000, 0x0000000000000000, None",
+				"1, P0, Enabled, 3, [N/A], Yes, Yes, 0x0000000000000088, 0x0000000000000088, None",
 			}},
 		{"driver 465", HostSpec{Capture: "465", GPUs: 1, Health: []GPUHealth{{GPU: 0, ClockEvents: ClockHWThermal}}},
 			[]string{
