@@ -1,7 +1,6 @@
 package notify
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -353,32 +352,5 @@ func BenchmarkAdvanceHealth(b *testing.B) {
 		}
 	}
 	tg := Targets{Webhooks: []string{"https://hooks.example.org/x"}, MailTo: []string{"admins@example.org"}}
-	route := func(ev []Event) []Item {
-		items, _ := Route(ev, tg, obs.Now, time.UTC, "monitor")
-		return items
-	}
-	for _, name := range []string{"first", "steady"} {
-		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
-				b.StopTimer()
-				box := newOutbox(b)
-				o := obs
-				o.Now, o.DataTime = at(0), at(0)
-				if name == "steady" {
-					if _, err := box.Advance(context.Background(), o, DefaultParams, route); err != nil {
-						b.Fatal(err)
-					}
-					o.Now, o.DataTime = at(5), at(5)
-				}
-				b.StartTimer()
-				events, err := box.Advance(context.Background(), o, DefaultParams, route)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if (name == "first") != (len(events) == len(obs.Health)) {
-					b.Fatalf("%s run: %d events", name, len(events))
-				}
-			}
-		})
-	}
+	benchAdvance(b, obs, tg, func(n int) bool { return n == len(obs.Health) })
 }
