@@ -158,15 +158,7 @@ func TestStepHealth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			open := map[string]Episode{}
-			var got []string
-			for _, r := range tt.runs {
-				var events []Event
-				open, events = step(open, r.obs(), tt.p)
-				for _, e := range events {
-					got = append(got, told(e))
-				}
-			}
+			open, got := stepRuns(tt.runs, tt.p, told)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}

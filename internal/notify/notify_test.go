@@ -239,20 +239,27 @@ func TestStep(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			open := map[string]Episode{}
-			var got []string
-			for _, r := range tt.runs {
-				var events []Event
-				open, events = step(open, r.obs(), p)
-				for _, e := range events {
-					got = append(got, told(e))
-				}
-			}
+			_, got := stepRuns(tt.runs, p, told)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
 	}
+}
+
+// stepRuns steps through runs from no open episode: the episodes left
+// open, and each event as tell writes it.
+func stepRuns[R interface{ obs() Observations }](runs []R, p Params, tell func(Event) string) (map[string]Episode, []string) {
+	open := map[string]Episode{}
+	var got []string
+	for _, r := range runs {
+		var events []Event
+		open, events = step(open, r.obs(), p)
+		for _, e := range events {
+			got = append(got, tell(e))
+		}
+	}
+	return open, got
 }
 
 // remind_after = 0 never repeats.
@@ -383,15 +390,7 @@ func TestStepPerHolder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			open := map[string]Episode{}
-			var got []string
-			for _, r := range tt.runs {
-				var events []Event
-				open, events = step(open, r.obs(), p)
-				for _, e := range events {
-					got = append(got, toldBy(e))
-				}
-			}
+			_, got := stepRuns(tt.runs, p, toldBy)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
