@@ -29,6 +29,12 @@ import (
 // TimeFormat is how timestamps are written: RFC 3339 in UTC.
 const TimeFormat = time.RFC3339
 
+// The values of Row.GPUVendor.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+)
+
 // Row is one line of load_data.csv. The csv tags are the column names and
 // their order is the file's column order: gocsv writes by them, and the
 // reader's table (columns, in stream.go) is made from them.
@@ -38,9 +44,12 @@ type Row struct {
 	HostStatus hoststatus.Status `csv:"host_status"`
 	HostError  string            `csv:"host_error"`
 
-	GPUIndex    Int    `csv:"gpu_index"`
-	GPUUUID     string `csv:"gpu_uuid"`
-	GPUName     string `csv:"gpu_name"`
+	GPUIndex Int    `csv:"gpu_index"`
+	GPUUUID  string `csv:"gpu_uuid"`
+	GPUName  string `csv:"gpu_name"`
+	// GPUVendor is whose tool reported the GPU: VendorNVIDIA, VendorAMD,
+	// or empty in a file from an older fetch (which read nvidia-smi only).
+	GPUVendor   string `csv:"gpu_vendor"`
 	GPUBusID    string `csv:"gpu_bus_id"`
 	GPUError    string `csv:"gpu_error"`
 	GPUUtilPct  Number `csv:"gpu_util_pct"`

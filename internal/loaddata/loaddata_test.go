@@ -72,7 +72,7 @@ func TestRoundTripKeepsMissingApartFromZero(t *testing.T) {
 }
 
 func TestColumnsAreTheDocumentedOnes(t *testing.T) {
-	want := "timestamp,host,host_status,host_error,gpu_index,gpu_uuid,gpu_name,gpu_bus_id,gpu_error," +
+	want := "timestamp,host,host_status,host_error,gpu_index,gpu_uuid,gpu_name,gpu_vendor,gpu_bus_id,gpu_error," +
 		"gpu_util_pct,mem_util_pct,mem_used_mib,mem_total_mib,temperature_c,power_w,power_limit_w,fan_pct," +
 		"pstate,ecc_mode,ecc_uncorrected,retired_pages_pending,remapped_rows_pending,remapped_rows_failure,clock_events,xids,recovery_action," +
 		"pid,user,command,process_mem_mib,process_elapsed_s,preemptible,process_sm_pct," +

@@ -247,7 +247,7 @@ var optional = map[string]bool{
 	"container": true, "container_name": true, "pod": true,
 	"pstate": true, "ecc_mode": true, "ecc_uncorrected": true, "retired_pages_pending": true,
 	"remapped_rows_pending": true, "remapped_rows_failure": true, "clock_events": true, "xids": true, "recovery_action": true,
-	"process_sm_pct": true, "kernel_log": true,
+	"process_sm_pct": true, "kernel_log": true, "gpu_vendor": true,
 }
 
 // csvError names the line of a syntax error. encoding/csv's Column is a

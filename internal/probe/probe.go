@@ -75,6 +75,30 @@ const (
 	// that hold "NVRM: Xid", the newest last, at most maxXIDLines. A
 	// non-zero exit, with the reason as the body, where neither can be read.
 	SectionKernelLog = "kernel_log"
+	// SectionTools says which GPU tools the host has, one a line: "nvidia-smi
+	// PATH", "amd-smi PATH", "rocm-smi PATH" as `command -v` finds them,
+	// and "rocm_version X.Y.Z" where /opt/rocm/.info/version holds it. The
+	// NVIDIA sections (gpus, apps, pmon, driver_gpus) are there where the
+	// host has nvidia-smi, or has no AMD tool at all (to say so); the AMD
+	// ones where it has amd-smi or rocm-smi.
+	SectionTools = "gpu_tools"
+	// SectionAMDSMIStatic and SectionAMDSMIMetric are `amd-smi static
+	// --json` and `amd-smi metric --json` (asked for the parts fetch reads,
+	// or whole where that amd-smi does not know the options), where the
+	// host has amd-smi.
+	SectionAMDSMIStatic = "amd_smi_static"
+	SectionAMDSMIMetric = "amd_smi_metric"
+	// SectionROCmSMI is `rocm-smi ... --json`, where the host has rocm-smi
+	// and not amd-smi.
+	SectionROCmSMI = "rocm_smi"
+	// SectionKFD is what /sys/class/kfd/kfd says, where the host has an
+	// AMD tool: a line "node GPU_ID DOMAIN LOCATION_ID" for each topology
+	// node with a GPU (the decimal numbers of its properties file:
+	// location_id is the PCI bus << 8 | device << 3 | function), then a
+	// line "proc PID GPU_ID BYTES" for each vram_GPU_ID file of each
+	// process in proc/, at most maxKFDLines lines, then "cut" where there
+	// were more. A non-zero exit where the folder cannot be read.
+	SectionKFD = "kfd"
 )
 
 const (

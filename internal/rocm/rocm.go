@@ -1,0 +1,71 @@
+// Package rocm reads what AMD's tools print about a host's GPUs: the JSON
+// of amd-smi (ROCm 6 and later: `amd-smi static --json` and `amd-smi
+// metric --json`), the JSON of the older rocm-smi (`rocm-smi ... --json`),
+// and the KFD section the probe makes from /sys/class/kfd (which process
+// holds how much VRAM on which GPU, world-readable without root).
+//
+// Both tools change shape between releases: amd-smi's values are flat in
+// some, {"value": …, "unit": …} objects in others, and the whole list sits
+// under "gpu_data" in the newest; rocm-smi renamed its keys between ROCm 5
+// and 6 ("GPU use (%)"). So readings are found by meaning, a value may
+// carry its unit or be "N/A" (missing, never 0), and an answer whose shape
+// is not understood is an error that says what was not understood, never
+// a GPU with zeros.
+package rocm
+
+import (
+	"errors"
+
+	"github.com/gpumon/gpumon/internal/nvsmi"
+)
+
+// Report is the GPUs one tool's answer names, as nvsmi.GPU so that fetch
+// turns them into rows as it does NVIDIA's: Index is the tool's own
+// index, UUID its unique id or serial ("" where it gives none), BusID the
+// PCI address as "0000:c1:00.0" (lower case, 4-digit domain), Name the
+// marketing name where the tool gives one ("AMD Instinct MI300X"), and
+// the readings (UtilGPU, UtilMem, MemUsedMiB, MemTotalMiB, TempC, PowerW,
+// PowerLimitW, FanPct, ECCUncorrected) missing where the tool gives none.
+type Report struct {
+	GPUs []nvsmi.GPU
+	// Notes are what was not understood about some GPUs or values (a
+	// value in an unknown unit, a GPU without an index); the rest counts.
+	// At most maxNotes, each a short phrase.
+	Notes []string
+}
+
+// ParseAMDSMI reads `amd-smi static --json` and `amd-smi metric --json`
+// (either may be nil: a GPU then lacks what it would have given). The
+// error says what in the answer's shape was not understood.
+func ParseAMDSMI(static, metric []byte) (Report, error) {
+	return Report{}, errors.New("rocm: amd-smi not read yet")
+}
+
+// ParseROCmSMI reads `rocm-smi ... --json`.
+func ParseROCmSMI(out []byte) (Report, error) {
+	return Report{}, errors.New("rocm: rocm-smi not read yet")
+}
+
+// KFD is the probe's kfd section: the GPUs the KFD driver lists, by their
+// gpu_id, and each process's VRAM on each.
+type KFD struct {
+	// BusIDs maps a KFD gpu_id to its GPU's PCI address ("0000:c1:00.0").
+	BusIDs map[uint32]string
+	Procs  []KFDProc
+	// Cut is true when the host listed more entries than the probe sends.
+	Cut   bool
+	Notes []string
+}
+
+// KFDProc is one process's VRAM on one GPU.
+type KFDProc struct {
+	PID       int
+	GPUID     uint32
+	VRAMBytes uint64
+}
+
+// ParseKFD reads the probe's kfd section (its format is in package probe,
+// SectionKFD).
+func ParseKFD(body []byte) (KFD, error) {
+	return KFD{}, errors.New("rocm: kfd not read yet")
+}
