@@ -151,7 +151,26 @@ type Request struct {
 	// DriverGPUsFolder (NewRequest's), or a stand-in that tests point it
 	// to, since no test can make GPUs appear in /proc.
 	DriverGPUs string
+	// KFD is the folder SectionKFD reads: KFDFolder (NewRequest's), or a
+	// test tree.
+	KFD string
 }
+
+// KFDFolder is where the amdgpu driver's compute interface (KFD) lists
+// its GPUs (topology/nodes) and the processes that use them (proc),
+// world-readable.
+const KFDFolder = "/sys/class/kfd/kfd"
+
+// The commands the script runs on a host with AMD's tools. amd-smi is
+// asked only for the parts fetch reads (the whole static and metric
+// answers are some 20 KiB a GPU); an amd-smi that refuses an option
+// (argparse prints its usage) is asked again with none.
+var (
+	AMDSMIStaticArgs = []string{"--asic", "--bus", "--vram", "--limit"}
+	AMDSMIMetricArgs = []string{"--usage", "--power", "--temperature", "--mem-usage", "--ecc"}
+	ROCmSMIArgs      = []string{"--showid", "--showproductname", "--showbus", "--showuniqueid", "--showserial",
+		"--showuse", "--showmemuse", "--showmeminfo", "vram", "--showtemp", "--showpower", "--showmaxpower", "--showfan"}
+)
 
 // DriverGPUsFolder is where the NVIDIA driver lists its GPUs, one folder
 // each, named by PCI address; world-readable wherever the driver is loaded.
@@ -183,6 +202,7 @@ func NewRequest(nvTimeout int) Request {
 		AppFields:  AppFields,
 		NVTimeout:  nvTimeout,
 		DriverGPUs: DriverGPUsFolder,
+		KFD:        KFDFolder,
 	}
 }
 
@@ -197,9 +217,9 @@ func (r Request) Script() string {
 	if r.ProcessUtil {
 		pu = 1
 	}
-	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\nCT='%s'\nHF='%s'\nPU=%d\nKS=%d\nDG='%s'\n",
+	fmt.Fprintf(&b, "gpumon_probe() {\nN='%s%s'\nGF='%s'\nAF='%s'\nT=%d\nSF='%s'\nCT='%s'\nHF='%s'\nPU=%d\nKS=%d\nDG='%s'\nKF='%s'\n",
 		markerPrefix, r.Nonce, strings.Join(r.GPUFields, ","), strings.Join(r.AppFields, ","), r.NVTimeout, r.StateFile, ct,
-		strings.Join(r.HealthFields, ","), pu, max(r.KernelLogSince, 0), cmp.Or(r.DriverGPUs, DriverGPUsFolder))
+		strings.Join(r.HealthFields, ","), pu, max(r.KernelLogSince, 0), cmp.Or(r.DriverGPUs, DriverGPUsFolder), cmp.Or(r.KFD, KFDFolder))
 	b.WriteString(script)
 	return b.String()
 }
@@ -259,12 +279,24 @@ const (
 	maxXIDLines        = 256
 	maxXIDLine         = 512
 	MaxKernelLogOutput = maxXIDLines*(maxXIDLine+1) + 8<<10
+	// maxAMDSMIOutput bounds each of amd-smi static and metric: about 2
+	// KiB a GPU as asked, 20 KiB where an older amd-smi is asked for
+	// everything; maxROCmSMIOutput bounds rocm-smi's one answer (3 KiB a
+	// GPU). Past them the host answers without its AMD GPUs, and says so.
+	maxAMDSMIOutput  = 512 << 10
+	maxROCmSMIOutput = 256 << 10
+	// maxKFDLines bounds the kfd section: a line per GPU and per process
+	// and GPU (a ROCm process has an entry on every GPU it can see), some
+	// 40 bytes each.
+	maxKFDLines  = 8192
+	maxKFDOutput = maxKFDLines*48 + 4<<10
 	// MaxAnswer is the most a host running the script can send: the
 	// sections above and a few KiB of framing and host lines. fetch's own
 	// per-host cap (remote.MaxOutput) is above it.
 	MaxAnswer = maxGPUsOutput + maxAppsOutput + maxPSOutput + maxStateFile +
 		maxCgroupsOutput + MaxSqueueOutput + maxContainersOutput +
-		MaxPmonOutput + maxDriverGPUsOutput + MaxKernelLogOutput + 16<<10
+		MaxPmonOutput + maxDriverGPUsOutput + MaxKernelLogOutput +
+		max(2*maxAMDSMIOutput, maxROCmSMIOutput) + maxKFDOutput + 16<<10
 )
 
 // The body is one function called with stdin from /dev/null: sh has read the
@@ -436,12 +468,60 @@ kernellog() {
   soft=
   printf '%s begin kernel_log\n%s\n%s end kernel_log %d\n' "$N" "$out" "$N" "$rc"
 }
+amdsmi() {
+  am=$1
+  run @AMDSMI@ "amd-smi $am" $TO amd-smi "$@" --json
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
+    case $out in
+    *"usage:"*|*"unrecognized arguments"*|*"invalid choice"*) run @AMDSMI@ "amd-smi $am" $TO amd-smi "$am" --json ;;
+    esac
+  fi
+  printf '%s begin amd_smi_%s\n%s\n%s end amd_smi_%s %d\n' "$N" "$am" "$out" "$N" "$am" "$rc"
+}
+kfd() {
+  if [ ! -d "$KF/topology/nodes" ]; then
+    echo "$KF/topology/nodes is not a folder: is the amdgpu driver loaded?"
+    return 1
+  fi
+  n=0
+  for d in "$KF"/topology/nodes/*; do
+    g= dom= loc=
+    read -r g <"$d/gpu_id" 2>/dev/null
+    case $g in ''|0|*[!0-9]*) continue ;; esac
+    while read -r k v; do
+      case $k in domain) dom=$v ;; location_id) loc=$v ;; esac
+    done <"$d/properties" 2>/dev/null
+    n=$((n + 1))
+    [ "$n" -gt @KFDLINES@ ] && { echo cut; return 0; }
+    printf 'node %s %s %s\n' "$g" "$dom" "$loc"
+  done
+  for d in "$KF"/proc/[0-9]*; do
+    for f in "$d"/vram_*; do
+      [ -f "$f" ] || continue
+      b=
+      read -r b <"$f" 2>/dev/null
+      n=$((n + 1))
+      [ "$n" -gt @KFDLINES@ ] && { echo cut; return 0; }
+      printf 'proc %s %s %s\n' "${d##*/}" "${f##*/vram_}" "$b"
+    done
+  done
+  return 0
+}
 pmon() {
   run @PMON@ "nvidia-smi pmon" $TO nvidia-smi pmon -c 1 -s u
   printf '%s begin pmon\n%s\n%s end pmon %d\n' "$N" "$out" "$N" "$rc"
 }
+NV=$(command -v nvidia-smi 2>/dev/null)
+AS=$(command -v amd-smi 2>/dev/null)
+RS=$(command -v rocm-smi 2>/dev/null)
+nvpart=
+if [ -n "$NV" ] || [ -z "$AS$RS" ]; then nvpart=1; fi
+rv=
+[ -n "$AS$RS" ] && [ -r /opt/rocm/.info/version ] && read -r rv </opt/rocm/.info/version 2>/dev/null
+printf '%s begin gpu_tools\n%s%s%s%s%s end gpu_tools 0\n' "$N" "${NV:+nvidia-smi $NV$NL}" "${AS:+amd-smi $AS$NL}" \
+  "${RS:+rocm-smi $RS$NL}" "${rv:+rocm_version $rv$NL}" "$N"
 pm= pmpid=
-if [ "$PU" = 1 ]; then
+if [ "$PU" = 1 ] && [ -n "$NV" ]; then
   pm=$(mktemp 2>/dev/null) || pm=
   if [ -n "$pm" ] && { command exec 5>"$pm"; } 2>/dev/null; then
     trap 'rm -f "$pm"' EXIT
@@ -456,6 +536,8 @@ if [ "$PU" = 1 ]; then
     pm=
   fi
 fi
+pids= np=1 rc=0
+if [ -n "$nvpart" ]; then
 Q=$GF${HF:+,$HF}
 run @GPUS@ "nvidia-smi --query-gpu" $TO nvidia-smi --query-gpu="$Q" --format=csv,nounits
 if [ "$rc" -ne 0 ] && [ -n "$HF" ]; then
@@ -466,13 +548,36 @@ if [ "$rc" -ne 0 ] && [ -n "$HF" ]; then
   esac
 fi
 printf '%s begin gpus\n%s\n%s end gpus %d\n' "$N" "$out" "$N" "$rc"
-pids= np=1
-if [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
+fi
+if [ -n "$nvpart" ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
   run @APPS@ "nvidia-smi --query-compute-apps" $TO nvidia-smi --query-compute-apps="$AF" --format=csv,nounits
   printf '%s begin apps\n%s\n%s end apps %d\n' "$N" "$out" "$N" "$rc"
   while IFS= read -r line; do
     pid=${line%%,*}
     case $pid in ''|*[!0-9]*) continue ;; esac
+    pids="$pids${pids:+,}$pid"
+    np=$((np + 1))
+    [ "$np" -gt 4097 ] && break
+  done <<EOF
+$out
+EOF
+fi
+if [ -n "$AS$RS" ]; then
+  soft=1
+  if [ -n "$AS" ]; then
+    amdsmi @AMDSTATIC@
+    amdsmi @AMDMETRIC@
+  else
+    run @ROCMSMI@ rocm-smi $TO rocm-smi @ROCMSMIARGS@ --json
+    printf '%s begin rocm_smi\n%s\n%s end rocm_smi %d\n' "$N" "$out" "$N" "$rc"
+  fi
+  run @KFD@ "$KF" kfd
+  soft=
+  printf '%s begin kfd\n%s\n%s end kfd %d\n' "$N" "$out" "$N" "$rc"
+  while read -r k pid rest; do
+    [ "$k" = proc ] || continue
+    case $pid in ''|*[!0-9]*) continue ;; esac
+    case ,$pids, in *",$pid,"*) continue ;; esac
     pids="$pids${pids:+,}$pid"
     np=$((np + 1))
     [ "$np" -gt 4097 ] && break
@@ -532,7 +637,9 @@ if [ -n "$SF" ] && [ -f "$SF" ] && [ -r "$SF" ]; then
   printf '%s begin idlemon\n%s\n%s end idlemon %d\n' "$N" "$out" "$N" "$rc"
 fi
 dg= drc=0 n=0
-if [ -d "$DG" ]; then
+if [ -z "$nvpart" ]; then
+  :
+elif [ -d "$DG" ]; then
   for d in "$DG"/*; do
     [ -e "$d" ] || continue
     n=$((n + 1))
@@ -542,13 +649,13 @@ if [ -d "$DG" ]; then
 else
   dg="$DG is not a folder: is the NVIDIA driver loaded?" drc=1
 fi
-printf '%s begin driver_gpus\n%s\n%s end driver_gpus %d\n' "$N" "$dg" "$N" "$drc"
-[ "$KS" -gt 0 ] && kernellog
+[ -n "$nvpart" ] && printf '%s begin driver_gpus\n%s\n%s end driver_gpus %d\n' "$N" "$dg" "$N" "$drc"
+[ "$KS" -gt 0 ] && [ -n "$nvpart" ] && kernellog
 if [ -n "$pmpid" ]; then
   wait "$pmpid"
   [ -n "$pids" ] && cat "$pm"
   rm -f "$pm"
-elif [ "$PU" = 1 ] && [ -n "$pids" ]; then
+elif [ "$PU" = 1 ] && [ -n "$NV" ] && [ -n "$pids" ]; then
   soft=1
   pmon
   soft=
@@ -567,9 +674,13 @@ var script = strings.NewReplacer(
 	"@SQUEUE@", strconv.Itoa(MaxSqueueOutput), "@CTRS@", strconv.Itoa(maxContainersOutput),
 	"@HELP@", strconv.Itoa(maxHelpOutput), "@PMON@", strconv.Itoa(MaxPmonOutput),
 	"@DRIVERGPUS@", strconv.Itoa(maxDriverGPUs), "@KLOG@", strconv.Itoa(MaxKernelLogOutput),
-	"@XIDLINES@", strconv.Itoa(maxXIDLines), "@XIDLINE@", strconv.Itoa(maxXIDLine)).Replace(scriptBody)
+	"@XIDLINES@", strconv.Itoa(maxXIDLines), "@XIDLINE@", strconv.Itoa(maxXIDLine),
+	"@AMDSMI@", strconv.Itoa(maxAMDSMIOutput), "@ROCMSMI@", strconv.Itoa(maxROCmSMIOutput),
+	"@KFD@", strconv.Itoa(maxKFDOutput), "@KFDLINES@", strconv.Itoa(maxKFDLines),
+	"@AMDSTATIC@", "static "+strings.Join(AMDSMIStaticArgs, " "), "@AMDMETRIC@", "metric "+strings.Join(AMDSMIMetricArgs, " "),
+	"@ROCMSMIARGS@", strings.Join(ROCmSMIArgs, " ")).Replace(scriptBody)
 
-var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF|CT|HF|PU|KS|DG)=(?:'([^']*)'|(\d+))$`)
+var scriptVar = regexp.MustCompile(`(?m)^(N|GF|AF|T|SF|CT|HF|PU|KS|DG|KF)=(?:'([^']*)'|(\d+))$`)
 
 // ParseScript recovers the request from a script made by Request.Script, so a
 // simulated host answers exactly the fields fetch asked for.
@@ -601,6 +712,8 @@ func ParseScript(script string) (Request, error) {
 			r.KernelLogSince, _ = strconv.Atoi(m[3])
 		case "DG":
 			r.DriverGPUs = m[2]
+		case "KF":
+			r.KFD = m[2]
 		}
 	}
 	if !seen["N"] || !seen["GF"] || !seen["AF"] {

@@ -10,13 +10,13 @@ import (
 )
 
 // What one host may send. The probe script bounds each of its sections on
-// the host (see probe.MaxAnswer: at most about 4 MiB, whatever the host's
+// the host (see probe.MaxAnswer: at most about 5.5 MiB, whatever the host's
 // nvidia-smi and ps print); a real answer is a few KiB, about 1 MB for 64
 // GPUs and 4,096 processes. The caps only stop a broken or hostile host (a
 // ForceCommand that prints forever, an rc file that cats a log) from
 // filling the monitor's memory.
 const (
-	MaxOutput = 4 << 20  // standard output
+	MaxOutput = 6 << 20  // standard output
 	maxStderr = 64 << 10 // standard error: only its first line is ever shown
 )
 
