@@ -41,7 +41,7 @@ func startFleetProcess(b *testing.B, n int, fault string, timeoutS int) *fleetpr
 // dead+hung has one host that accepts and never speaks, and one that opens
 // the session and never answers, with timeout = 5: the run should take one
 // timeout, not two, and not the sum of the others. flood has one host that
-// answers with endless output, with timeout = 10: it is cut off at 4 MiB (remote.MaxOutput),
+// answers with endless output, with timeout = 10: it is cut off at 6 MiB (remote.MaxOutput),
 // long before the timeout; flood40 has 40 such hosts, and every other host
 // must still be ok. peak-MB is fetch's peak resident memory during
 // the runs (VmHWM, reset before them).

@@ -43,7 +43,7 @@ func TestRealSSHDFloodingHosts(t *testing.T) {
 	if rows := by["good"]; len(rows) != 2 || rows[0].HostStatus != hoststatus.OK {
 		t.Errorf("good host: %+v\n%s", rows, stderr)
 	}
-	wantStatus(t, by["flood"], hoststatus.Error, "the host sent more than 4 MiB of output")
+	wantStatus(t, by["flood"], hoststatus.Error, "the host sent more than 6 MiB of output")
 	if rows := by["sameuuid"]; len(rows) != 4059 || !strings.Contains(rows[0].HostError, "nvidia-smi gave UUID GPU-same to 60 GPUs") {
 		t.Errorf("sameuuid: %d rows (want 4,000 processes on the first GPU and 59 idle GPUs), host_error %q", len(rows), rows[0].HostError)
 	}

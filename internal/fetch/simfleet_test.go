@@ -73,7 +73,7 @@ func TestFleetFailures(t *testing.T) {
 		{"nodevices", "driver", "no NVIDIA GPU found", 0},
 		{"gpulost", "ok", "", 7},
 		{"wronghostkey", "hostkey", "SHA256:", 0},
-		{"flood", "error", "the host sent more than 4 MiB of output", 0},
+		{"flood", "error", "the host sent more than 6 MiB of output", 0},
 		{"floodstderr", "error", "the host sent more than 64 KiB of error output", 0},
 	}
 	for _, tt := range tests {

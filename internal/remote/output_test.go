@@ -148,7 +148,7 @@ func TestCaptureBudget(t *testing.T) {
 // killed at the cap, long before its deadline.
 func TestRunLocalFlood(t *testing.T) {
 	tests := []struct{ name, command, want string }{
-		{"stdout", "yes", "more than 4 MiB of output"},
+		{"stdout", "yes", "more than 6 MiB of output"},
 		{"stderr", "yes >&2", "more than 64 KiB of error output"},
 	}
 	for _, tt := range tests {
