@@ -270,23 +270,33 @@ func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Res
 	if f := hostFailure(po, runErr); f != nil {
 		return failed(host, ts, f)
 	}
-	gpus, err := nvsmi.ParseGPUs(po.Sections[probe.SectionGPUs].Body)
-	if err != nil {
-		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Error, Message: err.Error()})
-	}
 	var w warnings
-	w.skipped("nvidia-smi --query-gpu", gpus.Skipped, gpus.MoreSkipped)
-	w.duplicateIndexes(gpus.GPUs)
-	w.sharedUUIDs(gpus.GPUs)
-	procs := readApps(po, &w)
+	tools := probe.ParseTools(po)
+	nv, nvErr := readNVIDIA(po, tools, &w)
+	var amd amdPart
+	var amdErr *nvsmi.HostError
+	if tools.AMD() {
+		amd, amdErr = readAMD(po, tools, &w)
+	}
+	if f := vendorFailure(tools, nv.ran, nvErr, amdErr, &w); f != nil {
+		return failed(host, ts, f)
+	}
 	base := hostRow(ts, host, probe.ParseHost(po.Sections[probe.SectionHost].Body))
 	var events []kernlog.Event
 	base.KernelLog, events = readKernelLog(po)
-	d := processDetails{ps: readPS(po, len(procs) > 0, &w), attrib: readAttribution(po, nonce, &w), jobPIDs: readIdlemon(po, &w),
-		smPct: readPmon(po, gpus.GPUs, &w)}
-	rows := gpuRows(base, gpus, procs, d)
-	rows = append(rows, lostGPURows(base, gpus, readDriverGPUs(po), &w)...)
-	markXIDs(rows, events, &w)
+	d := processDetails{ps: readPS(po, len(nv.procs)+len(amd.procs) > 0, &w), attrib: readAttribution(po, nonce, &w),
+		jobPIDs: readIdlemon(po, &w), smPct: readPmon(po, nv.gpus.GPUs, &w)}
+	var rows []loaddata.Row
+	if nvErr == nil && nv.ran {
+		rows = gpuRows(base, nv.gpus, nv.procs, d, nvidiaSource)
+		rows = append(rows, lostGPURows(base, nv.gpus, readDriverGPUs(po), &w)...)
+		markXIDs(rows, events, &w)
+	}
+	if amdErr == nil && len(amd.gpus) > 0 {
+		renumber(amd.gpus, nextIndex(nv.gpus.GPUs))
+		d.smPct = nil // pmon is NVIDIA's
+		rows = append(rows, gpuRows(base, nvsmi.GPUReport{GPUs: amd.gpus}, amd.procs, d, amdSource(tools))...)
+	}
 	if len(rows) == 0 {
 		return failed(host, ts, &nvsmi.HostError{Status: hoststatus.Driver, Message: "nvidia-smi listed no GPU"})
 	}
@@ -330,14 +340,15 @@ func hostFailure(po probe.Output, runErr error) *nvsmi.HostError {
 		}
 		return &nvsmi.HostError{Status: status, Message: runErr.Error()}
 	}
-	if !hasGPUs || !po.Complete {
+	hasAny := hasGPUs || po.Has(probe.SectionTools)
+	if !hasAny || !po.Complete {
 		msg := "the output ended early (connection dropped or the script was killed)"
-		if !hasGPUs && len(po.Stray) > 0 {
+		if !hasAny && len(po.Stray) > 0 {
 			msg = "unexpected output instead of the probe's: " + hosttext.FirstLine(string(po.Stray))
 		}
 		return &nvsmi.HostError{Status: hoststatus.Error, Message: msg}
 	}
-	return nvsmi.Diagnose(g.Body, g.ExitCode)
+	return nil
 }
 
 // Bounds on host_error, which every row of a host repeats: a host that
@@ -508,10 +519,36 @@ type processDetails struct {
 	smPct   map[pmonKey]loaddata.Number // by GPU index and pid
 }
 
+// A gpuSource is whose tool listed a host's GPUs, and how its processes
+// name their GPU: nvidia-smi's by UUID, KFD's by bus id (busKey).
+type gpuSource struct {
+	vendor string
+	tool   string // as gpu_error names it
+	byBus  bool
+}
+
+var nvidiaSource = gpuSource{vendor: loaddata.VendorNVIDIA, tool: "--query-gpu"}
+
+func amdSource(t probe.Tools) gpuSource {
+	tool := "amd-smi"
+	if t.AMDSMI == "" {
+		tool = "rocm-smi"
+	}
+	return gpuSource{vendor: loaddata.VendorAMD, tool: tool, byBus: true}
+}
+
+// key is what src's processes name gpu by.
+func (src gpuSource) key(gpu nvsmi.GPU) string {
+	if src.byBus {
+		return busKey(gpu.BusID)
+	}
+	return gpu.UUID
+}
+
 // gpuRows is one row per GPU and process on it (one row for an idle GPU),
 // in index order; then a row per GPU nvidia-smi could not read; then the
-// processes on GPUs it did not list.
-func gpuRows(base loaddata.Row, gpus nvsmi.GPUReport, procs []nvsmi.Process, d processDetails) []loaddata.Row {
+// processes on GPUs the tool did not list.
+func gpuRows(base loaddata.Row, gpus nvsmi.GPUReport, procs []nvsmi.Process, d processDetails, src gpuSource) []loaddata.Row {
 	byUUID := map[string][]nvsmi.Process{}
 	for _, pr := range procs {
 		byUUID[pr.GPUUUID] = append(byUUID[pr.GPUUUID], pr)
@@ -519,13 +556,15 @@ func gpuRows(base loaddata.Row, gpus nvsmi.GPUReport, procs []nvsmi.Process, d p
 	sort.SliceStable(gpus.GPUs, func(i, j int) bool { return gpus.GPUs[i].Index < gpus.GPUs[j].Index })
 	rows := make([]loaddata.Row, 0, len(gpus.GPUs)+len(procs)+len(gpus.Faults))
 	listed := map[string]bool{}
+	base.GPUVendor = src.vendor
 	for _, gpu := range gpus.GPUs {
 		r := gpuRow(base, gpu)
+		k := src.key(gpu)
 		var on []nvsmi.Process
-		if !listed[gpu.UUID] {
-			on = byUUID[gpu.UUID] // a second GPU with this UUID shows none
+		if !listed[k] {
+			on = byUUID[k] // a second GPU with this key shows none
 		}
-		listed[gpu.UUID] = true
+		listed[k] = true
 		if len(on) == 0 {
 			rows = append(rows, r)
 		}
@@ -541,7 +580,12 @@ func gpuRows(base loaddata.Row, gpus nvsmi.GPUReport, procs []nvsmi.Process, d p
 	for _, pr := range procs {
 		if !listed[pr.GPUUUID] {
 			r := base
-			r.GPUUUID, r.GPUError = pr.GPUUUID, "process on a GPU that --query-gpu did not list"
+			if src.byBus {
+				r.GPUBusID = pr.GPUUUID
+			} else {
+				r.GPUUUID = pr.GPUUUID
+			}
+			r.GPUError = "process on a GPU that " + src.tool + " did not list"
 			rows = append(rows, d.processRow(r, pr))
 		}
 	}

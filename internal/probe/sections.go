@@ -211,3 +211,51 @@ func withFirstLine(msg string, out []byte) error {
 	}
 	return errors.New(msg)
 }
+
+// Tools is the gpu_tools section: which GPU tools the host has. Paths are
+// as `command -v` printed them, "" where the host lacks the tool.
+type Tools struct {
+	NVIDIASMI, AMDSMI, ROCmSMI string
+	// ROCmVersion is /opt/rocm/.info/version ("6.2.4-..."), "" where the
+	// host has none.
+	ROCmVersion string
+	// Listed is false for an answer without the section (a script older
+	// than AMD support, or a simulated host that predates it): such a host
+	// ran nvidia-smi only.
+	Listed bool
+}
+
+// AMD reports whether the host ran an AMD tool.
+func (t Tools) AMD() bool { return t.AMDSMI != "" || t.ROCmSMI != "" }
+
+// maxToolField bounds each value of the gpu_tools section: a path, or a
+// version.
+const maxToolField = 256
+
+// ParseTools reads the gpu_tools section ("nvidia-smi PATH", "amd-smi
+// PATH", "rocm-smi PATH", "rocm_version V", one a line).
+func ParseTools(o Output) Tools {
+	sec, ok := o.Sections[SectionTools]
+	if !ok {
+		return Tools{}
+	}
+	t := Tools{Listed: true}
+	for line := range lines.All(sec.Body) {
+		k, v, _ := strings.Cut(strings.TrimSpace(string(line.Text)), " ")
+		v = hosttext.Clip(hosttext.Printable(strings.TrimSpace(v)), maxToolField)
+		if v == "" {
+			continue
+		}
+		switch k {
+		case "nvidia-smi":
+			t.NVIDIASMI = v
+		case "amd-smi":
+			t.AMDSMI = v
+		case "rocm-smi":
+			t.ROCmSMI = v
+		case "rocm_version":
+			t.ROCmVersion = v
+		}
+	}
+	return t
+}

@@ -1,0 +1,153 @@
+package fetch
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/hosttext"
+	"github.com/gpumon/gpumon/internal/kernlog"
+	"github.com/gpumon/gpumon/internal/nvsmi"
+	"github.com/gpumon/gpumon/internal/probe"
+	"github.com/gpumon/gpumon/internal/rocm"
+)
+
+// amdPart is what a host's AMD tool and its KFD folder said: the GPUs,
+// and a process for each (pid, GPU) that holds VRAM there, its GPUUUID
+// the GPU's canonical bus id (an AMD GPU may have no unique id, never
+// two bus ids).
+type amdPart struct {
+	gpus  []nvsmi.GPU
+	procs []nvsmi.Process
+}
+
+// toolName is how a message names the host's AMD tool: "amd-smi (ROCm
+// 6.2.4)", "rocm-smi (ROCm version unknown)".
+func toolName(t probe.Tools) string {
+	name := "amd-smi"
+	if t.AMDSMI == "" {
+		name = "rocm-smi"
+	}
+	v := t.ROCmVersion
+	if v == "" {
+		v = "version unknown"
+	}
+	return fmt.Sprintf("%s (ROCm %s)", name, v)
+}
+
+// readAMD reads the AMD sections of a host that has amd-smi or rocm-smi.
+// The error is what makes its AMD GPUs unknown; the KFD folder failing
+// costs their processes only, said in w.
+func readAMD(po probe.Output, t probe.Tools, w *warnings) (amdPart, *nvsmi.HostError) {
+	tool := toolName(t)
+	var rep rocm.Report
+	var err error
+	if t.AMDSMI != "" {
+		static, he := amdSection(po, probe.SectionAMDSMIStatic, "amd-smi static", tool)
+		if he != nil {
+			return amdPart{}, he
+		}
+		metric, he := amdSection(po, probe.SectionAMDSMIMetric, "amd-smi metric", tool)
+		if he != nil {
+			w.add("%s; the AMD GPUs' readings are unknown", he.Message)
+		}
+		rep, err = rocm.ParseAMDSMI(static, metric)
+	} else {
+		out, he := amdSection(po, probe.SectionROCmSMI, "rocm-smi", tool)
+		if he != nil {
+			return amdPart{}, he
+		}
+		rep, err = rocm.ParseROCmSMI(out)
+	}
+	if err != nil {
+		return amdPart{}, &nvsmi.HostError{Status: hoststatus.Error, Message: fmt.Sprintf("%s answered in a shape fetch does not read: %v", tool, err)}
+	}
+	for _, n := range rep.Notes {
+		w.add("%s: %s", tool, n)
+	}
+	if len(rep.GPUs) == 0 {
+		return amdPart{}, &nvsmi.HostError{Status: hoststatus.Driver, Message: tool + " listed no GPU"}
+	}
+	return amdPart{gpus: rep.GPUs, procs: readKFD(po, rep.GPUs, w)}, nil
+}
+
+// amdSection is one AMD tool run's output, or why it is of no use.
+func amdSection(po probe.Output, name, what, tool string) ([]byte, *nvsmi.HostError) {
+	sec, ok := po.Sections[name]
+	switch {
+	case !ok:
+		return nil, &nvsmi.HostError{Status: hoststatus.Error, Message: what + " did not run"}
+	case sec.ExitCode == 124 || sec.ExitCode == 137:
+		return nil, &nvsmi.HostError{Status: hoststatus.Timeout, Message: what + " did not answer in time (killed by timeout)"}
+	case sec.ExitCode != 0:
+		first := strings.TrimSuffix(hosttext.FirstLine(string(sec.Body)), ".")
+		if first == "" {
+			first = "no output"
+		}
+		return nil, &nvsmi.HostError{Status: amdStatus(sec.Body), Message: fmt.Sprintf("%s failed (exit %d, %s): %s", what, sec.ExitCode, tool, first)}
+	}
+	return sec.Body, nil
+}
+
+// amdStatus tells a driver that is not there from any other failure of
+// AMD's tools.
+func amdStatus(out []byte) hoststatus.Status {
+	lower := strings.ToLower(string(out[:min(len(out), 4096)]))
+	for _, s := range []string{"amdgpu driver", "driver not loaded", "driver is not loaded", "no gpus", "no amd gpu", "unable to detect any gpus", "amdsmi_status_driver_not_loaded", "amdsmi_status_not_init"} {
+		if strings.Contains(lower, s) {
+			return hoststatus.Driver
+		}
+	}
+	return hoststatus.Error
+}
+
+// readKFD reads which process holds VRAM on which of gpus. A process with
+// no VRAM on a GPU (a ROCm process has an entry on every GPU it can see)
+// is not on it; one with none anywhere (it has opened the device and not
+// yet allocated) is on none.
+func readKFD(po probe.Output, gpus []nvsmi.GPU, w *warnings) []nvsmi.Process {
+	sec, ok := po.Sections[probe.SectionKFD]
+	if !ok {
+		w.add("the KFD process list did not arrive; the AMD GPUs' processes are unknown")
+		return nil
+	}
+	if sec.ExitCode != 0 {
+		w.add("the KFD process list is unreadable (%s); the AMD GPUs' processes are unknown", hosttext.FirstLine(string(sec.Body)))
+		return nil
+	}
+	kfd, err := rocm.ParseKFD(sec.Body)
+	if err != nil {
+		w.add("the KFD process list is unreadable (%v); the AMD GPUs' processes are unknown", err)
+		return nil
+	}
+	for _, n := range kfd.Notes {
+		w.add("KFD: %s", n)
+	}
+	if kfd.Cut {
+		w.add("the KFD process list was cut on the host; some AMD GPU processes are missing")
+	}
+	var procs []nvsmi.Process
+	for _, p := range kfd.Procs {
+		if p.VRAMBytes == 0 {
+			continue
+		}
+		bus, ok := kfd.BusIDs[p.GPUID]
+		if !ok {
+			w.add("KFD: process %d holds VRAM on gpu_id %d, which the topology does not list", p.PID, p.GPUID)
+			continue
+		}
+		procs = append(procs, nvsmi.Process{PID: p.PID, GPUUUID: busKey(bus),
+			UsedMemMiB: nvsmi.Number{Value: math.Round(float64(p.VRAMBytes) / (1 << 20)), Valid: true}})
+	}
+	return procs
+}
+
+// busKey is a bus id in the one spelling both tools and KFD can be
+// compared by: "0000:c1:00.0".
+func busKey(bus string) string {
+	if c, ok := kernlog.CanonicalBusID(bus); ok {
+		return c
+	}
+	return strings.ToLower(bus)
+}
