@@ -43,7 +43,8 @@ func startFleetProcess(b *testing.B, n int, fault string, timeoutS int) *fleetpr
 // timeout, not two, and not the sum of the others. flood has one host that
 // answers with endless output, with timeout = 10: it is cut off at 6 MiB (remote.MaxOutput),
 // long before the timeout; flood40 has 40 such hosts, and every other host
-// must still be ok. peak-MB is fetch's peak resident memory during
+// must still be ok. amd has every host an AMD one (simfleet.GenerateAMD:
+// amd-smi's and rocm-smi's captures in turn). peak-MB is fetch's peak resident memory during
 // the runs (VmHWM, reset before them).
 func BenchmarkFetch(b *testing.B) {
 	for _, bc := range []struct {
@@ -56,6 +57,7 @@ func BenchmarkFetch(b *testing.B) {
 		{"hosts=1", 1, "", 20, "1 host: 1 ok"},
 		{"hosts=100", 100, "", 20, "100 hosts: 100 ok"},
 		{"hosts=1000", 1000, "", 20, "1000 hosts: 1000 ok"},
+		{"hosts=1000/amd", 1000, "amd", 20, "1000 hosts: 1000 ok"},
 		{"hosts=10000", 10000, "", 60, "10000 hosts: 10000 ok"},
 		{"hosts=1000/dead+hung", 1000, "faulty", 5, "1000 hosts: 998 ok, 2 failed"},
 		{"hosts=1000/flood", 1000, "flood", 10, "1000 hosts: 999 ok, 1 failed: gpu-0501 error"},

@@ -67,6 +67,9 @@ type Poller struct {
 	// driverGPUs stands in for the driver's GPU folder on the hosts
 	// (probe.Request.DriverGPUs) in tests: "" for the real one.
 	driverGPUs string
+	// kfd stands in for the AMD driver's KFD folder (probe.Request.KFD)
+	// in tests: "" for the real one.
+	kfd string
 }
 
 // Result is one host's outcome.
@@ -213,6 +216,9 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 	req.KernelLogSince = int((p.KernelLogWindow + time.Second - 1) / time.Second)
 	if p.driverGPUs != "" {
 		req.DriverGPUs = p.driverGPUs
+	}
+	if p.kfd != "" {
+		req.KFD = p.kfd
 	}
 	script := []byte(req.Script())
 	var out []byte

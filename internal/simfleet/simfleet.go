@@ -160,6 +160,13 @@ type HostSpec struct {
 	// (a real one about a second): an answer with pmon in it comes no
 	// sooner than that after the script arrived. 0 answers at once.
 	PmonDelay time.Duration
+	// AMD, when not empty, makes the host an AMD one: it has amd-smi or
+	// rocm-smi and no nvidia-smi, and its tool answers from this capture
+	// ("amd-smi/mi210", "rocm-smi/mi100x4": the tool, then a unique
+	// substring of a captures.AMDNames entry), with the capture's GPUs
+	// (GPUs is their number) and their readings. Its processes are in its
+	// KFD folder. Only the failures of its connection apply (amdFailure).
+	AMD string
 }
 
 // HostInfo is where a simulated host listens.
@@ -212,6 +219,8 @@ type host struct {
 	hostBody    []byte
 	pmon        rendered // nvidia-smi pmon -c 1 -s u
 	driverNames []byte   // the driver_gpus section of a host whose driver is loaded
+	amd         *amdModel // HostSpec.AMD's capture, nil on an NVIDIA host
+	kfd         []byte    // an AMD host's kfd section
 	containers  []byte   // the engine's ps, recordMark for the record prefix
 	cache       answers
 	count       counters
@@ -322,12 +331,23 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 			return nil, fmt.Errorf("host %s: container %q %q: want 64 hex digits and names without spaces", spec.Name, c.ID, c.Names)
 		}
 	}
+	var amd *amdModel
+	if spec.AMD != "" {
+		var err error
+		if amd, err = resolveAMD(spec.AMD); err != nil {
+			return nil, fmt.Errorf("host %s: %v", spec.Name, err)
+		}
+		if !amdFailure(spec.Failure) {
+			return nil, fmt.Errorf("host %s: failure %v is nvidia-smi's, not simulated on an AMD host", spec.Name, spec.Failure)
+		}
+		spec.GPUs = len(amd.busIDs)
+	}
 	name, err := resolveCapture(spec.Capture)
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %v", spec.Name, err)
 	}
 	spec.Capture = name
-	h := &host{spec: spec, lostGPU: spec.GPUs / 2}
+	h := &host{spec: spec, lostGPU: spec.GPUs / 2, amd: amd}
 	if h.model, err = loadModel(name); err != nil {
 		return nil, fmt.Errorf("host %s: %v", spec.Name, err)
 	}
@@ -360,6 +380,9 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	h.pmon = h.renderPmon()
 	h.driverNames = h.listDriverGPUs()
 	h.containers = h.renderContainers()
+	if h.amd != nil {
+		h.kfd = h.renderKFD()
+	}
 
 	_, hpriv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -694,6 +717,13 @@ func (f *Fleet) exec(h *host, c net.Conn, cmd string, ch ssh.Channel, connDone, 
 	var out bytes.Buffer
 	out.Grow(4096)
 	w := probe.Writer{W: &out, Nonce: req.Nonce}
+	if h.amd != nil {
+		h.answerAMD(w, req)
+		if _, err := ch.Write(out.Bytes()); err == nil {
+			exitStatus(ch, 0)
+		}
+		return
+	}
 	gpusRun := rendered{}
 	if h.spec.Failure == HangNvidiaSMI {
 		// timeout(1) on the host ends nvidia-smi after T seconds; T <= 0

@@ -83,6 +83,9 @@ func Specs(n int, fault string) ([]simfleet.HostSpec, error) {
 	specs := simfleet.Generate(n, 1)
 	switch fault {
 	case "":
+	case "amd":
+		// every host an AMD one, answering as amd-smi or rocm-smi does
+		specs = simfleet.GenerateAMD(n, 1)
 	case "faulty":
 		specs[n/3].Failure = simfleet.Silent        // accepts, never speaks
 		specs[2*n/3].Failure = simfleet.HangForever // session opened, no answer
@@ -127,8 +130,8 @@ type Proc struct {
 // process writing its client files to dir. fault is "", "faulty" (one
 // silent and one hung host), "flood" (one host printing without end),
 // "floodN" (N such hosts), "tenth" (every tenth host refusing, silent
-// or hung, a third each) or "pmon1s" (every host's pmon takes a second,
-// as a real one does). HOME and SSH_AUTH_SOCK are cleared for the
+// or hung, a third each) "pmon1s" (every host's pmon takes a second,
+// as a real one does) or "amd" (every host an AMD one, GenerateAMD). HOME and SSH_AUTH_SOCK are cleared for the
 // test, so that fetch uses the fleet's files only.
 func Start(tb testing.TB, n int, dir, fault string) *Proc {
 	tb.Helper()

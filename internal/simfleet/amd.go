@@ -1,0 +1,206 @@
+package simfleet
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gpumon/gpumon/internal/captures"
+	"github.com/gpumon/gpumon/internal/kernlog"
+	"github.com/gpumon/gpumon/internal/probe"
+	"github.com/gpumon/gpumon/internal/rocm"
+)
+
+// amdModel is one AMD capture, as a simulated AMD host answers from it:
+// its tool's own JSON, whole, and the PCI addresses of its GPUs, in the
+// tool's index order, which the host's KFD folder lists.
+type amdModel struct {
+	capture captures.AMDCapture
+	busIDs  []string
+}
+
+var (
+	amdMu    sync.Mutex
+	amdCache = map[string]*amdModel{}
+)
+
+// resolveAMD reads HostSpec.AMD: "amd-smi/" or "rocm-smi/", then a
+// capture's full name or a substring matching exactly one of that tool's.
+func resolveAMD(spec string) (*amdModel, error) {
+	tool, name, ok := strings.Cut(spec, "/")
+	if !ok || (tool != captures.AMDSMI && tool != captures.ROCmSMI) {
+		return nil, fmt.Errorf("AMD capture %q: want amd-smi/NAME or rocm-smi/NAME", spec)
+	}
+	names := captures.AMDNames(tool)
+	var found []string
+	for _, n := range names {
+		if n == name {
+			found = []string{n}
+			break
+		}
+		if strings.Contains(n, name) {
+			found = append(found, n)
+		}
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("AMD capture %q: %d of %s's captures match (have %s)", spec, len(found), tool, strings.Join(names, ", "))
+	}
+	amdMu.Lock()
+	defer amdMu.Unlock()
+	key := tool + "/" + found[0]
+	if m, ok := amdCache[key]; ok {
+		return m, nil
+	}
+	c, err := captures.LoadAMD(tool, found[0])
+	if err != nil {
+		return nil, err
+	}
+	var rep rocm.Report
+	if tool == captures.AMDSMI {
+		rep, err = rocm.ParseAMDSMI(c.Static, c.Metric)
+	} else {
+		rep, err = rocm.ParseROCmSMI(c.Out)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("AMD capture %s: %v", key, err)
+	}
+	m := &amdModel{capture: c}
+	for _, g := range rep.GPUs {
+		id, ok := kernlog.CanonicalBusID(g.BusID)
+		if !ok {
+			return nil, fmt.Errorf("AMD capture %s: GPU %d has no bus id", key, g.Index)
+		}
+		m.busIDs = append(m.busIDs, id)
+	}
+	if len(m.busIDs) == 0 {
+		return nil, fmt.Errorf("AMD capture %s lists no GPU", key)
+	}
+	amdCache[key] = m
+	return m, nil
+}
+
+// amdFailures are the failures an AMD host can show: those of its
+// connection, not of nvidia-smi.
+func amdFailure(f Failure) bool {
+	switch f {
+	case HangNvidiaSMI, DropMidOutput, DriverNotLoaded, NoDevices, GPULost:
+		return false
+	}
+	return true
+}
+
+// kfdGPUID is the gpu_id the KFD folder gives GPU i: any number, stable.
+func kfdGPUID(i int) int { return 41000 + 17*i }
+
+// renderKFD is the probe's kfd section for the host's processes: a node
+// line per GPU, and, as a real ROCm process has, an entry on every GPU
+// for each process: its VRAM on the GPUs it uses, 0 on the others.
+func (h *host) renderKFD() []byte {
+	var b bytes.Buffer
+	for i, bus := range h.amd.busIDs {
+		var dom, bn, dev, fn int
+		fmt.Sscanf(bus, "%x:%x:%x.%x", &dom, &bn, &dev, &fn)
+		fmt.Fprintf(&b, "node %d %d %d\n", kfdGPUID(i), dom, bn<<8|dev<<3|fn)
+	}
+	vram := map[int][]int64{}
+	var pids []int
+	for _, p := range h.spec.Processes {
+		if vram[p.PID] == nil {
+			vram[p.PID] = make([]int64, len(h.amd.busIDs))
+			pids = append(pids, p.PID)
+		}
+		vram[p.PID][p.GPU] += int64(p.MemMiB) << 20
+	}
+	for _, pid := range pids {
+		for i, v := range vram[pid] {
+			fmt.Fprintf(&b, "proc %d %d %d\n", pid, kfdGPUID(i), v)
+		}
+	}
+	return b.Bytes()
+}
+
+// pidList is the host's processes as the lines renderPS and renderAttrib
+// pick pids from ("PID," a line).
+func (h *host) pidList() []byte {
+	var b []byte
+	for _, p := range h.spec.Processes {
+		b = strconv.AppendInt(b, int64(p.PID), 10)
+		b = append(b, ",\n"...)
+	}
+	return b
+}
+
+// answerAMD writes what the probe prints on an AMD host: which tools it
+// has, their answers (the captures, whole, as a tool too old for the
+// probe's options prints them), the KFD folder, and ps and attribution
+// for its processes.
+func (h *host) answerAMD(w probe.Writer, req probe.Request) {
+	c := h.amd.capture
+	tools := "rocm-smi /opt/rocm/bin/rocm-smi\n"
+	if c.Tool == captures.AMDSMI {
+		tools = "amd-smi /opt/rocm/bin/amd-smi\n"
+	}
+	if c.ROCm != "" {
+		tools += "rocm_version " + c.ROCm + "\n"
+	}
+	_ = w.Section(probe.SectionTools, []byte(tools), 0)
+	if c.Tool == captures.AMDSMI {
+		_ = w.Section(probe.SectionAMDSMIStatic, c.Static, 0)
+		_ = w.Section(probe.SectionAMDSMIMetric, c.Metric, 0)
+	} else {
+		_ = w.Section(probe.SectionROCmSMI, c.Out, 0)
+	}
+	_ = w.Section(probe.SectionKFD, h.kfd, 0)
+	if ps, ok := h.renderPS(h.pidList()); ok {
+		_ = w.Section(probe.SectionPS, ps.body, ps.code)
+		h.writeAttrib(w, req, h.renderAttrib(h.pidList()))
+	}
+	_ = w.Section(probe.SectionHost, h.hostBody, 0)
+	if req.StateFile != "" && h.spec.Idlemon != "" {
+		_ = w.Section(probe.SectionIdlemon, []byte(h.spec.Idlemon), 0)
+	}
+	_ = w.Done()
+}
+
+// amdCaptures are the AMD captures a simulated host can answer from, as
+// HostSpec.AMD names them: amd-smi's, then rocm-smi's.
+func amdCaptures() []string {
+	var out []string
+	for _, tool := range []string{captures.AMDSMI, captures.ROCmSMI} {
+		for _, n := range captures.AMDNames(tool) {
+			if _, err := resolveAMD(tool + "/" + n); err == nil {
+				out = append(out, tool+"/"+n)
+			}
+		}
+	}
+	return out
+}
+
+// GenerateAMD is Generate's fleet on AMD hosts, cycling through the AMD
+// captures: each host has its capture's GPUs (the processes Generate put
+// on GPUs past them are left out), its users, Slurm jobs and containers,
+// and no NVIDIA health (no driver_gpus, XIDs or pmon: nvidia-smi's).
+func GenerateAMD(n int, seed int64) []HostSpec {
+	specs := Generate(n, seed)
+	caps := amdCaptures()
+	if len(caps) == 0 {
+		return specs
+	}
+	for i := range specs {
+		s := &specs[i]
+		s.AMD = caps[i%len(caps)]
+		m, _ := resolveAMD(s.AMD)
+		s.GPUs = len(m.busIDs)
+		s.Health = nil
+		kept := s.Processes[:0]
+		for _, p := range s.Processes {
+			if p.GPU < s.GPUs {
+				kept = append(kept, p)
+			}
+		}
+		s.Processes = kept
+	}
+	return specs
+}
