@@ -217,11 +217,11 @@ type host struct {
 	procByPID   map[int]*Process
 	lostGPU     int
 	hostBody    []byte
-	pmon        rendered // nvidia-smi pmon -c 1 -s u
-	driverNames []byte   // the driver_gpus section of a host whose driver is loaded
+	pmon        rendered  // nvidia-smi pmon -c 1 -s u
+	driverNames []byte    // the driver_gpus section of a host whose driver is loaded
 	amd         *amdModel // HostSpec.AMD's capture, nil on an NVIDIA host
 	kfd         []byte    // an AMD host's kfd section
-	containers  []byte   // the engine's ps, recordMark for the record prefix
+	containers  []byte    // the engine's ps, recordMark for the record prefix
 	cache       answers
 	count       counters
 }

@@ -130,9 +130,10 @@ type Proc struct {
 // process writing its client files to dir. fault is "", "faulty" (one
 // silent and one hung host), "flood" (one host printing without end),
 // "floodN" (N such hosts), "tenth" (every tenth host refusing, silent
-// or hung, a third each) "pmon1s" (every host's pmon takes a second,
-// as a real one does) or "amd" (every host an AMD one, GenerateAMD). HOME and SSH_AUTH_SOCK are cleared for the
-// test, so that fetch uses the fleet's files only.
+// or hung, a third each), "pmon1s" (every host's pmon takes a second,
+// as a real one does) or "amd" (every host an AMD one: GenerateAMD).
+// HOME and SSH_AUTH_SOCK are cleared for the test, so that fetch uses
+// the fleet's files only.
 func Start(tb testing.TB, n int, dir, fault string) *Proc {
 	tb.Helper()
 	tb.Setenv("HOME", tb.TempDir())
