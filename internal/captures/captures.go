@@ -1,6 +1,7 @@
-// Package captures holds nvidia-smi output recorded on real GPUs, embedded so
-// that the parser's tests, the simulated fleet and the demo all replay exactly
-// what the driver printed. See README.md for where each file comes from.
+// Package captures holds nvidia-smi, amd-smi and rocm-smi output recorded on
+// real GPUs, embedded so that the parsers' tests, the simulated fleet and the
+// demo all replay exactly what the tools printed. See README.md for where each
+// file comes from.
 package captures
 
 import (

@@ -13,11 +13,7 @@
 // a GPU with zeros.
 package rocm
 
-import (
-	"errors"
-
-	"github.com/gpumon/gpumon/internal/nvsmi"
-)
+import "github.com/gpumon/gpumon/internal/nvsmi"
 
 // Report is the GPUs one tool's answer names, as nvsmi.GPU so that fetch
 // turns them into rows as it does NVIDIA's: Index is the tool's own
@@ -28,22 +24,12 @@ import (
 // PowerLimitW, FanPct, ECCUncorrected) missing where the tool gives none.
 type Report struct {
 	GPUs []nvsmi.GPU
-	// Notes are what was not understood about some GPUs or values (a
-	// value in an unknown unit, a GPU without an index); the rest counts.
-	// At most maxNotes, each a short phrase.
+	// Notes are what was not understood about some values or GPUs (a
+	// value in an unknown unit or out of range, a GPU listed twice); the
+	// rest counts. At most maxNotes, each a short phrase. What makes the
+	// whole answer unusable (no GPU list, a GPU without an index) is an
+	// error instead.
 	Notes []string
-}
-
-// ParseAMDSMI reads `amd-smi static --json` and `amd-smi metric --json`
-// (either may be nil: a GPU then lacks what it would have given). The
-// error says what in the answer's shape was not understood.
-func ParseAMDSMI(static, metric []byte) (Report, error) {
-	return Report{}, errors.New("rocm: amd-smi not read yet")
-}
-
-// ParseROCmSMI reads `rocm-smi ... --json`.
-func ParseROCmSMI(out []byte) (Report, error) {
-	return Report{}, errors.New("rocm: rocm-smi not read yet")
 }
 
 // KFD is the probe's kfd section: the GPUs the KFD driver lists, by their
@@ -62,10 +48,4 @@ type KFDProc struct {
 	PID       int
 	GPUID     uint32
 	VRAMBytes uint64
-}
-
-// ParseKFD reads the probe's kfd section (its format is in package probe,
-// SectionKFD).
-func ParseKFD(body []byte) (KFD, error) {
-	return KFD{}, errors.New("rocm: kfd not read yet")
 }
