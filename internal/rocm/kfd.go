@@ -92,6 +92,7 @@ func (k *KFD) addNode(f []string, lineNo int, n *notes) error {
 			return fmt.Errorf("more than %d KFD GPU nodes, more than fetch believes one host has", nvsmi.MaxGPUs)
 		}
 		k.BusIDs[uint32(id)] = pciAddress(domain, loc>>8, loc>>3&0x1f, loc&7)
+		k.Nodes = append(k.Nodes, uint32(id))
 	}
 	return nil
 }

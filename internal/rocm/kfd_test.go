@@ -25,6 +25,7 @@ func TestParseKFD(t *testing.T) {
 				"proc 4242 53907 1073741824\nproc 4242 14036 0\nproc 977 14036 268435456\n",
 			want: KFD{
 				BusIDs: map[uint32]string{53907: "0000:83:00.0", 14036: "0000:a3:00.0"},
+				Nodes:  []uint32{53907, 14036},
 				Procs: []KFDProc{
 					{PID: 4242, GPUID: 53907, VRAMBytes: 1 << 30},
 					{PID: 4242, GPUID: 14036},
@@ -36,17 +37,17 @@ func TestParseKFD(t *testing.T) {
 			name: "device, function and domain",
 			// bus 0xc1, device 0x1f, function 7 = 0xc1ff; domain 3.
 			body: "node 1 3 49663\nnode 2 65536 256\n",
-			want: KFD{BusIDs: map[uint32]string{1: "0003:c1:1f.7", 2: "10000:01:00.0"}},
+			want: KFD{BusIDs: map[uint32]string{1: "0003:c1:1f.7", 2: "10000:01:00.0"}, Nodes: []uint32{1, 2}},
 		},
 		{
 			name: "MI300X partitions share a PCI address",
 			body: "node 101 0 49408\nnode 102 0 49408\n",
-			want: KFD{BusIDs: map[uint32]string{101: "0000:c1:00.0", 102: "0000:c1:00.0"}},
+			want: KFD{BusIDs: map[uint32]string{101: "0000:c1:00.0", 102: "0000:c1:00.0"}, Nodes: []uint32{101, 102}},
 		},
 		{
 			name: "cut",
 			body: "node 1 0 256\nproc 10 1 5\ncut\n",
-			want: KFD{BusIDs: map[uint32]string{1: "0000:01:00.0"}, Procs: []KFDProc{{PID: 10, GPUID: 1, VRAMBytes: 5}}, Cut: true},
+			want: KFD{BusIDs: map[uint32]string{1: "0000:01:00.0"}, Nodes: []uint32{1}, Procs: []KFDProc{{PID: 10, GPUID: 1, VRAMBytes: 5}}, Cut: true},
 		},
 		{
 			name: "empty: no GPU process, no node",
@@ -60,6 +61,7 @@ func TestParseKFD(t *testing.T) {
 				"proc 12 99 7\r\n",
 			want: KFD{
 				BusIDs: map[uint32]string{1: "0000:01:00.0"},
+				Nodes:  []uint32{1},
 				Procs:  []KFDProc{{PID: 12, GPUID: 99, VRAMBytes: 7}},
 			},
 			wantNotes: 10,

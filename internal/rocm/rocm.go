@@ -37,6 +37,9 @@ type Report struct {
 type KFD struct {
 	// BusIDs maps a KFD gpu_id to its GPU's PCI address ("0000:c1:00.0").
 	BusIDs map[uint32]string
+	// Nodes is the gpu_ids in the topology's order, which is the order
+	// of ROCm's device indexes (ROCR_VISIBLE_DEVICES counts them).
+	Nodes []uint32
 	Procs  []KFDProc
 	// Cut is true when the host listed more entries than the probe sends.
 	Cut   bool
