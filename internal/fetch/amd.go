@@ -1,8 +1,11 @@
 package fetch
 
 import (
+	"bytes"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gpumon/gpumon/internal/hoststatus"
@@ -14,9 +17,10 @@ import (
 )
 
 // amdPart is what a host's AMD tool and its KFD folder said: the GPUs,
-// and a process for each (pid, GPU) that holds VRAM there, its GPUUUID
-// the GPU's canonical bus id (an AMD GPU may have no unique id, never
-// two bus ids).
+// numbered after the host's NVIDIA ones, and a process for each (pid,
+// GPU) that holds VRAM there, its GPUUUID the GPU's amdKey (an AMD GPU
+// may have no unique id, and partitions share a PCI address), or the
+// PCI address KFD gives a GPU the tool did not list.
 type amdPart struct {
 	gpus  []nvsmi.GPU
 	procs []nvsmi.Process
@@ -36,10 +40,11 @@ func toolName(t probe.Tools) string {
 	return fmt.Sprintf("%s (ROCm %s)", name, v)
 }
 
-// readAMD reads the AMD sections of a host that has amd-smi or rocm-smi.
-// The error is what makes its AMD GPUs unknown; the KFD folder failing
-// costs their processes only, said in w.
-func readAMD(po probe.Output, t probe.Tools, w *warnings) (amdPart, *nvsmi.HostError) {
+// readAMD reads the AMD sections of a host that has amd-smi or rocm-smi,
+// its GPUs' indexes moved up by from. The error is what makes its AMD
+// GPUs unknown; the KFD folder failing costs their processes only, said
+// in w.
+func readAMD(po probe.Output, t probe.Tools, from int, w *warnings) (amdPart, *nvsmi.HostError) {
 	tool := toolName(t)
 	var rep rocm.Report
 	var err error
@@ -49,8 +54,12 @@ func readAMD(po probe.Output, t probe.Tools, w *warnings) (amdPart, *nvsmi.HostE
 			return amdPart{}, he
 		}
 		metric, he := amdSection(po, probe.SectionAMDSMIMetric, "amd-smi metric", tool)
+		if he == nil && len(bytes.TrimSpace(metric)) == 0 {
+			he = &nvsmi.HostError{Message: "amd-smi metric printed nothing"}
+		}
 		if he != nil {
 			w.add("%s; the AMD GPUs' readings are unknown", he.Message)
+			metric = nil
 		}
 		rep, err = rocm.ParseAMDSMI(static, metric)
 	} else {
@@ -69,8 +78,14 @@ func readAMD(po probe.Output, t probe.Tools, w *warnings) (amdPart, *nvsmi.HostE
 	if len(rep.GPUs) == 0 {
 		return amdPart{}, &nvsmi.HostError{Status: hoststatus.Driver, Message: tool + " listed no GPU"}
 	}
-	return amdPart{gpus: rep.GPUs, procs: readKFD(po, rep.GPUs, w)}, nil
+	gpus := rep.GPUs
+	slices.SortStableFunc(gpus, func(a, b nvsmi.GPU) int { return a.Index - b.Index })
+	renumber(gpus, from)
+	return amdPart{gpus: gpus, procs: readKFD(po, gpus, w)}, nil
 }
+
+// amdKey is what gpuRows joins an AMD GPU and its processes by.
+func amdKey(index int) string { return "gpu " + strconv.Itoa(index) }
 
 // amdSection is one AMD tool run's output, or why it is of no use.
 func amdSection(po probe.Output, name, what, tool string) ([]byte, *nvsmi.HostError) {
@@ -127,20 +142,60 @@ func readKFD(po probe.Output, gpus []nvsmi.GPU, w *warnings) []nvsmi.Process {
 	if kfd.Cut {
 		w.add("the KFD process list was cut on the host; some AMD GPU processes are missing")
 	}
+	onGPU := matchNodes(gpus, kfd, w)
 	var procs []nvsmi.Process
 	for _, p := range kfd.Procs {
 		if p.VRAMBytes == 0 {
 			continue
 		}
-		bus, ok := kfd.BusIDs[p.GPUID]
-		if !ok {
-			w.add("KFD: process %d holds VRAM on gpu_id %d, which the topology does not list", p.PID, p.GPUID)
-			continue
+		key := ""
+		if i, ok := onGPU[p.GPUID]; ok {
+			key = amdKey(gpus[i].Index)
+		} else if bus, ok := kfd.BusIDs[p.GPUID]; ok {
+			key = bus
+		} else {
+			continue // ParseKFD's note says so
 		}
-		procs = append(procs, nvsmi.Process{PID: p.PID, GPUUUID: busKey(bus),
+		procs = append(procs, nvsmi.Process{PID: p.PID, GPUUUID: key,
 			UsedMemMiB: nvsmi.Number{Value: math.Round(float64(p.VRAMBytes) / (1 << 20)), Valid: true}})
 	}
 	return procs
+}
+
+// matchNodes pairs KFD's GPU nodes with the tool's GPUs (by their
+// position in gpus): by PCI address where each side gives every GPU one
+// of its own; else by order, the topology's being ROCm's index order,
+// where both list as many (a GPU the tool gave no address then takes its
+// node's); else not at all, and w says so.
+func matchNodes(gpus []nvsmi.GPU, kfd rocm.KFD, w *warnings) map[uint32]int {
+	m := map[uint32]int{}
+	byBus := map[string]int{}
+	for i, g := range gpus {
+		byBus[busKey(g.BusID)] = i
+	}
+	nodeBus := map[string]bool{}
+	for _, id := range kfd.Nodes {
+		nodeBus[busKey(kfd.BusIDs[id])] = true
+	}
+	if _, blank := byBus[""]; !blank && len(byBus) == len(gpus) && len(nodeBus) == len(kfd.Nodes) {
+		for _, id := range kfd.Nodes {
+			if i, ok := byBus[busKey(kfd.BusIDs[id])]; ok {
+				m[id] = i
+			}
+		}
+		return m
+	}
+	if len(kfd.Nodes) != len(gpus) {
+		w.add("KFD lists %d GPUs, the tool %d, and PCI addresses do not tell them apart; the AMD GPUs' processes are unknown", len(kfd.Nodes), len(gpus))
+		return m
+	}
+	for i, id := range kfd.Nodes {
+		m[id] = i
+		if gpus[i].BusID == "" {
+			gpus[i].BusID = kfd.BusIDs[id]
+		}
+	}
+	return m
 }
 
 // busKey is a bus id in the one spelling both tools and KFD can be

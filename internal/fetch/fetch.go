@@ -282,7 +282,7 @@ func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Res
 	var amd amdPart
 	var amdErr *nvsmi.HostError
 	if tools.AMD() {
-		amd, amdErr = readAMD(po, tools, &w)
+		amd, amdErr = readAMD(po, tools, nextIndex(nv.gpus.GPUs), &w)
 	}
 	if f := vendorFailure(tools, nv.ran, nvErr, amdErr, &w); f != nil {
 		return failed(host, ts, f)
@@ -299,7 +299,6 @@ func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Res
 		markXIDs(rows, events, &w)
 	}
 	if amdErr == nil && len(amd.gpus) > 0 {
-		renumber(amd.gpus, nextIndex(nv.gpus.GPUs))
 		d.smPct = nil // pmon is NVIDIA's
 		rows = append(rows, gpuRows(base, nvsmi.GPUReport{GPUs: amd.gpus}, amd.procs, d, amdSource(tools))...)
 	}
@@ -526,11 +525,12 @@ type processDetails struct {
 }
 
 // A gpuSource is whose tool listed a host's GPUs, and how its processes
-// name their GPU: nvidia-smi's by UUID, KFD's by bus id (busKey).
+// name their GPU: nvidia-smi's by UUID, KFD's by amdKey, or by PCI
+// address where the tool did not list the GPU.
 type gpuSource struct {
 	vendor string
 	tool   string // as gpu_error names it
-	byBus  bool
+	amd    bool
 }
 
 var nvidiaSource = gpuSource{vendor: loaddata.VendorNVIDIA, tool: "--query-gpu"}
@@ -540,13 +540,13 @@ func amdSource(t probe.Tools) gpuSource {
 	if t.AMDSMI == "" {
 		tool = "rocm-smi"
 	}
-	return gpuSource{vendor: loaddata.VendorAMD, tool: tool, byBus: true}
+	return gpuSource{vendor: loaddata.VendorAMD, tool: tool, amd: true}
 }
 
 // key is what src's processes name gpu by.
 func (src gpuSource) key(gpu nvsmi.GPU) string {
-	if src.byBus {
-		return busKey(gpu.BusID)
+	if src.amd {
+		return amdKey(gpu.Index)
 	}
 	return gpu.UUID
 }
@@ -586,7 +586,7 @@ func gpuRows(base loaddata.Row, gpus nvsmi.GPUReport, procs []nvsmi.Process, d p
 	for _, pr := range procs {
 		if !listed[pr.GPUUUID] {
 			r := base
-			if src.byBus {
+			if src.amd {
 				r.GPUBusID = pr.GPUUUID
 			} else {
 				r.GPUUUID = pr.GPUUUID

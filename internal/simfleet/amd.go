@@ -2,6 +2,7 @@ package simfleet
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,7 +16,8 @@ import (
 
 // amdModel is one AMD capture, as a simulated AMD host answers from it:
 // its tool's own JSON, whole, and the PCI addresses of its GPUs, in the
-// tool's index order, which the host's KFD folder lists.
+// tool's index order, which the host's KFD folder lists (made up where
+// the capture gives none).
 type amdModel struct {
 	capture captures.AMDCapture
 	busIDs  []string
@@ -67,10 +69,12 @@ func resolveAMD(spec string) (*amdModel, error) {
 		return nil, fmt.Errorf("AMD capture %s: %v", key, err)
 	}
 	m := &amdModel{capture: c}
-	for _, g := range rep.GPUs {
+	for i, g := range rep.GPUs {
 		id, ok := kernlog.CanonicalBusID(g.BusID)
 		if !ok {
-			return nil, fmt.Errorf("AMD capture %s: GPU %d has no bus id", key, g.Index)
+			// the tool gave none (some amd-smi and rocm-smi shapes
+			// do not): the host's KFD folder still has one
+			id = fmt.Sprintf("0000:%02x:00.0", (0x11+0x10*i)&0xff)
 		}
 		m.busIDs = append(m.busIDs, id)
 	}
@@ -147,10 +151,10 @@ func (h *host) answerAMD(w probe.Writer, req probe.Request) {
 	}
 	_ = w.Section(probe.SectionTools, []byte(tools), 0)
 	if c.Tool == captures.AMDSMI {
-		_ = w.Section(probe.SectionAMDSMIStatic, c.Static, 0)
-		_ = w.Section(probe.SectionAMDSMIMetric, c.Metric, 0)
+		_ = w.Section(probe.SectionAMDSMIStatic, h.amdStatic, 0)
+		_ = w.Section(probe.SectionAMDSMIMetric, h.amdMetric, 0)
 	} else {
-		_ = w.Section(probe.SectionROCmSMI, c.Out, 0)
+		_ = w.Section(probe.SectionROCmSMI, h.rocmSMI, 0)
 	}
 	_ = w.Section(probe.SectionKFD, h.kfd, 0)
 	if ps, ok := h.renderPS(h.pidList()); ok {
@@ -203,4 +207,106 @@ func GenerateAMD(n int, seed int64) []HostSpec {
 		s.Processes = kept
 	}
 	return specs
+}
+
+// busyUtil is the utilization a simulated AMD GPU reports while a process
+// computes on it (the captures are of idle GPUs).
+const busyUtil = 87
+
+// gpuLoad is what an AMD host's processes put on GPU i: VRAM in MiB, and
+// whether one of them computes.
+func (h *host) gpuLoad(i int) (mib int, computing bool) {
+	for _, p := range h.procsByGPU[i] {
+		mib += p.MemMiB
+		computing = computing || !p.Idle
+	}
+	return mib, computing
+}
+
+// loadedAnswers are the capture's answers with the host's load in them:
+// the GPUs its processes use report their VRAM and, where one computes,
+// busyUtil. The JSON is rewritten (keys sorted, as Go writes it), which
+// the parsers, reading by meaning, do not mind; a capture this does not
+// know the shape of keeps its readings.
+func (h *host) loadedAnswers() (static, metric, out []byte) {
+	c := h.amd.capture
+	if c.Tool == captures.ROCmSMI {
+		return nil, nil, h.loadROCmSMI(c.Out)
+	}
+	return c.Static, h.loadAMDSMI(c.Metric), nil
+}
+
+func (h *host) loadROCmSMI(out []byte) []byte {
+	var cards map[string]map[string]any
+	if json.Unmarshal(out, &cards) != nil {
+		return out
+	}
+	for i := range h.procsByGPU {
+		card := cards["card"+strconv.Itoa(i)]
+		mib, computing := h.gpuLoad(i)
+		if card == nil || mib == 0 {
+			continue
+		}
+		for k := range card {
+			switch {
+			case strings.HasPrefix(k, "GPU use (%)") && computing:
+				card[k] = strconv.Itoa(busyUtil)
+			case k == "VRAM Total Used Memory (B)":
+				card[k] = strconv.FormatInt(int64(mib)<<20, 10)
+			}
+		}
+	}
+	b, err := json.MarshalIndent(cards, "", "    ")
+	if err != nil {
+		return out
+	}
+	return b
+}
+
+func (h *host) loadAMDSMI(metric []byte) []byte {
+	var v any
+	if len(metric) == 0 || json.Unmarshal(metric, &v) != nil {
+		return metric
+	}
+	var gpus []any
+	switch t := v.(type) {
+	case []any:
+		gpus = t
+	case map[string]any:
+		gpus, _ = t["gpu_data"].([]any)
+	}
+	for _, g := range gpus {
+		obj, _ := g.(map[string]any)
+		idx, ok := obj["gpu"].(float64)
+		if !ok || int(idx) < 0 || int(idx) >= len(h.procsByGPU) {
+			continue
+		}
+		mib, computing := h.gpuLoad(int(idx))
+		if mib == 0 {
+			continue
+		}
+		if computing {
+			setReading(obj, "usage", "gfx_activity", busyUtil)
+		}
+		setReading(obj, "mem_usage", "used_vram", mib)
+	}
+	b, err := json.MarshalIndent(v, "", "    ")
+	if err != nil {
+		return metric
+	}
+	return b
+}
+
+// setReading sets obj[group][key] to n, where it is there: as a bare
+// number, or as the value of a {"value", "unit"} object.
+func setReading(obj map[string]any, group, key string, n int) {
+	m, _ := obj[group].(map[string]any)
+	switch r := m[key].(type) {
+	case float64:
+		m[key] = n
+	case map[string]any:
+		if _, ok := r["value"]; ok {
+			r["value"] = n
+		}
+	}
 }

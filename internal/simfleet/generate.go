@@ -299,6 +299,22 @@ func Demo() []HostSpec {
 				in(podCgroup(pod, podCtr),
 					p(61500, "erin", 6, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"),
 					p(61500, "erin", 7, 9000, 1200, "python3 -m torch.distributed.run --nproc_per_node=2 pretrain.py"))...)},
+		// AMD nodes beside the NVIDIA ones: four MI100s (rocm-smi of ROCm
+		// 6.0) with heidi's Slurm job on two and ivan's idle notebook on one
+		{Name: "mi100-d01", AMD: "rocm-smi/mi100x4", CPUs: 128, Load1: 6.5, MemTotalMiB: 1024 * 1024, MemUsedMiB: 210 * 1024,
+			Processes: append(in(slurmCgroup(7520), p(24011, "heidi", 0, 28100, 9*3600, train), p(24011, "heidi", 1, 27950, 9*3600, train)),
+				func() Process {
+					k := p(24380, "ivan", 3, 6100, 2*day, "python3 -m ipykernel_launcher -f kernel-77aa.json")
+					k.Idle = true
+					return k
+				}()),
+			Slurm: []SlurmJob{{JobID: 7520, Partition: "mi100", Name: "heidi-rocm-bench"}}},
+		// a Radeon workstation with amd-smi (ROCm 6)
+		{Name: "ws-c05", AMD: "amd-smi/rx6600", CPUs: 16, Load1: 1.2, MemTotalMiB: 64 * 1024, MemUsedMiB: 20 * 1024,
+			Processes: []Process{p(31002, "grace", 0, 6100, 3*3600, "/opt/conda/bin/python -u finetune.py --lr 3e-5 --epochs 3 --output /scratch/ft-run7")}},
+		// a Radeon workstation on rocm-smi of ROCm 6.1
+		{Name: "ws-c04", AMD: "rocm-smi/rx6700xt__rocm-6.1", CPUs: 16, Load1: 0.8, MemTotalMiB: 64 * 1024, MemUsedMiB: 14 * 1024,
+			Processes: []Process{p(7702, "judy", 0, 3900, 1500, "python3 sd_webui.py --listen")}},
 	}
 	for i := range specs {
 		specs[i].PmonDelay = time.Second // as a real pmon samples

@@ -221,9 +221,11 @@ type host struct {
 	driverNames []byte    // the driver_gpus section of a host whose driver is loaded
 	amd         *amdModel // HostSpec.AMD's capture, nil on an NVIDIA host
 	kfd         []byte    // an AMD host's kfd section
-	containers  []byte    // the engine's ps, recordMark for the record prefix
-	cache       answers
-	count       counters
+	// an AMD host's answers, its load in them (loadedAnswers)
+	amdStatic, amdMetric, rocmSMI []byte
+	containers                    []byte // the engine's ps, recordMark for the record prefix
+	cache                         answers
+	count                         counters
 }
 
 // Fleet is a running simulated fleet.
@@ -382,6 +384,7 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	h.containers = h.renderContainers()
 	if h.amd != nil {
 		h.kfd = h.renderKFD()
+		h.amdStatic, h.amdMetric, h.rocmSMI = h.loadedAnswers()
 	}
 
 	_, hpriv, err := ed25519.GenerateKey(rand.Reader)
