@@ -40,7 +40,7 @@ type KFD struct {
 	// Nodes is the gpu_ids in the topology's order, which is the order
 	// of ROCm's device indexes (ROCR_VISIBLE_DEVICES counts them).
 	Nodes []uint32
-	Procs  []KFDProc
+	Procs []KFDProc
 	// Cut is true when the host listed more entries than the probe sends.
 	Cut   bool
 	Notes []string
