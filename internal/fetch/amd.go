@@ -109,7 +109,7 @@ func amdSection(po probe.Output, name, what, tool string) ([]byte, *nvsmi.HostEr
 // AMD's tools.
 func amdStatus(out []byte) hoststatus.Status {
 	lower := strings.ToLower(string(out[:min(len(out), 4096)]))
-	for _, s := range []string{"amdgpu driver", "driver not loaded", "driver is not loaded", "no gpus", "no amd gpu", "unable to detect any gpus", "amdsmi_status_driver_not_loaded", "amdsmi_status_not_init"} {
+	for _, s := range []string{"amdgpu driver", "driver not loaded", "driver is not loaded", "no gpus", "no amd gpu", "unable to detect any gpu", "modprobe amdgpu", "amdsmi_status_driver_not_loaded", "amdsmi_status_not_init"} {
 		if strings.Contains(lower, s) {
 			return hoststatus.Driver
 		}
