@@ -422,12 +422,20 @@ func FuzzBuild(f *testing.F) {
 		{probe.SectionDriverGPUs, "0000:18:00.0\n0000:2a:00.0\n0000:3b:00.0", 0},
 		{probe.SectionKernelLog, "source journal\n1764165900.1 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", 0},
 	}}.bytes("n"))
+	mi100, _ := captures.LoadAMD(captures.ROCmSMI, "mi100x4__rocm-6.0.2")
+	f.Add(amdOutput("n", section{probe.SectionTools, "nvidia-smi x\nrocm-smi y\n", 0}, section{probe.SectionGPUs, twoGPUs, 0},
+		section{probe.SectionApps, appsHeader + "1, GPU-aaaa, 5\n", 0}, section{probe.SectionROCmSMI, string(mi100.Out), 0},
+		section{probe.SectionKFD, kfdOf([]string{"0000:83:00.0", "0000:a3:00.0"}, [3]int{1, 0, 5}, [3]int{2, 3, 7}), 0},
+		section{probe.SectionPS, "1 root 5 x\n2 bob 7 y\n", 0}))
+	rx6600, _ := captures.LoadAMD(captures.AMDSMI, "rx6600__list")
+	f.Add(amdOutput("n", section{probe.SectionTools, "amd-smi x\n", 0}, section{probe.SectionAMDSMIStatic, string(rx6600.Static), 0},
+		section{probe.SectionAMDSMIMetric, string(rx6600.Metric), 0}, section{probe.SectionKFD, "node 1 0 2816\nproc 9 1 1048576\n", 0}))
 	f.Fuzz(func(t *testing.T, out []byte) {
 		r := buildResult("h", "n", out, nil, at)
 		if len(r.Rows) == 0 {
 			t.Fatal("no rows")
 		}
-		if len(r.Rows) > 2*nvsmi.MaxGPUs+nvsmi.MaxProcesses {
+		if len(r.Rows) > 3*nvsmi.MaxGPUs+nvsmi.MaxProcesses {
 			t.Fatalf("%d rows from one host", len(r.Rows))
 		}
 		for _, row := range r.Rows {

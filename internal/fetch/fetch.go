@@ -298,6 +298,10 @@ func buildResult(host, nonce string, out []byte, runErr error, at time.Time) Res
 		rows = append(rows, lostGPURows(base, nv.gpus, readDriverGPUs(po), &w)...)
 		markXIDs(rows, events, &w)
 	}
+	if room := max(nvsmi.MaxProcesses-len(nv.procs), 0); len(amd.procs) > room {
+		w.add("KFD lists %d GPU processes, more than a host runs; the first %d are kept", len(amd.procs), room)
+		amd.procs = amd.procs[:room]
+	}
 	if amdErr == nil && len(amd.gpus) > 0 {
 		d.smPct = nil // pmon is NVIDIA's
 		rows = append(rows, gpuRows(base, nvsmi.GPUReport{GPUs: amd.gpus}, amd.procs, d, amdSource(tools))...)
