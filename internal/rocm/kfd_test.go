@@ -34,9 +34,9 @@ func TestParseKFD(t *testing.T) {
 		},
 		{
 			name: "device, function and domain",
-			// bus 0xc1, device 0x1f, function 7 = 0xc1ff; domain 3.
-			body: "node 1 3 49663\nnode 2 65536 256\n",
-			want: KFD{BusIDs: map[uint32]string{1: "0003:c1:1f.7", 2: "10000:01:00.0"}},
+			// bus 0xc1, device 0x1e, function 3 = 0xc1f3; domain 3.
+			body: "node 1 3 49651\nnode 2 65536 256\n",
+			want: KFD{BusIDs: map[uint32]string{1: "0003:c1:1e.3", 2: "10000:01:00.0"}},
 		},
 		{
 			name: "MI300X partitions share a PCI address",
