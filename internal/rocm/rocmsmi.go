@@ -35,7 +35,7 @@ var (
 // ParseROCmSMI reads `rocm-smi ... --json`: an object with a "cardN" entry
 // per GPU (N is the index) and a "system" entry, which is not a GPU.
 func ParseROCmSMI(out []byte) (Report, error) {
-	v, err := decodeJSON(out)
+	v, err := decodeJSON(out, nil, nil)
 	if err != nil {
 		return Report{}, err
 	}

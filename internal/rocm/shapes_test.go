@@ -98,8 +98,12 @@ func TestParseAMDSMIShapes(t *testing.T) {
 			func(t testing.TB) []byte { return gpuData(t, rx6600Static) },
 			func(t testing.TB) []byte { return gpuData(t, rx6600Metric) }},
 		{"warnings before and after",
-			func(testing.TB) []byte { return []byte(pythonWarnings + string(rx6600Static) + "\nWARNING: done\n") },
-			func(testing.TB) []byte { return []byte(pythonWarnings + "[WARN] a list-like line\n" + string(rx6600Metric)) }},
+			func(testing.TB) []byte {
+				return []byte(pythonWarnings + "\t" + string(rx6600Static) + "\nWARNING: done\n")
+			},
+			func(testing.TB) []byte {
+				return []byte(pythonWarnings + "[WARN] a list-like line\n" + string(rx6600Metric))
+			}},
 		{"one GPU as one object",
 			func(t testing.TB) []byte { return encode(t, decode(t, rx6600Static).([]any)[0]) },
 			func(t testing.TB) []byte { return encode(t, decode(t, rx6600Metric).([]any)[0]) }},
