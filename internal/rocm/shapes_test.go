@@ -251,3 +251,23 @@ func TestReading(t *testing.T) {
 		}
 	}
 }
+
+// Only the sections read are built: a clock or cache section is checked
+// to be JSON and dropped, in each shape.
+func TestDecodeJSONKeepsOnlyRead(t *testing.T) {
+	entry := `{"gpu": 0, "clock": {"sys": {"current level": 1}}, "usage": {"gfx_activity": {"value": 3, "unit": "%"}}}`
+	want := map[string]any{"gpu": json.Number("0"), "usage": map[string]any{
+		"gfx_activity": map[string]any{"value": json.Number("3"), "unit": "%"}}}
+	for _, out := range []string{"[" + entry + "]", `{"gpu_data": [` + entry + `], "clock": 1}`, entry} {
+		entries, err := amdEntries([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]map[string]any{want}, entries); diff != "" {
+			t.Errorf("%s: (-want +got):\n%s", out, diff)
+		}
+	}
+	if _, err := amdEntries([]byte(`[{"gpu": 0, "clock": {"sys": [1,]}}]`)); err == nil {
+		t.Error("a section not read is still checked to be JSON: want an error")
+	}
+}
