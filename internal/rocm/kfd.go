@@ -70,8 +70,9 @@ func ParseKFD(body []byte) (KFD, error) {
 
 // addNode reads "GPU_ID DOMAIN LOCATION_ID". location_id is the PCI
 // bus << 8 | device << 3 | function (the kernel's PCI_DEVID), so 0x8300 is
-// 83:00.0. GPU partitions (MI300X in CPX mode) are nodes of their own that
-// share one PCI address.
+// 83:00.0. GPU partitions (MI300X in CPX mode) are nodes of their own,
+// with their GPU's location_id and a domain of their own (as
+// ROCm/k8s-gpu-dra-driver#21 reads them; not seen in a capture here).
 func (k *KFD) addNode(f []string, lineNo int, n *notes) error {
 	id, errID := strconv.ParseUint(f[0], 10, 32)
 	domain, errD := strconv.ParseUint(f[1], 10, 32)

@@ -39,9 +39,11 @@ func TestParseKFD(t *testing.T) {
 			want: KFD{BusIDs: map[uint32]string{1: "0003:c1:1e.3", 2: "10000:01:00.0"}},
 		},
 		{
-			name: "MI300X partitions share a PCI address",
-			body: "node 101 0 49408\nnode 102 0 49408\n",
-			want: KFD{BusIDs: map[uint32]string{101: "0000:c1:00.0", 102: "0000:c1:00.0"}},
+			// As ROCm/k8s-gpu-dra-driver#21 reads them: one location_id,
+			// a domain per partition.
+			name: "MI300X partitions",
+			body: "node 101 0 49408\nnode 102 1 49408\n",
+			want: KFD{BusIDs: map[uint32]string{101: "0000:c1:00.0", 102: "0001:c1:00.0"}},
 		},
 		{
 			name: "cut",
