@@ -222,6 +222,7 @@ func TestReading(t *testing.T) {
 		{`"1572745216"`, bytesToMiB, n(1500), ""},
 		{`{"value": 5, "unit": "F"}`, celsius, na, "unknown unit"},
 		{`"N/A"`, percent, na, ""},
+		{`"N/A (Secondary die)"`, watts, na, ""}, // rocm-smi on an MI250, ROCm/rocm_smi_lib#160
 		{`{"value": "N/A", "unit": "W"}`, watts, na, ""},
 		{`null`, watts, na, ""},
 		{`[1, 2]`, watts, na, ""},
