@@ -29,13 +29,13 @@ var errTooDeep = errors.New("JSON nested more than 32 deep")
 // stderr) and after it is ignored. Numbers stay json.Number, so that 2^64
 // is seen for what it is rather than rounded.
 //
-// keep names the members of the objects at the top of the answer, or in a
-// list at its top, that are built; the others are only checked to be
-// JSON, so that what nobody reads (clocks, caches) costs one pass over its
-// bytes. Under a member kept, everything is built; a member named in
-// through is kept with its list's objects filtered by keep again
-// ("gpu_data"). A nil keep builds everything.
-func decodeJSON(out []byte, keep, through map[string]bool) (any, error) {
+// pick says, for each member of an object read with filter, how its value
+// is read: built (and everything under it), filtered again (its objects'
+// members picked too: "gpu_data", "card0"), or only checked to be JSON,
+// so that what nobody reads (clocks, caches) costs one pass over its
+// bytes. The answer's top is read with filter; a nil pick builds
+// everything.
+func decodeJSON(out []byte, pick func(key []byte) mode) (any, error) {
 	if len(out) > maxInput {
 		return nil, fmt.Errorf("answer of %d bytes, more than the %d read", len(out), maxInput)
 	}
@@ -50,7 +50,7 @@ func decodeJSON(out []byte, keep, through map[string]bool) (any, error) {
 		start := skipSpace(out[:next], line)
 		if start < next && (out[start] == '{' || out[start] == '[') {
 			starts++
-			p := parser{b: out, i: start, keep: keep, through: through}
+			p := parser{b: out, i: start, pick: pick}
 			v := p.value(p.mode())
 			if p.err == nil {
 				return v, nil
@@ -70,15 +70,15 @@ func decodeJSON(out []byte, keep, through map[string]bool) (any, error) {
 // A parser reads one JSON value in a single pass, checking it as
 // encoding/json would and building only what is kept.
 type parser struct {
-	b             []byte
-	i             int
-	depth         int
-	err           error
-	keep, through map[string]bool
+	b     []byte
+	i     int
+	depth int
+	err   error
+	pick  func(key []byte) mode
 }
 
 // How a value is read: built whole, built with its objects' members
-// filtered by keep, or only checked.
+// picked, or only checked.
 type mode int
 
 const (
@@ -88,7 +88,7 @@ const (
 )
 
 func (p *parser) mode() mode {
-	if p.keep == nil {
+	if p.pick == nil {
 		return build
 	}
 	return filter
@@ -145,28 +145,18 @@ func (p *parser) object(m mode) any {
 	}
 	for p.err == nil {
 		p.i = skipSpace(p.b, p.i)
-		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return p.fail(errSyntax)
-		}
-		key, ok := p.str(m != check)
+		key, ok := p.text()
 		if p.i = skipSpace(p.b, p.i); !ok || p.i >= len(p.b) || p.b[p.i] != ':' {
 			return p.fail(errSyntax)
 		}
 		p.i++
 		sub := m
 		if m == filter {
-			switch k := key.(string); {
-			case p.through[k]:
-				sub = filter
-			case p.keep[k]:
-				sub = build
-			default:
-				sub = check
-			}
+			sub = p.pick(key)
 		}
 		v := p.value(sub)
 		if sub != check {
-			obj[key.(string)] = v // of a key given twice the last counts, as for encoding/json
+			obj[intern(key).(string)] = v // of a key given twice the last counts, as for encoding/json
 		}
 		if !p.next('}') {
 			break
@@ -215,9 +205,22 @@ func (p *parser) next(closing byte) bool {
 	return false
 }
 
-// str reads a string; escapes and invalid UTF-8 (made U+FFFD) are rare
-// and left to encoding/json.
+// str reads a string value, built only when kept.
 func (p *parser) str(keep bool) (any, bool) {
+	t, ok := p.text()
+	if !ok || !keep {
+		return nil, ok
+	}
+	return intern(t), true
+}
+
+// text reads a string at p.i and returns its text, without allocating
+// where it holds no escape and is valid UTF-8; escapes and invalid UTF-8
+// (made U+FFFD) are rare and left to encoding/json.
+func (p *parser) text() ([]byte, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false
+	}
 	start, escaped := p.i, false
 	for j := p.i + 1; j < len(p.b); j++ {
 		switch c := p.b[j]; {
@@ -227,25 +230,27 @@ func (p *parser) str(keep bool) (any, bool) {
 		case c == '"':
 			p.i = j + 1
 			raw := p.b[start:p.i]
-			if escaped || keep && !utf8.Valid(raw) {
-				var s string
-				if json.Unmarshal(raw, &s) != nil {
-					return nil, false
-				}
-				return s, true
+			if !escaped && utf8.Valid(raw) {
+				return raw[1 : len(raw)-1], true
 			}
-			if !keep {
-				return nil, true
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return nil, false
 			}
-			if v, ok := common[string(raw[1:len(raw)-1])]; ok {
-				return v, true
-			}
-			return string(raw[1 : len(raw)-1]), true
+			return []byte(s), true
 		case c < 0x20:
 			return nil, false
 		}
 	}
 	return nil, false
+}
+
+// intern returns text as a boxed string, shared for the common ones.
+func intern(text []byte) any {
+	if v, ok := common[string(text)]; ok {
+		return v
+	}
+	return string(text)
 }
 
 // number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?.
