@@ -10,11 +10,28 @@ import (
 	"github.com/gpumon/gpumon/internal/nvsmi"
 )
 
+// amdSections are the parts of an amd-smi GPU entry the parser reads; the
+// rest (clocks, caches, NUMA) is only checked to be JSON, which makes an
+// answer several times cheaper to read.
+var amdSections = map[string]bool{"gpu": true, "bdf": true, "asic": true, "bus": true, "vram": true,
+	"limit": true, "board": true, "usage": true, "mem_usage": true, "fb_usage": true,
+	"temperature": true, "power": true, "ecc": true, "fan": true}
+
+func pickAMD(key []byte) mode {
+	switch {
+	case string(key) == "gpu_data":
+		return filter
+	case amdSections[string(key)]:
+		return build
+	}
+	return check
+}
+
 // amdEntries finds the per-GPU objects of an amd-smi answer in the three
 // shapes seen: a list (ROCm 6.0 to 6.4), {"gpu_data": [...]} (amd-smi 25
 // and later, ROCm 7), or one object for one GPU.
 func amdEntries(out []byte) ([]map[string]any, error) {
-	v, err := decodeJSON(out)
+	v, err := decodeJSON(out, pickAMD)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/captures"
 	"github.com/gpumon/gpumon/internal/nvsmi"
 )
 
@@ -219,7 +220,9 @@ func TestBigAnswer(t *testing.T) {
 	}
 }
 
+// The RX 6600 capture: one GPU, 12 kB of static and metric JSON.
 func BenchmarkParseAMDSMI(b *testing.B) {
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := ParseAMDSMI(rx6600Static, rx6600Metric); err != nil {
 			b.Fatal(err)
@@ -227,12 +230,32 @@ func BenchmarkParseAMDSMI(b *testing.B) {
 	}
 }
 
+// The MI100 capture: four GPUs, 12 kB.
 func BenchmarkParseROCmSMI(b *testing.B) {
-	out := []byte(rocmCards65())
-	out = out[:0]
-	out = append(out, []byte(`{"card0": {"GPU use (%)": "1", "PCI Bus": "0000:c1:00.0"}}`)...)
+	out := captures.MustLoadAMD(captures.ROCmSMI, "mi100x4__rocm-6.0.2").Out
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := ParseROCmSMI(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A busy 8-GPU node's kfd section: 8 nodes, 2000 processes on each GPU.
+func BenchmarkParseKFD(b *testing.B) {
+	var body strings.Builder
+	for g := 1; g <= 8; g++ {
+		fmt.Fprintf(&body, "node %d 0 %d\n", 1000+g, g<<8)
+	}
+	for pid := 1; pid <= 2000; pid++ {
+		for g := 1; g <= 8; g++ {
+			fmt.Fprintf(&body, "proc %d %d %d\n", pid, 1000+g, pid<<20)
+		}
+	}
+	in := []byte(body.String())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseKFD(in); err != nil {
 			b.Fatal(err)
 		}
 	}

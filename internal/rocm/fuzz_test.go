@@ -1,8 +1,12 @@
 package rocm
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"flag"
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/gpumon/gpumon/internal/captures"
@@ -135,4 +139,39 @@ func checkRange(t *testing.T, x nvsmi.Number, lo, hi float64) {
 	if !x.Valid && x.Value != 0 || x.Valid && (math.IsNaN(x.Value) || x.Value < lo || x.Value > hi) {
 		t.Fatalf("reading %+v outside [%v, %v]", x, lo, hi)
 	}
+}
+
+// FuzzDecodeJSON holds the parser to encoding/json: the same JSON values
+// accepted, decoded alike (numbers as json.Number), within the depth bound.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{seedStatic, seedMetric, seedROCm, `[1, -0.5e+3, "a\u00e9\n", true, null, {}]`,
+		`{"a": [1, 2,]}`, `[01]`, `["\x01"]`, `{"a" 1}`, `[1e]`, `[-]`, `["\ud800"]`, "[\"\xff\"]", `{"":"0","":"1" }`, "[\"\x01\"]"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '{' && b[0] != '[' {
+			return
+		}
+		p := parser{b: b}
+		got := p.value(build)
+		want, err := decodeStd(b)
+		if errors.Is(p.err, errTooDeep) {
+			return
+		}
+		if (p.err == nil) != (err == nil) {
+			t.Fatalf("%q: parser error %v, encoding/json error %v", b, p.err, err)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: parser %#v, encoding/json %#v", b, got, want)
+		}
+	})
+}
+
+// decodeStd decodes the first JSON value of b as encoding/json does.
+func decodeStd(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
 }

@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"unicode/utf8"
 
 	"github.com/gpumon/gpumon/internal/hosttext"
 )
 
 // Bounds on what one tool answer can make the parser hold. A 64-GPU
 // `amd-smi metric --json` is about 1.5 MB and nests 5 deep; past these the
-// answer is not a GPU tool's and is refused before it is decoded.
+// answer is not a GPU tool's and is refused.
 const (
 	maxInput = 8 << 20 // bytes looked at
 	maxDepth = 32      // nesting of objects and lists
@@ -24,11 +24,18 @@ const (
 
 var errTooDeep = errors.New("JSON nested more than 32 deep")
 
-// findJSON returns the first JSON object or list that starts a line of out
-// and is whole, with what came before it (warnings: the probe merges
-// stderr) and after it ignored. The nesting is checked token by token
-// first, so a thousand-deep answer is refused without recursing into it.
-func findJSON(out []byte) ([]byte, error) {
+// decodeJSON decodes the first JSON object or list that starts a line of
+// out and is whole; what comes before it (warnings: the probe merges
+// stderr) and after it is ignored. Numbers stay json.Number, so that 2^64
+// is seen for what it is rather than rounded.
+//
+// pick says, for each member of an object read with filter, how its value
+// is read: built (and everything under it), filtered again (its objects'
+// members picked too: "gpu_data", "card0"), or only checked to be JSON,
+// so that what nobody reads (clocks, caches) costs one pass over its
+// bytes. The answer's top is read with filter; a nil pick builds
+// everything.
+func decodeJSON(out []byte, pick func(key []byte) mode) (any, error) {
 	if len(out) > maxInput {
 		return nil, fmt.Errorf("answer of %d bytes, more than the %d read", len(out), maxInput)
 	}
@@ -40,18 +47,16 @@ func findJSON(out []byte) ([]byte, error) {
 		} else {
 			next += line + 1
 		}
-		start := line
-		for start < next && (out[start] == ' ' || out[start] == '\t') {
-			start++
-		}
+		start := skipSpace(out[:next], line)
 		if start < next && (out[start] == '{' || out[start] == '[') {
 			starts++
-			n, err := scanValue(out[start:])
-			if err == nil {
-				return out[start : start+n], nil
+			p := parser{b: out, i: start, pick: pick}
+			v := p.value(p.mode())
+			if p.err == nil {
+				return v, nil
 			}
-			if errors.Is(err, errTooDeep) {
-				return nil, err
+			if errors.Is(p.err, errTooDeep) {
+				return nil, p.err
 			}
 		}
 		line = next
@@ -62,45 +67,274 @@ func findJSON(out []byte) ([]byte, error) {
 	return nil, errors.New("empty answer")
 }
 
-// scanValue walks one JSON value at the start of b without building it and
-// returns its length, or errTooDeep as soon as it nests past maxDepth.
-func scanValue(b []byte) (int, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	depth := 0
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return 0, io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return 0, err
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			if depth++; depth > maxDepth {
-				return 0, errTooDeep
-			}
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
-			return int(dec.InputOffset()), nil
-		}
-	}
+// A parser reads one JSON value in a single pass, checking it as
+// encoding/json would and building only what is kept.
+type parser struct {
+	b     []byte
+	i     int
+	depth int
+	err   error
+	pick  func(key []byte) mode
 }
 
-// decodeJSON finds the JSON in out and decodes it with numbers kept as
-// text, so that 2^64 is seen for what it is rather than rounded.
-func decodeJSON(out []byte) (any, error) {
-	raw, err := findJSON(out)
-	if err != nil {
-		return nil, err
+// How a value is read: built whole, built with its objects' members
+// picked, or only checked.
+type mode int
+
+const (
+	build mode = iota
+	filter
+	check
+)
+
+func (p *parser) mode() mode {
+	if p.pick == nil {
+		return build
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("JSON not understood: %v", err)
+	return filter
+}
+
+var errSyntax = errors.New("not JSON")
+
+func (p *parser) fail(err error) any {
+	if p.err == nil {
+		p.err = err
 	}
-	return v, nil
+	return nil
+}
+
+func (p *parser) value(m mode) any {
+	p.i = skipSpace(p.b, p.i)
+	if p.i >= len(p.b) || p.err != nil {
+		return p.fail(errSyntax)
+	}
+	switch c := p.b[p.i]; {
+	case c == '{' || c == '[':
+		if p.depth++; p.depth > maxDepth {
+			return p.fail(errTooDeep)
+		}
+		var v any
+		if c == '{' {
+			v = p.object(m)
+		} else {
+			v = p.list(m)
+		}
+		p.depth--
+		return v
+	case c == '"':
+		s, ok := p.str(m != check)
+		if !ok {
+			return p.fail(errSyntax)
+		}
+		return s
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number(m != check)
+	}
+	return p.literal()
+}
+
+func (p *parser) object(m mode) any {
+	p.i++ // '{'
+	var obj map[string]any
+	if m != check {
+		obj = map[string]any{}
+	}
+	if p.i = skipSpace(p.b, p.i); p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		return obj
+	}
+	for p.err == nil {
+		p.i = skipSpace(p.b, p.i)
+		key, ok := p.text()
+		if p.i = skipSpace(p.b, p.i); !ok || p.i >= len(p.b) || p.b[p.i] != ':' {
+			return p.fail(errSyntax)
+		}
+		p.i++
+		sub := m
+		if m == filter {
+			sub = p.pick(key)
+		}
+		v := p.value(sub)
+		if sub != check {
+			obj[intern(key).(string)] = v // of a key given twice the last counts, as for encoding/json
+		}
+		if !p.next('}') {
+			break
+		}
+	}
+	return obj
+}
+
+func (p *parser) list(m mode) any {
+	p.i++ // '['
+	var list []any
+	if p.i = skipSpace(p.b, p.i); p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		if m != check {
+			return []any{}
+		}
+		return nil
+	}
+	for p.err == nil {
+		v := p.value(m)
+		if m != check {
+			list = append(list, v)
+		}
+		if !p.next(']') {
+			break
+		}
+	}
+	return list
+}
+
+// next reads the ',' between members or elements (true), or the closing
+// bracket (false).
+func (p *parser) next(closing byte) bool {
+	p.i = skipSpace(p.b, p.i)
+	switch {
+	case p.err != nil:
+		return false
+	case p.i < len(p.b) && p.b[p.i] == ',':
+		p.i++
+		return true
+	case p.i < len(p.b) && p.b[p.i] == closing:
+		p.i++
+		return false
+	}
+	p.fail(errSyntax)
+	return false
+}
+
+// str reads a string value, built only when kept.
+func (p *parser) str(keep bool) (any, bool) {
+	t, ok := p.text()
+	if !ok || !keep {
+		return nil, ok
+	}
+	return intern(t), true
+}
+
+// text reads a string at p.i and returns its text, without allocating
+// where it holds no escape and is valid UTF-8; escapes and invalid UTF-8
+// (made U+FFFD) are rare and left to encoding/json.
+func (p *parser) text() ([]byte, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false
+	}
+	start, escaped := p.i, false
+	for j := p.i + 1; j < len(p.b); j++ {
+		switch c := p.b[j]; {
+		case c == '\\':
+			escaped = true
+			j++
+		case c == '"':
+			p.i = j + 1
+			raw := p.b[start:p.i]
+			if !escaped && utf8.Valid(raw) {
+				return raw[1 : len(raw)-1], true
+			}
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return nil, false
+			}
+			return []byte(s), true
+		case c < 0x20:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// intern returns text as a boxed string, shared for the common ones.
+func intern(text []byte) any {
+	if v, ok := common[string(text)]; ok {
+		return v
+	}
+	return string(text)
+}
+
+// number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?.
+func (p *parser) number(keep bool) any {
+	start := p.i
+	if p.b[p.i] == '-' {
+		p.i++
+	}
+	switch {
+	case p.i < len(p.b) && p.b[p.i] == '0':
+		p.i++
+	case p.digits() == 0:
+		return p.fail(errSyntax)
+	}
+	if p.i < len(p.b) && p.b[p.i] == '.' {
+		p.i++
+		if p.digits() == 0 {
+			return p.fail(errSyntax)
+		}
+	}
+	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		p.i++
+		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
+			p.i++
+		}
+		if p.digits() == 0 {
+			return p.fail(errSyntax)
+		}
+	}
+	if !keep {
+		return nil
+	}
+	if v, ok := commonNumbers[string(p.b[start:p.i])]; ok {
+		return v
+	}
+	return json.Number(p.b[start:p.i])
+}
+
+func (p *parser) digits() int {
+	n := 0
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+		n++
+	}
+	return n
+}
+
+func (p *parser) literal() any {
+	for _, lit := range []struct {
+		text string
+		v    any
+	}{{"true", true}, {"false", false}, {"null", nil}} {
+		if bytes.HasPrefix(p.b[p.i:], []byte(lit.text)) {
+			p.i += len(lit.text)
+			return lit.v
+		}
+	}
+	return p.fail(errSyntax)
+}
+
+// common holds, boxed once, the strings amd-smi repeats in every answer
+// (keys, units, "N/A" thirty times per GPU): building an answer is mostly
+// allocating, and these need none.
+var common, commonNumbers = func() (map[string]any, map[string]any) {
+	strs := map[string]any{}
+	for _, s := range []string{"N/A", "%", "W", "C", "MB", "mV", "MHz", "GT/s", "J", "B", "KB",
+		"ENABLED", "DISABLED", "UNTHROTTLED", "value", "unit", "gpu", "gfx_activity", "umc_activity",
+		"mm_activity", "vcn_activity", "jpeg_activity", "socket_power", "gfx_voltage", "soc_voltage",
+		"mem_voltage", "power_management", "throttle_status", "edge", "hotspot", "mem", "total_vram",
+		"used_vram", "free_vram", "total_visible_vram", "used_visible_vram", "free_visible_vram",
+		"total_gtt", "used_gtt", "free_gtt", "market_name", "bdf", "size", "speed", "max", "rpm", "usage"} {
+		strs[s] = s
+	}
+	nums := map[string]any{}
+	for i := range 101 {
+		s := fmt.Sprint(i)
+		nums[s] = json.Number(s)
+	}
+	return strs, nums
+}()
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
 }

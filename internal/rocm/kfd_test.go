@@ -35,14 +35,16 @@ func TestParseKFD(t *testing.T) {
 		},
 		{
 			name: "device, function and domain",
-			// bus 0xc1, device 0x1f, function 7 = 0xc1ff; domain 3.
-			body: "node 1 3 49663\nnode 2 65536 256\n",
-			want: KFD{BusIDs: map[uint32]string{1: "0003:c1:1f.7", 2: "10000:01:00.0"}, Nodes: []uint32{1, 2}},
+			// bus 0xc1, device 0x1e, function 3 = 0xc1f3; domain 3.
+			body: "node 1 3 49651\nnode 2 65536 256\n",
+			want: KFD{BusIDs: map[uint32]string{1: "0003:c1:1e.3", 2: "10000:01:00.0"}, Nodes: []uint32{1, 2}},
 		},
 		{
-			name: "MI300X partitions share a PCI address",
-			body: "node 101 0 49408\nnode 102 0 49408\n",
-			want: KFD{BusIDs: map[uint32]string{101: "0000:c1:00.0", 102: "0000:c1:00.0"}, Nodes: []uint32{101, 102}},
+			// As ROCm/k8s-gpu-dra-driver#21 reads them: one location_id,
+			// a domain per partition.
+			name: "MI300X partitions",
+			body: "node 101 0 49408\nnode 102 1 49408\n",
+			want: KFD{BusIDs: map[uint32]string{101: "0000:c1:00.0", 102: "0001:c1:00.0"}, Nodes: []uint32{101, 102}},
 		},
 		{
 			name: "cut",

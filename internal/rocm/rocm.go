@@ -5,12 +5,23 @@
 // holds how much VRAM on which GPU, world-readable without root).
 //
 // Both tools change shape between releases: amd-smi's values are flat in
-// some, {"value": …, "unit": …} objects in others, and the whole list sits
-// under "gpu_data" in the newest; rocm-smi renamed its keys between ROCm 5
-// and 6 ("GPU use (%)"). So readings are found by meaning, a value may
-// carry its unit or be "N/A" (missing, never 0), and an answer whose shape
-// is not understood is an error that says what was not understood, never
-// a GPU with zeros.
+// ROCm 6.0, {"value": …, "unit": …} objects from 6.1, and the list sits
+// under "gpu_data" from amd-smi 25 (ROCm 7); rocm-smi renamed its keys
+// between ROCm 5 and 6 ("Card series" became "Card Series", "GPU memory
+// use (%)" became "GPU Memory Read/Write Activity (%)"). So readings are
+// found by meaning, a value may carry its unit or be "N/A" (missing, never
+// 0), and an answer whose shape is not understood is an error that says
+// what was not understood, never a GPU with zeros. Tool output may have
+// warnings around the JSON; the first whole JSON object or list that
+// starts a line is read.
+//
+// Readings chosen where a tool gives several: temperature is the hotspot
+// (junction) sensor, else the edge one (MI300-series GPUs have no edge
+// sensor); power is the current socket power, else the average; the power
+// cap is the current one (amd-smi limit.socket_power, rocm-smi "Max
+// Graphics Package Power (W)"); memory is VRAM in MiB (amd-smi's "MB" are
+// MiB). Names are made marketing names: "Arcturus GL-XL [Instinct
+// MI100]" becomes "AMD Instinct MI100".
 package rocm
 
 import "github.com/gpumon/gpumon/internal/nvsmi"

@@ -1,8 +1,10 @@
 package rocm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,10 +34,28 @@ var (
 	rsFan      = []string{"Fan speed (%)"}
 )
 
+// rsKeys are the keys read, as picked out of each card's hundred.
+var rsKeys = slices.Concat(rsName, rsUniqueID, rsBus, rsUtil, rsUtilMem, rsMemTotal, rsMemUsed,
+	rsTemp, rsPower, rsPowerCap, rsFan)
+
+// pickROCm builds the keys read of each "cardN" entry and checks the rest.
+func pickROCm(key []byte) mode {
+	if bytes.HasPrefix(key, []byte("card")) { // "cardN", and what is not, to be named
+		return filter
+	}
+	key = bytes.TrimSuffix(key, []byte(" sum"))
+	for _, k := range rsKeys {
+		if bytes.EqualFold([]byte(k), key) {
+			return build
+		}
+	}
+	return check
+}
+
 // ParseROCmSMI reads `rocm-smi ... --json`: an object with a "cardN" entry
 // per GPU (N is the index) and a "system" entry, which is not a GPU.
 func ParseROCmSMI(out []byte) (Report, error) {
-	v, err := decodeJSON(out)
+	v, err := decodeJSON(out, pickROCm)
 	if err != nil {
 		return Report{}, err
 	}

@@ -98,8 +98,12 @@ func TestParseAMDSMIShapes(t *testing.T) {
 			func(t testing.TB) []byte { return gpuData(t, rx6600Static) },
 			func(t testing.TB) []byte { return gpuData(t, rx6600Metric) }},
 		{"warnings before and after",
-			func(testing.TB) []byte { return []byte(pythonWarnings + string(rx6600Static) + "\nWARNING: done\n") },
-			func(testing.TB) []byte { return []byte(pythonWarnings + "[WARN] a list-like line\n" + string(rx6600Metric)) }},
+			func(testing.TB) []byte {
+				return []byte(pythonWarnings + "\t" + string(rx6600Static) + "\nWARNING: done\n")
+			},
+			func(testing.TB) []byte {
+				return []byte(pythonWarnings + "[WARN] a list-like line\n" + string(rx6600Metric))
+			}},
 		{"one GPU as one object",
 			func(t testing.TB) []byte { return encode(t, decode(t, rx6600Static).([]any)[0]) },
 			func(t testing.TB) []byte { return encode(t, decode(t, rx6600Metric).([]any)[0]) }},
@@ -218,6 +222,7 @@ func TestReading(t *testing.T) {
 		{`"1572745216"`, bytesToMiB, n(1500), ""},
 		{`{"value": 5, "unit": "F"}`, celsius, na, "unknown unit"},
 		{`"N/A"`, percent, na, ""},
+		{`"N/A (Secondary die)"`, watts, na, ""}, // rocm-smi on an MI250, ROCm/rocm_smi_lib#160
 		{`{"value": "N/A", "unit": "W"}`, watts, na, ""},
 		{`null`, watts, na, ""},
 		{`[1, 2]`, watts, na, ""},
@@ -245,5 +250,25 @@ func TestReading(t *testing.T) {
 		if tt.note == "" && joined != "" || tt.note != "" && !strings.Contains(joined, tt.note) {
 			t.Errorf("reading(%s): notes %q, want one with %q", tt.in, joined, tt.note)
 		}
+	}
+}
+
+// Only the sections read are built: a clock or cache section is checked
+// to be JSON and dropped, in each shape.
+func TestDecodeJSONKeepsOnlyRead(t *testing.T) {
+	entry := `{"gpu": 0, "clock": {"sys": {"current level": 1}}, "usage": {"gfx_activity": {"value": 3, "unit": "%"}}}`
+	want := map[string]any{"gpu": json.Number("0"), "usage": map[string]any{
+		"gfx_activity": map[string]any{"value": json.Number("3"), "unit": "%"}}}
+	for _, out := range []string{"[" + entry + "]", `{"gpu_data": [` + entry + `], "clock": 1}`, entry} {
+		entries, err := amdEntries([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]map[string]any{want}, entries); diff != "" {
+			t.Errorf("%s: (-want +got):\n%s", out, diff)
+		}
+	}
+	if _, err := amdEntries([]byte(`[{"gpu": 0, "clock": {"sys": [1,]}}]`)); err == nil {
+		t.Error("a section not read is still checked to be JSON: want an error")
 	}
 }

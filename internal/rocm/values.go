@@ -100,7 +100,9 @@ func valueText(v any) (text, unit string, ok bool) {
 		return string(x), "", true
 	case string:
 		s := strings.TrimSpace(x)
-		if missingWords[strings.ToLower(s)] || len(s) > 64 {
+		// rocm-smi says "N/A (Secondary die)" for the second die of an
+		// MI250, whose power the first one reports.
+		if missingWords[strings.ToLower(s)] || len(s) > 64 || strings.HasPrefix(s, "N/A") {
 			return "", "", false
 		}
 		return s, "", true
