@@ -96,20 +96,38 @@ func amdSection(po probe.Output, name, what, tool string) ([]byte, *nvsmi.HostEr
 	case sec.ExitCode == 124 || sec.ExitCode == 137:
 		return nil, &nvsmi.HostError{Status: hoststatus.Timeout, Message: what + " did not answer in time (killed by timeout)"}
 	case sec.ExitCode != 0:
-		first := strings.TrimSuffix(hosttext.FirstLine(string(sec.Body)), ".")
-		if first == "" {
-			first = "no output"
-		}
-		return nil, &nvsmi.HostError{Status: amdStatus(sec.Body), Message: fmt.Sprintf("%s failed (exit %d, %s): %s", what, sec.ExitCode, tool, first)}
+		return nil, &nvsmi.HostError{Status: amdStatus(sec.Body), Message: fmt.Sprintf("%s failed (exit %d, %s): %s", what, sec.ExitCode, tool, firstWords(sec.Body))}
+	case len(bytes.TrimSpace(sec.Body)) > 0 && !bytes.ContainsAny(sec.Body, "{["):
+		// amd-smi has exited 0 on its own errors: no JSON is a failure
+		return nil, &nvsmi.HostError{Status: amdStatus(sec.Body), Message: fmt.Sprintf("%s printed no JSON (%s): %s", what, tool, firstWords(sec.Body))}
 	}
 	return sec.Body, nil
+}
+
+// firstWords is what a message quotes of a failed tool's out: its first
+// line that says "error" (rocm-smi's own comes after a cat's complaint),
+// else its first line.
+func firstWords(out []byte) string {
+	text := string(out[:min(len(out), 4096)])
+	for _, l := range strings.SplitN(text, "\n", 20) {
+		if strings.Contains(strings.ToLower(l), "error") {
+			text = l
+			break
+		}
+	}
+	if first := strings.TrimSuffix(hosttext.FirstLine(text), "."); first != "" {
+		return first
+	}
+	return "no output"
 }
 
 // amdStatus tells a driver that is not there from any other failure of
 // AMD's tools.
 func amdStatus(out []byte) hoststatus.Status {
 	lower := strings.ToLower(string(out[:min(len(out), 4096)]))
-	for _, s := range []string{"amdgpu driver", "driver not loaded", "driver is not loaded", "no gpus", "no amd gpu", "unable to detect any gpu", "modprobe amdgpu", "amdsmi_status_driver_not_loaded", "amdsmi_status_not_init"} {
+	for _, s := range []string{"amdgpu driver", "driver not loaded", "driver is not loaded", "driver not initialized",
+		"amdgpu not found in modules", "no gpus", "no amd gpu", "unable to detect any gpu", "unable to get devices",
+		"modprobe amdgpu", "amdsmi_status_driver_not_loaded", "amdsmi_status_not_init"} {
 		if strings.Contains(lower, s) {
 			return hoststatus.Driver
 		}

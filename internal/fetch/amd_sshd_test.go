@@ -138,9 +138,9 @@ func TestRealSSHDAMDHost(t *testing.T) {
 		wantCalls           []string
 	}{
 		{"amd-smi", captures.AMDSMI, "rx6600__list", false, 0x0b, "AMD Radeon RX 6600/6600 XT",
-			[]string{"static --asic --bus --vram --limit --json", "metric --usage --power --temperature --mem-usage --ecc --json"}},
+			[]string{"static --asic --bus --vram --limit --json", "metric --usage --power --temperature --mem-usage --ecc --fan --json"}},
 		{"an amd-smi that refuses an option", captures.AMDSMI, "rx6600__list", true, 0x0b, "AMD Radeon RX 6600/6600 XT",
-			[]string{"static --asic --bus --vram --limit --json", "metric --usage --power --temperature --mem-usage --ecc --json", "metric --json"}},
+			[]string{"static --asic --bus --vram --limit --json", "metric --usage --power --temperature --mem-usage --ecc --fan --json", "metric --json"}},
 		{"rocm-smi", captures.ROCmSMI, "mi100x4__rocm-6.0.2", false, 0x83, "AMD Instinct MI100", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

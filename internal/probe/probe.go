@@ -163,11 +163,13 @@ const KFDFolder = "/sys/class/kfd/kfd"
 
 // The commands the script runs on a host with AMD's tools. amd-smi is
 // asked only for the parts fetch reads (the whole static and metric
-// answers are some 20 KiB a GPU); an amd-smi that refuses an option
-// (argparse prints its usage) is asked again with none.
+// answers are some 20 KiB a GPU), by long options (short ones changed
+// meaning between releases); an amd-smi that refuses one (argparse prints
+// its usage: early releases lack --vram and --mem-usage, a VM guest
+// --limit, --power, --ecc and --fan) is asked again with none.
 var (
 	AMDSMIStaticArgs = []string{"--asic", "--bus", "--vram", "--limit"}
-	AMDSMIMetricArgs = []string{"--usage", "--power", "--temperature", "--mem-usage", "--ecc"}
+	AMDSMIMetricArgs = []string{"--usage", "--power", "--temperature", "--mem-usage", "--ecc", "--fan"}
 	ROCmSMIArgs      = []string{"--showid", "--showproductname", "--showbus", "--showuniqueid", "--showserial",
 		"--showuse", "--showmemuse", "--showmeminfo", "vram", "--showtemp", "--showpower", "--showmaxpower", "--showfan"}
 )
