@@ -194,7 +194,7 @@ func TestUsersAndModels(t *testing.T) {
 	if diff := cmp.Diff(want, c.Users); diff != "" {
 		t.Errorf("users (-want +got):\n%s", diff)
 	}
-	wantModels := []*Model{{Name: "H100", Free: 1, Total: 4}, {Name: "RTX 2080 SUPER", Free: 1, Total: 1}}
+	wantModels := []*Model{{Name: "H100", Vendor: "nvidia", Free: 1, Total: 4}, {Name: "RTX 2080 SUPER", Vendor: "nvidia", Free: 1, Total: 1}}
 	if diff := cmp.Diff(wantModels, c.Models); diff != "" {
 		t.Errorf("models (-want +got):\n%s", diff)
 	}
@@ -204,19 +204,117 @@ func TestUsersAndModels(t *testing.T) {
 }
 
 func TestShortName(t *testing.T) {
-	for full, want := range map[string]string{
-		"NVIDIA H100 80GB HBM3":         "H100 80GB HBM3",
-		"NVIDIA GeForce RTX 2080 SUPER": "RTX 2080 SUPER",
-		"Tesla V100-SXM2-16GB":          "V100-SXM2-16GB",
-		"NVIDIA RTX A6000":              "RTX A6000",
-		"NVIDIA":                        "NVIDIA",
-		"":                              "",
-		"NVIDIA A100-SXM4-80GB":         "A100 80",
+	names := map[string]string{"nvidia a100-sxm4-80gb": "A100 80", "amd instinct mi250x/mi250": "MI250X"}
+	for _, tc := range []struct{ name, full, want string }{
+		{"nvidia", "NVIDIA H100 80GB HBM3", "H100 80GB HBM3"},
+		{"geforce", "NVIDIA GeForce RTX 2080 SUPER", "RTX 2080 SUPER"},
+		{"tesla", "Tesla V100-SXM2-16GB", "V100-SXM2-16GB"},
+		{"nvidia rtx", "NVIDIA RTX A6000", "RTX A6000"},
+		{"vendor alone", "NVIDIA", "NVIDIA"},
+		{"empty", "", ""},
+		{"gpu_names", "NVIDIA A100-SXM4-80GB", "A100 80"},
+		{"gpu_names for amd", "AMD Instinct MI250X/MI250", "MI250X"},
+		// amd-smi's and rocm-smi 6's marketing names
+		{"instinct", "AMD Instinct MI300X", "MI300X"},
+		{"instinct vf", "AMD Instinct MI300X VF", "MI300X VF"},
+		{"instinct pair", "AMD Instinct MI250X / MI250", "MI250X / MI250"},
+		{"radeon rx", "AMD Radeon RX 6700 XT", "RX 6700 XT"},
+		{"radeon rx 7900", "AMD Radeon RX 7900 XTX", "RX 7900 XTX"},
+		{"radeon pro", "AMD Radeon Pro W7900", "Radeon Pro W7900"},
+		{"radeon PRO", "AMD Radeon PRO W7800", "Radeon PRO W7800"},
+		{"radeon vii", "AMD Radeon VII", "Radeon VII"},
+		{"radeon alone", "AMD Radeon", "Radeon"},
+		{"amd alone", "AMD", "AMD"},
+		// older rocm-smi: the PCI database's chip name, the cards in brackets
+		{"navi 22", "Navi 22 [Radeon RX 6700/6700 XT/6750 XT / 6800M/6850M XT]", "RX 6700/6700 XT/6750 XT / 6800M/6850M XT"},
+		{"arcturus", "Arcturus GL-XL [Instinct MI100]", "MI100"},
+		{"vega 20", "Vega 20 [Radeon Pro VII/Radeon Instinct MI50 32GB]", "Radeon Pro VII/MI50 32GB"},
+		{"aldebaran", "Aldebaran/MI200 [Instinct MI210]", "MI210"},
+		{"navi 21 pro", "Navi 21 GL-XL [Radeon PRO W6800]", "Radeon PRO W6800"},
+		{"empty brackets", "Navi 10 []", "Navi 10 []"},
+		{"nested brackets", "Navi 10 [[x]]", "Navi 10 [[x]]"},
+		{"bracket first", "[Instinct MI100]", "[Instinct MI100]"},
+		{"bracket not last", "Vega 20 [Radeon VII] rev c1", "Vega 20 [Radeon VII] rev c1"},
 	} {
-		names := map[string]string{"nvidia a100-sxm4-80gb": "A100 80"}
-		if got := shortName(full, names); got != want {
-			t.Errorf("shortName(%q) = %q, want %q", full, got, want)
+		t.Run(tc.name, func(t *testing.T) {
+			if got := shortName(tc.full, names); got != tc.want {
+				t.Errorf("shortName(%q) = %q, want %q", tc.full, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestVendorOf(t *testing.T) {
+	for _, tc := range []struct{ name, cell, want string }{
+		{"older file", "", loaddata.VendorNVIDIA},
+		{"nvidia", "nvidia", loaddata.VendorNVIDIA},
+		{"amd", "amd", loaddata.VendorAMD},
+		{"upper case", " AMD ", loaddata.VendorAMD},
+		{"another", "intel", "intel"},
+		{"long", strings.Repeat("x", 100), strings.Repeat("x", vendorMax-len("…")) + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := vendorOf(tc.cell); got != tc.want {
+				t.Errorf("vendorOf(%q) = %q, want %q", tc.cell, got, tc.want)
+			}
+		})
+	}
+}
+
+// A lab of both vendors: each GPU has its row's vendor (an older file's
+// none is NVIDIA's), each model its GPUs', and the cluster both; an AMD
+// GPU without utilization (a partition) is classified by its memory and
+// processes as any GPU is.
+func TestMixedVendors(t *testing.T) {
+	amd := func(host string, idx int64, mem float64) loaddata.Row {
+		r := gpuRow(t, host, idx, mem)
+		r.GPUName, r.GPUVendor, r.MemTotalMiB, r.GPUUtilPct = "AMD Instinct MI300X", loaddata.VendorAMD, loaddata.Num(196592), loaddata.Number{}
+		return r
+	}
+	nv := gpuRow(t, "both", 0, 0)
+	nv.GPUVendor = loaddata.VendorNVIDIA
+	rows := []loaddata.Row{
+		gpuRow(t, "old", 0, 0), // an older file's row: no vendor
+		nv,
+		amd("both", 1, 0),
+		withProc(amd("mi", 0, 150000), "alice", "python train.py", 150000, false),
+		amd("mi", 1, 0),
+	}
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now})
+	var got []string
+	for _, h := range c.Hosts {
+		for _, g := range h.GPUs {
+			got = append(got, fmt.Sprintf("%s/%s %s %s %s", h.Name, g.ID(), g.Vendor, g.Short, g.State))
 		}
+	}
+	want := []string{"old/0 nvidia H100 80GB HBM3 free", "both/0 nvidia H100 80GB HBM3 free", "both/1 amd MI300X free",
+		"mi/0 amd MI300X busy", "mi/1 amd MI300X free"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GPUs (-want +got):\n%s", diff)
+	}
+	wantModels := []*Model{{Name: "MI300X", Vendor: "amd", Free: 2, Total: 3}, {Name: "H100 80GB HBM3", Vendor: "nvidia", Free: 2, Total: 2}}
+	if diff := cmp.Diff(wantModels, c.Models); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"amd", "nvidia"}, c.Vendors); diff != "" {
+		t.Errorf("vendors (-want +got):\n%s", diff)
+	}
+	if h := c.Hosts[1]; h.ModelName != "" {
+		t.Errorf("host of both vendors: model name %q, want none", h.ModelName)
+	}
+}
+
+// Two vendors' models given one short name by [gpu_names] are one model
+// of no one vendor.
+func TestModelOfTwoVendors(t *testing.T) {
+	a := gpuRow(t, "a", 0, 0)
+	b := gpuRow(t, "b", 0, 0)
+	b.GPUName, b.GPUVendor = "AMD Instinct MI300X", loaddata.VendorAMD
+	c := gpuRow(t, "c", 0, 0)
+	names := map[string]string{"nvidia h100 80gb hbm3": "big", "amd instinct mi300x": "big"}
+	got := build([]loaddata.Row{a, b, c}, Options{FreeMemMiB: 1024, Now: now, GPUNames: names}).Models
+	if diff := cmp.Diff([]*Model{{Name: "big", Free: 3, Total: 3}}, got); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
 	}
 }
 
@@ -269,9 +367,9 @@ func TestModelsAddUp(t *testing.T) {
 	}
 	c := build(rows, Options{FreeMemMiB: 1024, Now: now, GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
 	want := []*Model{
-		{Name: "H100", Free: 3, Failed: 1, Total: 4},
-		{Name: "RTX 2080 SUPER", Free: 1, Total: 1},
-		{Name: "", Failed: 1, Total: 1},
+		{Name: "H100", Vendor: "nvidia", Free: 3, Failed: 1, Total: 4},
+		{Name: "RTX 2080 SUPER", Vendor: "nvidia", Free: 1, Total: 1},
+		{Name: "", Vendor: "nvidia", Failed: 1, Total: 1},
 	}
 	if diff := cmp.Diff(want, c.Models); diff != "" {
 		t.Errorf("models (-want +got):\n%s", diff)
