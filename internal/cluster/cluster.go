@@ -245,7 +245,7 @@ type Builder struct {
 	lastTS string                     // the last timestamp parsed, and its time
 	lastT  time.Time
 	lastOK bool
-	short  map[string]string // full GPU name -> shortName
+	short  map[nameOf]string // full GPU name and vendor -> shortName
 	// the host of the last row, and its GPUs by gpuKey: a host's rows
 	// follow one another, found without hashing its name
 	last     *Host
@@ -256,6 +256,9 @@ type Builder struct {
 	gpuSlab  slab[GPU]
 	procSlab slab[Proc]
 }
+
+// nameOf is a GPU's full name and vendor, which make its short name.
+type nameOf struct{ name, vendor string }
 
 // slab hands out new zero values of T from blocks of them.
 type slab[T any] struct{ free []T }
@@ -273,7 +276,7 @@ func (s *slab[T]) new() *T {
 // NewBuilder starts a cluster.
 func NewBuilder(o Options) *Builder {
 	return &Builder{o: o, c: &Cluster{Count: map[string]int{}}, hosts: map[string]*Host{}, gpus: map[string]map[string]*GPU{},
-		short: map[string]string{}}
+		short: map[nameOf]string{}}
 }
 
 // Add adds one row. The Builder keeps the row's strings, not the row.
@@ -294,7 +297,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 	gpus := b.lastGPUs // h's
 	g := gpus[key]
 	if g != nil && r.GPUUUID != "" && g.UUID != "" && g.UUID != r.GPUUUID {
-		// nvidia-smi gave two GPUs one index (fetch warns on the host):
+		// the tool gave two GPUs one index (fetch warns on the host):
 		// keep them apart, each with its own processes
 		key += "|" + r.GPUUUID
 		g = gpus[key]
@@ -395,10 +398,11 @@ func (b *Builder) newGPU(r *loaddata.Row) *GPU {
 		RetiredPagesPending: r.RetiredPagesPending, RemappedRowsPending: r.RemappedRowsPending,
 		RemappedRowsFailure: r.RemappedRowsFailure, ClockEvents: r.ClockEvents, XIDs: r.XIDs,
 		RecoveryAction: r.RecoveryAction}
-	short, ok := b.short[g.Name]
+	key := nameOf{g.Name, g.Vendor}
+	short, ok := b.short[key]
 	if !ok {
-		short = shortName(g.Name, b.o.GPUNames)
-		b.short[g.Name] = short
+		short = shortName(g.Name, g.Vendor, b.o.GPUNames)
+		b.short[key] = short
 	}
 	g.Short = short
 	return g
@@ -545,7 +549,7 @@ func (t *tally) add(h *Host, g *GPU) {
 func (t *tally) addModel(h *Host, g *GPU) {
 	name := g.Short
 	if g.Name == "" && h.ModelName != "" {
-		name = shortName(h.ModelName, t.gpuNames)
+		name = shortName(h.ModelName, g.Vendor, t.gpuNames)
 	}
 	m := t.models[name]
 	switch {
@@ -737,33 +741,54 @@ func vendorOf(cell string) string {
 	return v
 }
 
-// shortName is the [gpu_names] name for full, else full without the vendor
-// words: "NVIDIA H100 80GB HBM3" is "H100 80GB HBM3", "NVIDIA GeForce RTX 2080
-// SUPER" is "RTX 2080 SUPER", "Tesla V100-SXM2-16GB" is "V100-SXM2-16GB",
-// "AMD Instinct MI300X" is "MI300X", "AMD Radeon RX 6700 XT" is "RX 6700 XT".
-// "Radeon" goes only before "RX": RX alone names AMD's gaming line as RTX
-// names NVIDIA's, but the workstation line's name is "Radeon Pro", and
-// "Pro W7900" would read as a model of nobody's; so "AMD Radeon Pro W7900"
-// is "Radeon Pro W7900".
+// shortName is the [gpu_names] name for full, else full without its
+// vendor's words: "NVIDIA H100 80GB HBM3" is "H100 80GB HBM3", "NVIDIA
+// GeForce RTX 2080 SUPER" is "RTX 2080 SUPER", "Tesla V100-SXM2-16GB" is
+// "V100-SXM2-16GB"; "AMD Instinct MI300X" is "MI300X", "AMD Radeon RX
+// 6700 XT" is "RX 6700 XT". "Radeon" goes only before "RX": RX alone names
+// AMD's gaming line as RTX names NVIDIA's, but the workstation line's name
+// is "Radeon Pro", and "Pro W7900" would read as a model of nobody's; so
+// "AMD Radeon Pro W7900" is "Radeon Pro W7900".
 //
 // Older rocm-smi gives the PCI database's name, the chip's code name with
 // the cards it may be in brackets: "Arcturus GL-XL [Instinct MI100]". The
-// cards are what a user knows, so the short name is the bracketed part,
-// each of its "/"-separated names without the vendor words:
+// cards are what a user knows, so an AMD GPU's short name is the bracketed
+// part, each of its "/"-separated names without the vendor words:
 // "Vega 20 [Radeon Pro VII/Radeon Instinct MI50 32GB]" is
-// "Radeon Pro VII/MI50 32GB".
-func shortName(full string, names map[string]string) string {
+// "Radeon Pro VII/MI50 32GB". The words are the vendor's only: two
+// vendors' names never become one model by a rule meant for the other.
+func shortName(full, vendor string, names map[string]string) string {
 	if s, ok := names[strings.ToLower(strings.TrimSpace(full))]; ok {
 		return s
 	}
-	s := cardsOfChip(strings.TrimSpace(full))
-	if !strings.Contains(s, "/") {
-		return withoutVendorWords(s)
+	s := strings.TrimSpace(full)
+	switch vendor {
+	case loaddata.VendorNVIDIA:
+		return withoutWords(s, nvidiaWords)
+	case loaddata.VendorAMD:
+		return amdShortName(cardsOfChip(s))
 	}
+	return s
+}
+
+// nvidiaWords and amdWords are the words that lead a vendor's GPU names
+// and say only whose they are, dropped in this order.
+var (
+	nvidiaWords = []string{"NVIDIA ", "GeForce ", "Tesla ", "Quadro "}
+	amdWords    = []string{"AMD ", "Radeon Instinct ", "Instinct "}
+)
+
+// amdShortName is an AMD name without its vendor words, each of its
+// "/"-separated names on its own ("Radeon Pro VII/Radeon Instinct MI50").
+func amdShortName(s string) string {
 	parts := strings.Split(s, "/")
 	for i, p := range parts {
-		rest := strings.TrimLeft(p, " ")
-		parts[i] = p[:len(p)-len(rest)] + withoutVendorWords(rest)
+		lead := len(p) - len(strings.TrimLeftFunc(p, unicode.IsSpace)) // " 6800M" keeps its space
+		rest := withoutWords(p[lead:], amdWords)
+		if r := trimWord(rest, "Radeon "); len(r) > len("RX ") && strings.EqualFold(r[:len("RX ")], "RX ") {
+			rest = r
+		}
+		parts[i] = p[:lead] + rest
 	}
 	return strings.Join(parts, "/")
 }
@@ -771,29 +796,22 @@ func shortName(full string, names map[string]string) string {
 // cardsOfChip is the bracketed part of a PCI database name, "Navi 22
 // [Radeon RX 6700/6700 XT/6750 XT / 6800M/6850M XT]"; else name.
 func cardsOfChip(name string) string {
-	open := strings.IndexByte(name, '[')
+	open := strings.Index(name, " [")
 	if open <= 0 || !strings.HasSuffix(name, "]") {
 		return name
 	}
-	cards := strings.TrimSpace(name[open+1 : len(name)-1])
+	cards := strings.TrimSpace(name[open+2 : len(name)-1])
 	if cards == "" || strings.ContainsAny(cards, "[]") {
 		return name
 	}
 	return cards
 }
 
-// vendorWords are the words that lead a GPU's name and say only whose it
-// is, dropped in this order; "Radeon " only before "RX " (shortName).
-var vendorWords = []string{"NVIDIA ", "GeForce ", "Tesla ", "Quadro ", "AMD ", "Radeon Instinct ", "Instinct "}
-
-// withoutVendorWords is s without its leading vendor words; a name that is
-// nothing but one ("NVIDIA") stays.
-func withoutVendorWords(s string) string {
-	for _, p := range vendorWords {
+// withoutWords is s without the leading words, in their order; a name
+// that is nothing but one ("NVIDIA") stays.
+func withoutWords(s string, words []string) string {
+	for _, p := range words {
 		s = trimWord(s, p)
-	}
-	if r := trimWord(s, "Radeon "); len(r) > len("RX ") && strings.EqualFold(r[:len("RX ")], "RX ") {
-		s = r
 	}
 	return s
 }

@@ -205,40 +205,47 @@ func TestUsersAndModels(t *testing.T) {
 
 func TestShortName(t *testing.T) {
 	names := map[string]string{"nvidia a100-sxm4-80gb": "A100 80", "amd instinct mi250x/mi250": "MI250X"}
-	for _, tc := range []struct{ name, full, want string }{
-		{"nvidia", "NVIDIA H100 80GB HBM3", "H100 80GB HBM3"},
-		{"geforce", "NVIDIA GeForce RTX 2080 SUPER", "RTX 2080 SUPER"},
-		{"tesla", "Tesla V100-SXM2-16GB", "V100-SXM2-16GB"},
-		{"nvidia rtx", "NVIDIA RTX A6000", "RTX A6000"},
-		{"vendor alone", "NVIDIA", "NVIDIA"},
-		{"empty", "", ""},
-		{"gpu_names", "NVIDIA A100-SXM4-80GB", "A100 80"},
-		{"gpu_names for amd", "AMD Instinct MI250X/MI250", "MI250X"},
+	const nv, amd = loaddata.VendorNVIDIA, loaddata.VendorAMD
+	for _, tc := range []struct{ name, full, vendor, want string }{
+		{"nvidia", "NVIDIA H100 80GB HBM3", nv, "H100 80GB HBM3"},
+		{"geforce", "NVIDIA GeForce RTX 2080 SUPER", nv, "RTX 2080 SUPER"},
+		{"tesla", "Tesla V100-SXM2-16GB", nv, "V100-SXM2-16GB"},
+		{"nvidia rtx", "NVIDIA RTX A6000", nv, "RTX A6000"},
+		{"vendor alone", "NVIDIA", nv, "NVIDIA"},
+		{"empty", "", nv, ""},
+		{"gpu_names", "NVIDIA A100-SXM4-80GB", nv, "A100 80"},
+		{"gpu_names for amd", "AMD Instinct MI250X/MI250", amd, "MI250X"},
 		// amd-smi's and rocm-smi 6's marketing names
-		{"instinct", "AMD Instinct MI300X", "MI300X"},
-		{"instinct vf", "AMD Instinct MI300X VF", "MI300X VF"},
-		{"instinct pair", "AMD Instinct MI250X / MI250", "MI250X / MI250"},
-		{"radeon rx", "AMD Radeon RX 6700 XT", "RX 6700 XT"},
-		{"radeon rx 7900", "AMD Radeon RX 7900 XTX", "RX 7900 XTX"},
-		{"radeon pro", "AMD Radeon Pro W7900", "Radeon Pro W7900"},
-		{"radeon PRO", "AMD Radeon PRO W7800", "Radeon PRO W7800"},
-		{"radeon vii", "AMD Radeon VII", "Radeon VII"},
-		{"radeon alone", "AMD Radeon", "Radeon"},
-		{"amd alone", "AMD", "AMD"},
+		{"instinct", "AMD Instinct MI300X", amd, "MI300X"},
+		{"instinct vf", "AMD Instinct MI300X VF", amd, "MI300X VF"},
+		{"instinct pair", "AMD Instinct MI250X / MI250", amd, "MI250X / MI250"},
+		{"radeon rx", "AMD Radeon RX 6700 XT", amd, "RX 6700 XT"},
+		{"radeon rx 7900", "AMD Radeon RX 7900 XTX", amd, "RX 7900 XTX"},
+		{"radeon pro", "AMD Radeon Pro W7900", amd, "Radeon Pro W7900"},
+		{"radeon PRO", "AMD Radeon PRO W7800", amd, "Radeon PRO W7800"},
+		{"radeon vii", "AMD Radeon VII", amd, "Radeon VII"},
+		{"radeon alone", "AMD Radeon", amd, "Radeon"},
+		{"amd alone", "AMD", amd, "AMD"},
 		// older rocm-smi: the PCI database's chip name, the cards in brackets
-		{"navi 22", "Navi 22 [Radeon RX 6700/6700 XT/6750 XT / 6800M/6850M XT]", "RX 6700/6700 XT/6750 XT / 6800M/6850M XT"},
-		{"arcturus", "Arcturus GL-XL [Instinct MI100]", "MI100"},
-		{"vega 20", "Vega 20 [Radeon Pro VII/Radeon Instinct MI50 32GB]", "Radeon Pro VII/MI50 32GB"},
-		{"aldebaran", "Aldebaran/MI200 [Instinct MI210]", "MI210"},
-		{"navi 21 pro", "Navi 21 GL-XL [Radeon PRO W6800]", "Radeon PRO W6800"},
-		{"empty brackets", "Navi 10 []", "Navi 10 []"},
-		{"nested brackets", "Navi 10 [[x]]", "Navi 10 [[x]]"},
-		{"bracket first", "[Instinct MI100]", "[Instinct MI100]"},
-		{"bracket not last", "Vega 20 [Radeon VII] rev c1", "Vega 20 [Radeon VII] rev c1"},
+		{"navi 22", "Navi 22 [Radeon RX 6700/6700 XT/6750 XT / 6800M/6850M XT]", amd, "RX 6700/6700 XT/6750 XT / 6800M/6850M XT"},
+		{"arcturus", "Arcturus GL-XL [Instinct MI100]", amd, "MI100"},
+		{"vega 20", "Vega 20 [Radeon Pro VII/Radeon Instinct MI50 32GB]", amd, "Radeon Pro VII/MI50 32GB"},
+		{"aldebaran", "Aldebaran/MI200 [Instinct MI210]", amd, "MI210"},
+		{"navi 21 pro", "Navi 21 GL-XL [Radeon PRO W6800]", amd, "Radeon PRO W6800"},
+		{"empty brackets", "Navi 10 []", amd, "Navi 10 []"},
+		{"nested brackets", "Navi 10 [[x]]", amd, "Navi 10 [[x]]"},
+		{"bracket first", "[Instinct MI100]", amd, "[Instinct MI100]"},
+		{"no space before the bracket", "n1233_[5-9%2]", amd, "n1233_[5-9%2]"},
+		{"bracket not last", "Vega 20 [Radeon VII] rev c1", amd, "Vega 20 [Radeon VII] rev c1"},
+		// each vendor's words are its own
+		{"amd words on nvidia", "AMD Instinct MI300X", nv, "AMD Instinct MI300X"},
+		{"brackets on nvidia", "Navi 22 [Radeon RX 6700]", nv, "Navi 22 [Radeon RX 6700]"},
+		{"nvidia words on amd", "NVIDIA H100", amd, "NVIDIA H100"},
+		{"another vendor", "NVIDIA AMD X", "intel", "NVIDIA AMD X"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := shortName(tc.full, names); got != tc.want {
-				t.Errorf("shortName(%q) = %q, want %q", tc.full, got, tc.want)
+			if got := shortName(tc.full, tc.vendor, names); got != tc.want {
+				t.Errorf("shortName(%q, %q) = %q, want %q", tc.full, tc.vendor, got, tc.want)
 			}
 		})
 	}
