@@ -728,6 +728,12 @@ const vendorMax = 16
 // a fetch that read nvidia-smi alone, so each of its GPUs is NVIDIA's,
 // and an NVIDIA-only fleet's outputs stay as they were.
 func vendorOf(cell string) string {
+	switch cell { // what fetch writes: known without lowering it
+	case "", loaddata.VendorNVIDIA:
+		return loaddata.VendorNVIDIA
+	case loaddata.VendorAMD:
+		return loaddata.VendorAMD
+	}
 	v := strings.ToLower(strings.TrimSpace(cell))
 	switch v {
 	case "", loaddata.VendorNVIDIA:
