@@ -151,7 +151,7 @@ func promGPUs(pw *promWriter, each func(name, help string, val func(g *cluster.G
 	}
 	each("gpumon_gpu_memory_used_bytes", "GPU memory in use.", func(g *cluster.GPU) loaddata.Number { return g.MemUsed }, 1<<20)
 	each("gpumon_gpu_memory_total_bytes", "GPU memory in all.", func(g *cluster.GPU) loaddata.Number { return g.MemTotal }, 1<<20)
-	each("gpumon_gpu_utilization_ratio", "GPU utilization, 0 to 1 (not reported under MIG).", func(g *cluster.GPU) loaddata.Number { return g.Util }, 0.01)
+	each("gpumon_gpu_utilization_ratio", "GPU utilization, 0 to 1 (not reported under MIG, nor for an AMD compute partition).", func(g *cluster.GPU) loaddata.Number { return g.Util }, 0.01)
 	each("gpumon_gpu_temperature_celsius", "GPU temperature.", func(g *cluster.GPU) loaddata.Number { return g.Temp }, 1)
 	each("gpumon_gpu_power_watts", "GPU power draw.", func(g *cluster.GPU) loaddata.Number { return g.Power }, 1)
 	pw.family("gpumon_gpu_processes", "gauge", "Processes on the GPU that hold it (ignored and preemptible ones not counted).")
