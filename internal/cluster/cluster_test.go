@@ -311,6 +311,36 @@ func TestMixedVendors(t *testing.T) {
 	}
 }
 
+// An AMD GPU's health rests on the one health reading its tools give,
+// uncorrectable ECC errors: none is ok, some is degraded (the default
+// policy) and the GPU stays free; the NVIDIA-only readings, empty, are no
+// condition.
+func TestAMDHealthFromECCAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ecc   loaddata.Number
+		state string
+		conds []string
+	}{
+		{"not known", loaddata.Number{}, health.OK, nil},
+		{"none", loaddata.Num(0), health.OK, nil},
+		{"two", loaddata.Num(2), health.Degraded, []string{health.ECCUncorrected}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := gpuRow(t, "mi300a", 0, 283)
+			r.GPUName, r.GPUVendor, r.MemTotalMiB, r.ECCUncorrected = "AMD Instinct MI300X", loaddata.VendorAMD, loaddata.Num(196592), tc.ecc
+			g := build([]loaddata.Row{r}, Options{FreeMemMiB: 1024, Now: now, Health: health.DefaultPolicy()}).Hosts[0].GPUs[0]
+			var conds []string
+			for _, f := range g.Health.Findings {
+				conds = append(conds, f.Condition)
+			}
+			if g.Health.State != tc.state || g.State != Free || !slices.Equal(conds, tc.conds) {
+				t.Errorf("health %q %v, state %s; want %q %v, free", g.Health.State, conds, g.State, tc.state, tc.conds)
+			}
+		})
+	}
+}
+
 // Two vendors' models given one short name by [gpu_names] are one model
 // of no one vendor.
 func TestModelOfTwoVendors(t *testing.T) {
