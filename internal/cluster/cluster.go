@@ -15,6 +15,10 @@
 // (Options.Health, package health): a failed Health makes the GPU failed
 // (offered to nobody, its findings the reason); a degraded one leaves it
 // free, busy or reserved, and is counted apart (Degraded).
+//
+// GPUs of every vendor are GPUs alike: an AMD GPU is classified, counted
+// and named as an NVIDIA one is (Vendor says whose it is), and a reading
+// its tool does not give is not known, as under MIG.
 package cluster
 
 import (
@@ -25,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/hoststatus"
@@ -66,6 +71,7 @@ type Options struct {
 // Cluster is everything one CSV says.
 type Cluster struct {
 	Hosts    []*Host
+	Vendors  []string  // the vendors of its GPUs (GPU.Vendor), sorted
 	DataTime time.Time // the newest timestamp in the CSV; zero if none parsed
 	BadTime  string    // the first timestamp that did not parse, with its host ("" if none)
 	Users    []*User
@@ -100,15 +106,16 @@ func (h *Host) Up() bool { return h.Status == hoststatus.OK }
 
 // GPU is one GPU and what runs on it.
 type GPU struct {
-	Index    int  // nvidia-smi's index; see HasIndex
+	Index    int  // the vendor tool's index (AMD's after NVIDIA's on a host with both); see HasIndex
 	HasIndex bool // false for a GPU the driver lost, known by its bus id only
 	// sharedIndex: another GPU of the host has the same index (a broken
 	// driver); ID is then the UUID, so that each GPU keeps its own name
 	// in metrics.prom and in the history.
 	sharedIndex bool
 	UUID        string
-	Name        string // full nvidia-smi name
+	Name        string // the full name, as the vendor's tool gives it
 	Short       string
+	Vendor      string // loaddata.VendorNVIDIA or VendorAMD (see vendorOf)
 	BusID       string
 	Error       string
 	Util        loaddata.Number
@@ -220,7 +227,10 @@ type User struct {
 // share one, else under the model named "" (unknown). So the models' totals
 // add up to the cluster's GPUs.
 type Model struct {
-	Name                string
+	Name string
+	// Vendor is its GPUs' vendor; "" when they are not all one vendor's
+	// ([gpu_names] can give two vendors' models one short name).
+	Vendor              string
 	Free, Failed, Total int // Total counts every GPU of the model, failed ones too
 }
 
@@ -235,7 +245,7 @@ type Builder struct {
 	lastTS string                     // the last timestamp parsed, and its time
 	lastT  time.Time
 	lastOK bool
-	short  map[string]string // full GPU name -> shortName
+	short  map[nameOf]string // full GPU name and vendor -> shortName
 	// the host of the last row, and its GPUs by gpuKey: a host's rows
 	// follow one another, found without hashing its name
 	last     *Host
@@ -246,6 +256,9 @@ type Builder struct {
 	gpuSlab  slab[GPU]
 	procSlab slab[Proc]
 }
+
+// nameOf is a GPU's full name and vendor, which make its short name.
+type nameOf struct{ name, vendor string }
 
 // slab hands out new zero values of T from blocks of them.
 type slab[T any] struct{ free []T }
@@ -263,7 +276,7 @@ func (s *slab[T]) new() *T {
 // NewBuilder starts a cluster.
 func NewBuilder(o Options) *Builder {
 	return &Builder{o: o, c: &Cluster{Count: map[string]int{}}, hosts: map[string]*Host{}, gpus: map[string]map[string]*GPU{},
-		short: map[string]string{}}
+		short: map[nameOf]string{}}
 }
 
 // Add adds one row. The Builder keeps the row's strings, not the row.
@@ -284,7 +297,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 	gpus := b.lastGPUs // h's
 	g := gpus[key]
 	if g != nil && r.GPUUUID != "" && g.UUID != "" && g.UUID != r.GPUUUID {
-		// nvidia-smi gave two GPUs one index (fetch warns on the host):
+		// the tool gave two GPUs one index (fetch warns on the host):
 		// keep them apart, each with its own processes
 		key += "|" + r.GPUUUID
 		g = gpus[key]
@@ -377,17 +390,19 @@ var indexKeys = func() []string {
 // newGPU is r's GPU, from the first of its rows.
 func (b *Builder) newGPU(r *loaddata.Row) *GPU {
 	g := b.gpuSlab.new()
-	*g = GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, BusID: r.GPUBusID, Error: r.GPUError,
+	*g = GPU{Index: int(r.GPUIndex.Value), HasIndex: r.GPUIndex.Valid, UUID: r.GPUUUID, Name: r.GPUName, Vendor: vendorOf(r.GPUVendor),
+		BusID: r.GPUBusID, Error: r.GPUError,
 		Util: r.GPUUtilPct, MemUtil: r.MemUtilPct, MemUsed: r.MemUsedMiB, MemTotal: r.MemTotalMiB,
 		Temp: r.TempC, Power: r.PowerW, PowerLimit: r.PowerLimitW, Fan: r.FanPct,
 		PState: r.PState, ECCMode: r.ECCMode, ECCUncorrected: r.ECCUncorrected,
 		RetiredPagesPending: r.RetiredPagesPending, RemappedRowsPending: r.RemappedRowsPending,
 		RemappedRowsFailure: r.RemappedRowsFailure, ClockEvents: r.ClockEvents, XIDs: r.XIDs,
 		RecoveryAction: r.RecoveryAction}
-	short, ok := b.short[g.Name]
+	key := nameOf{g.Name, g.Vendor}
+	short, ok := b.short[key]
 	if !ok {
-		short = shortName(g.Name, b.o.GPUNames)
-		b.short[g.Name] = short
+		short = shortName(g.Name, g.Vendor, b.o.GPUNames)
+		b.short[key] = short
 	}
 	g.Short = short
 	return g
@@ -520,6 +535,9 @@ func newTally(c *Cluster, gpuNames map[string]string) *tally {
 func (t *tally) add(h *Host, g *GPU) {
 	t.c.Count[g.State]++
 	t.c.GPUs++
+	if !slices.Contains(t.c.Vendors, g.Vendor) { // one or two of them
+		t.c.Vendors = append(t.c.Vendors, g.Vendor)
+	}
 	if g.Health.State == health.Degraded {
 		t.c.Degraded++
 	}
@@ -531,13 +549,16 @@ func (t *tally) add(h *Host, g *GPU) {
 func (t *tally) addModel(h *Host, g *GPU) {
 	name := g.Short
 	if g.Name == "" && h.ModelName != "" {
-		name = shortName(h.ModelName, t.gpuNames)
+		name = shortName(h.ModelName, g.Vendor, t.gpuNames)
 	}
 	m := t.models[name]
-	if m == nil {
-		m = &Model{Name: name}
+	switch {
+	case m == nil:
+		m = &Model{Name: name, Vendor: g.Vendor}
 		t.models[name] = m
 		t.c.Models = append(t.c.Models, m)
+	case m.Vendor != g.Vendor: // g.Vendor is never "": once mixed, "" stays
+		m.Vendor = ""
 	}
 	m.Total++
 	switch g.State {
@@ -625,6 +646,7 @@ func (t *tally) user(name string) *User {
 // first with the unknown one last.
 func (t *tally) sort() {
 	c := t.c
+	slices.Sort(c.Vendors)
 	for _, u := range c.Users {
 		sort.Strings(u.Hosts)
 		u.Hosts = slices.Compact(u.Hosts)
@@ -697,18 +719,115 @@ func classify(g *GPU, freeMiB float64) {
 	}
 }
 
-// shortName is the [gpu_names] name for full, else full without the vendor
-// words: "NVIDIA H100 80GB HBM3" is "H100 80GB HBM3", "NVIDIA GeForce RTX 2080
-// SUPER" is "RTX 2080 SUPER", "Tesla V100-SXM2-16GB" is "V100-SXM2-16GB".
-func shortName(full string, names map[string]string) string {
+// vendorMax bounds a vendor that is not one of loaddata's: fetch writes
+// only those, but the CSV may come from elsewhere (-import).
+const vendorMax = 16
+
+// vendorOf is a GPU's vendor from its row's gpu_vendor cell, in lower case.
+// An empty cell is NVIDIA's: a file from before the column was written by
+// a fetch that read nvidia-smi alone, so each of its GPUs is NVIDIA's,
+// and an NVIDIA-only fleet's outputs stay as they were.
+func vendorOf(cell string) string {
+	switch cell { // what fetch writes: known without lowering it
+	case "", loaddata.VendorNVIDIA:
+		return loaddata.VendorNVIDIA
+	case loaddata.VendorAMD:
+		return loaddata.VendorAMD
+	}
+	v := strings.ToLower(strings.TrimSpace(cell))
+	switch v {
+	case "", loaddata.VendorNVIDIA:
+		return loaddata.VendorNVIDIA
+	case loaddata.VendorAMD:
+		return loaddata.VendorAMD
+	}
+	if v = hosttext.Clip(hosttext.Printable(v), vendorMax); v == "" {
+		return loaddata.VendorNVIDIA
+	}
+	return v
+}
+
+// shortName is the [gpu_names] name for full, else full without its
+// vendor's words: "NVIDIA H100 80GB HBM3" is "H100 80GB HBM3", "NVIDIA
+// GeForce RTX 2080 SUPER" is "RTX 2080 SUPER", "Tesla V100-SXM2-16GB" is
+// "V100-SXM2-16GB"; "AMD Instinct MI300X" is "MI300X", "AMD Radeon RX
+// 6700 XT" is "RX 6700 XT". "Radeon" goes only before "RX": RX alone names
+// AMD's gaming line as RTX names NVIDIA's, but the workstation line's name
+// is "Radeon Pro", and "Pro W7900" would read as a model of nobody's; so
+// "AMD Radeon Pro W7900" is "Radeon Pro W7900".
+//
+// Older rocm-smi gives the PCI database's name, the chip's code name with
+// the cards it may be in brackets: "Arcturus GL-XL [Instinct MI100]". The
+// cards are what a user knows, so an AMD GPU's short name is the bracketed
+// part, each of its "/"-separated names without the vendor words:
+// "Vega 20 [Radeon Pro VII/Radeon Instinct MI50 32GB]" is
+// "Radeon Pro VII/MI50 32GB". The words are the vendor's only: two
+// vendors' names never become one model by a rule meant for the other.
+func shortName(full, vendor string, names map[string]string) string {
 	if s, ok := names[strings.ToLower(strings.TrimSpace(full))]; ok {
 		return s
 	}
 	s := strings.TrimSpace(full)
-	for _, p := range []string{"NVIDIA ", "GeForce ", "Tesla ", "Quadro "} {
-		if len(s) > len(p) && strings.EqualFold(s[:len(p)], p) {
-			s = strings.TrimSpace(s[len(p):])
+	switch vendor {
+	case loaddata.VendorNVIDIA:
+		return withoutWords(s, nvidiaWords)
+	case loaddata.VendorAMD:
+		return amdShortName(cardsOfChip(s))
+	}
+	return s
+}
+
+// nvidiaWords and amdWords are the words that lead a vendor's GPU names
+// and say only whose they are, dropped in this order.
+var (
+	nvidiaWords = []string{"NVIDIA ", "GeForce ", "Tesla ", "Quadro "}
+	amdWords    = []string{"AMD ", "Radeon Instinct ", "Instinct "}
+)
+
+// amdShortName is an AMD name without its vendor words, each of its
+// "/"-separated names on its own ("Radeon Pro VII/Radeon Instinct MI50").
+func amdShortName(s string) string {
+	parts := strings.Split(s, "/")
+	for i, p := range parts {
+		lead := len(p) - len(strings.TrimLeftFunc(p, unicode.IsSpace)) // " 6800M" keeps its space
+		rest := withoutWords(p[lead:], amdWords)
+		if r := trimWord(rest, "Radeon "); len(r) > len("RX ") && strings.EqualFold(r[:len("RX ")], "RX ") {
+			rest = r
 		}
+		parts[i] = p[:lead] + rest
+	}
+	return strings.Join(parts, "/")
+}
+
+// cardsOfChip is the bracketed part of a PCI database name, "Navi 22
+// [Radeon RX 6700/6700 XT/6750 XT / 6800M/6850M XT]"; else name.
+func cardsOfChip(name string) string {
+	open := strings.Index(name, " [")
+	if open <= 0 || !strings.HasSuffix(name, "]") {
+		return name
+	}
+	cards := strings.TrimSpace(name[open+2 : len(name)-1])
+	if cards == "" || strings.ContainsAny(cards, "[]") {
+		return name
+	}
+	return cards
+}
+
+// withoutWords is s without the leading words, in their order; a name
+// that is nothing but one ("NVIDIA") stays.
+func withoutWords(s string, words []string) string {
+	for _, p := range words {
+		s = trimWord(s, p)
+	}
+	return s
+}
+
+// trimWord is s without the leading word p (any case) and the spaces
+// after it, when something follows it. Spaces at s's end stay: "MI250X /
+// MI250" keeps its spacing around the "/".
+func trimWord(s, p string) string {
+	if len(s) > len(p) && strings.EqualFold(s[:len(p)], p) {
+		return strings.TrimLeftFunc(s[len(p):], unicode.IsSpace)
 	}
 	return s
 }

@@ -194,7 +194,7 @@ func TestUsersAndModels(t *testing.T) {
 	if diff := cmp.Diff(want, c.Users); diff != "" {
 		t.Errorf("users (-want +got):\n%s", diff)
 	}
-	wantModels := []*Model{{Name: "H100", Free: 1, Total: 4}, {Name: "RTX 2080 SUPER", Free: 1, Total: 1}}
+	wantModels := []*Model{{Name: "H100", Vendor: "nvidia", Free: 1, Total: 4}, {Name: "RTX 2080 SUPER", Vendor: "nvidia", Free: 1, Total: 1}}
 	if diff := cmp.Diff(wantModels, c.Models); diff != "" {
 		t.Errorf("models (-want +got):\n%s", diff)
 	}
@@ -204,19 +204,154 @@ func TestUsersAndModels(t *testing.T) {
 }
 
 func TestShortName(t *testing.T) {
-	for full, want := range map[string]string{
-		"NVIDIA H100 80GB HBM3":         "H100 80GB HBM3",
-		"NVIDIA GeForce RTX 2080 SUPER": "RTX 2080 SUPER",
-		"Tesla V100-SXM2-16GB":          "V100-SXM2-16GB",
-		"NVIDIA RTX A6000":              "RTX A6000",
-		"NVIDIA":                        "NVIDIA",
-		"":                              "",
-		"NVIDIA A100-SXM4-80GB":         "A100 80",
+	names := map[string]string{"nvidia a100-sxm4-80gb": "A100 80", "amd instinct mi250x/mi250": "MI250X"}
+	const nv, amd = loaddata.VendorNVIDIA, loaddata.VendorAMD
+	for _, tc := range []struct{ name, full, vendor, want string }{
+		{"nvidia", "NVIDIA H100 80GB HBM3", nv, "H100 80GB HBM3"},
+		{"geforce", "NVIDIA GeForce RTX 2080 SUPER", nv, "RTX 2080 SUPER"},
+		{"tesla", "Tesla V100-SXM2-16GB", nv, "V100-SXM2-16GB"},
+		{"nvidia rtx", "NVIDIA RTX A6000", nv, "RTX A6000"},
+		{"vendor alone", "NVIDIA", nv, "NVIDIA"},
+		{"empty", "", nv, ""},
+		{"gpu_names", "NVIDIA A100-SXM4-80GB", nv, "A100 80"},
+		{"gpu_names for amd", "AMD Instinct MI250X/MI250", amd, "MI250X"},
+		// amd-smi's and rocm-smi 6's marketing names
+		{"instinct", "AMD Instinct MI300X", amd, "MI300X"},
+		{"instinct vf", "AMD Instinct MI300X VF", amd, "MI300X VF"},
+		{"instinct pair", "AMD Instinct MI250X / MI250", amd, "MI250X / MI250"},
+		{"radeon rx", "AMD Radeon RX 6700 XT", amd, "RX 6700 XT"},
+		{"radeon rx 7900", "AMD Radeon RX 7900 XTX", amd, "RX 7900 XTX"},
+		{"radeon pro", "AMD Radeon Pro W7900", amd, "Radeon Pro W7900"},
+		{"radeon PRO", "AMD Radeon PRO W7800", amd, "Radeon PRO W7800"},
+		{"radeon vii", "AMD Radeon VII", amd, "Radeon VII"},
+		{"radeon alone", "AMD Radeon", amd, "Radeon"},
+		{"amd alone", "AMD", amd, "AMD"},
+		// older rocm-smi: the PCI database's chip name, the cards in brackets
+		{"navi 22", "Navi 22 [Radeon RX 6700/6700 XT/6750 XT / 6800M/6850M XT]", amd, "RX 6700/6700 XT/6750 XT / 6800M/6850M XT"},
+		{"arcturus", "Arcturus GL-XL [Instinct MI100]", amd, "MI100"},
+		{"vega 20", "Vega 20 [Radeon Pro VII/Radeon Instinct MI50 32GB]", amd, "Radeon Pro VII/MI50 32GB"},
+		{"aldebaran", "Aldebaran/MI200 [Instinct MI210]", amd, "MI210"},
+		{"navi 21 pro", "Navi 21 GL-XL [Radeon PRO W6800]", amd, "Radeon PRO W6800"},
+		{"empty brackets", "Navi 10 []", amd, "Navi 10 []"},
+		{"nested brackets", "Navi 10 [[x]]", amd, "Navi 10 [[x]]"},
+		{"bracket first", "[Instinct MI100]", amd, "[Instinct MI100]"},
+		{"no space before the bracket", "n1233_[5-9%2]", amd, "n1233_[5-9%2]"},
+		{"bracket not last", "Vega 20 [Radeon VII] rev c1", amd, "Vega 20 [Radeon VII] rev c1"},
+		// each vendor's words are its own
+		{"amd words on nvidia", "AMD Instinct MI300X", nv, "AMD Instinct MI300X"},
+		{"brackets on nvidia", "Navi 22 [Radeon RX 6700]", nv, "Navi 22 [Radeon RX 6700]"},
+		{"nvidia words on amd", "NVIDIA H100", amd, "NVIDIA H100"},
+		{"another vendor", "NVIDIA AMD X", "intel", "NVIDIA AMD X"},
 	} {
-		names := map[string]string{"nvidia a100-sxm4-80gb": "A100 80"}
-		if got := shortName(full, names); got != want {
-			t.Errorf("shortName(%q) = %q, want %q", full, got, want)
+		t.Run(tc.name, func(t *testing.T) {
+			if got := shortName(tc.full, tc.vendor, names); got != tc.want {
+				t.Errorf("shortName(%q, %q) = %q, want %q", tc.full, tc.vendor, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestVendorOf(t *testing.T) {
+	for _, tc := range []struct{ name, cell, want string }{
+		{"older file", "", loaddata.VendorNVIDIA},
+		{"nvidia", "nvidia", loaddata.VendorNVIDIA},
+		{"amd", "amd", loaddata.VendorAMD},
+		{"upper case", " AMD ", loaddata.VendorAMD},
+		{"another", "intel", "intel"},
+		{"long", strings.Repeat("x", 100), strings.Repeat("x", vendorMax-len("…")) + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := vendorOf(tc.cell); got != tc.want {
+				t.Errorf("vendorOf(%q) = %q, want %q", tc.cell, got, tc.want)
+			}
+		})
+	}
+}
+
+// A lab of both vendors: each GPU has its row's vendor (an older file's
+// none is NVIDIA's), each model its GPUs', and the cluster both; an AMD
+// GPU without utilization (a partition) is classified by its memory and
+// processes as any GPU is.
+func TestMixedVendors(t *testing.T) {
+	amd := func(host string, idx int64, mem float64) loaddata.Row {
+		r := gpuRow(t, host, idx, mem)
+		r.GPUName, r.GPUVendor, r.MemTotalMiB, r.GPUUtilPct = "AMD Instinct MI300X", loaddata.VendorAMD, loaddata.Num(196592), loaddata.Number{}
+		return r
+	}
+	nv := gpuRow(t, "both", 0, 0)
+	nv.GPUVendor = loaddata.VendorNVIDIA
+	rows := []loaddata.Row{
+		gpuRow(t, "old", 0, 0), // an older file's row: no vendor
+		nv,
+		amd("both", 1, 0),
+		withProc(amd("mi", 0, 150000), "alice", "python train.py", 150000, false),
+		amd("mi", 1, 0),
+	}
+	c := build(rows, Options{FreeMemMiB: 1024, Now: now})
+	var got []string
+	for _, h := range c.Hosts {
+		for _, g := range h.GPUs {
+			got = append(got, fmt.Sprintf("%s/%s %s %s %s", h.Name, g.ID(), g.Vendor, g.Short, g.State))
 		}
+	}
+	want := []string{"old/0 nvidia H100 80GB HBM3 free", "both/0 nvidia H100 80GB HBM3 free", "both/1 amd MI300X free",
+		"mi/0 amd MI300X busy", "mi/1 amd MI300X free"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GPUs (-want +got):\n%s", diff)
+	}
+	wantModels := []*Model{{Name: "MI300X", Vendor: "amd", Free: 2, Total: 3}, {Name: "H100 80GB HBM3", Vendor: "nvidia", Free: 2, Total: 2}}
+	if diff := cmp.Diff(wantModels, c.Models); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"amd", "nvidia"}, c.Vendors); diff != "" {
+		t.Errorf("vendors (-want +got):\n%s", diff)
+	}
+	if h := c.Hosts[1]; h.ModelName != "" {
+		t.Errorf("host of both vendors: model name %q, want none", h.ModelName)
+	}
+}
+
+// An AMD GPU's health rests on the one health reading its tools give,
+// uncorrectable ECC errors: none is ok, some is degraded (the default
+// policy) and the GPU stays free; the NVIDIA-only readings, empty, are no
+// condition.
+func TestAMDHealthFromECCAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ecc   loaddata.Number
+		state string
+		conds []string
+	}{
+		{"not known", loaddata.Number{}, health.OK, nil},
+		{"none", loaddata.Num(0), health.OK, nil},
+		{"two", loaddata.Num(2), health.Degraded, []string{health.ECCUncorrected}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := gpuRow(t, "mi300a", 0, 283)
+			r.GPUName, r.GPUVendor, r.MemTotalMiB, r.ECCUncorrected = "AMD Instinct MI300X", loaddata.VendorAMD, loaddata.Num(196592), tc.ecc
+			g := build([]loaddata.Row{r}, Options{FreeMemMiB: 1024, Now: now, Health: health.DefaultPolicy()}).Hosts[0].GPUs[0]
+			var conds []string
+			for _, f := range g.Health.Findings {
+				conds = append(conds, f.Condition)
+			}
+			if g.Health.State != tc.state || g.State != Free || !slices.Equal(conds, tc.conds) {
+				t.Errorf("health %q %v, state %s; want %q %v, free", g.Health.State, conds, g.State, tc.state, tc.conds)
+			}
+		})
+	}
+}
+
+// Two vendors' models given one short name by [gpu_names] are one model
+// of no one vendor.
+func TestModelOfTwoVendors(t *testing.T) {
+	a := gpuRow(t, "a", 0, 0)
+	b := gpuRow(t, "b", 0, 0)
+	b.GPUName, b.GPUVendor = "AMD Instinct MI300X", loaddata.VendorAMD
+	c := gpuRow(t, "c", 0, 0)
+	names := map[string]string{"nvidia h100 80gb hbm3": "big", "amd instinct mi300x": "big"}
+	got := build([]loaddata.Row{a, b, c}, Options{FreeMemMiB: 1024, Now: now, GPUNames: names}).Models
+	if diff := cmp.Diff([]*Model{{Name: "big", Free: 3, Total: 3}}, got); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
 	}
 }
 
@@ -269,9 +404,9 @@ func TestModelsAddUp(t *testing.T) {
 	}
 	c := build(rows, Options{FreeMemMiB: 1024, Now: now, GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100"}})
 	want := []*Model{
-		{Name: "H100", Free: 3, Failed: 1, Total: 4},
-		{Name: "RTX 2080 SUPER", Free: 1, Total: 1},
-		{Name: "", Failed: 1, Total: 1},
+		{Name: "H100", Vendor: "nvidia", Free: 3, Failed: 1, Total: 4},
+		{Name: "RTX 2080 SUPER", Vendor: "nvidia", Free: 1, Total: 1},
+		{Name: "", Vendor: "nvidia", Failed: 1, Total: 1},
 	}
 	if diff := cmp.Diff(want, c.Models); diff != "" {
 		t.Errorf("models (-want +got):\n%s", diff)

@@ -47,11 +47,11 @@ type Host struct {
 
 // GPU is one GPU of a snapshot.
 type GPU struct {
-	ID          string // the page's id: nvidia-smi's index, else the bus id
-	Name        string // nvidia-smi's name
+	ID          string // the page's id: the vendor tool's index, else the bus id
+	Name        string // the vendor tool's name, "AMD Instinct MI300X"
 	State       string // Free, Busy, Reserved or Failed
 	UtilPct     float64
-	HasUtil     bool // false under MIG, or when nvidia-smi could not tell
+	HasUtil     bool // false under MIG, on an AMD partition, or when the tool could not tell
 	MemUsedMiB  float64
 	MemTotalMiB float64
 	Holders     []Holder // users whose processes hold it, sorted by name
@@ -68,7 +68,8 @@ type Holder struct {
 	User   string // "" when ps could not tell
 	MemMiB float64
 	// SMPct is the sum of its processes' own SM utilization (pmon); HasSM
-	// is false when that of any one of them is not known (MIG, pmon off).
+	// is false when that of any one of them is not known (MIG, pmon off,
+	// AMD's GPUs, whose tools give no process its own use).
 	SMPct float64
 	HasSM bool
 }
@@ -137,9 +138,9 @@ func gpuOf(g *cluster.GPU) GPU {
 // when the GPU's utilization is known and at most limitPct; otherwise each
 // one whose own SM utilization is known and at most limitPct, while others
 // keep the GPU busier (alice's notebook at 0 % where bob trains). A
-// utilization not known (MIG, pmon off) is never idle: history does not
-// guess. It is the one test of idleness (holderIdle): history's idle-held
-// spells and notify's episodes both ask it.
+// utilization not known (MIG, an AMD partition, pmon off) is never idle:
+// history does not guess. It is the one test of idleness (holderIdle):
+// history's idle-held spells and notify's episodes both ask it.
 func (g *GPU) IdleHolders(limitPct float64) []string {
 	var idle []string
 	for i := range g.Holders {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
@@ -53,5 +54,29 @@ func TestIdleHoldersOf(t *testing.T) {
 		{User: "bob", SMPct: loaddata.Num(85)}, {User: "alice", SMPct: loaddata.Num(0)}, {User: "carol"}}}
 	if diff := cmp.Diff([]string{"alice"}, IdleHoldersOf(g, 5)); diff != "" {
 		t.Errorf("idle holders (-want +got):\n%s", diff)
+	}
+}
+
+// An AMD GPU is idle by the same test as any: held at 0 % it is idle;
+// held with no utilization (a partition, for which AMD's tools give none)
+// and no process's own use (AMD gives none), it never is, as under MIG.
+func TestAMDGPUIdleAsAnyGPU(t *testing.T) {
+	row := func(idx int64, util loaddata.Number) loaddata.Row {
+		return loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "mi300a", HostStatus: hoststatus.OK,
+			GPUIndex: loaddata.IntOf(idx), GPUName: "AMD Instinct MI300X", GPUVendor: loaddata.VendorAMD,
+			GPUUtilPct: util, MemUsedMiB: loaddata.Num(20283), MemTotalMiB: loaddata.Num(196592),
+			PID: loaddata.IntOf(9000 + idx), User: "alice", Command: "python notebook.py", ProcessMemMiB: loaddata.Num(20000)}
+	}
+	b := cluster.NewBuilder(cluster.Options{FreeMemMiB: 1024})
+	for _, r := range []loaddata.Row{row(0, loaddata.Num(0)), row(1, loaddata.Number{})} {
+		b.Add(&r)
+	}
+	s := FromCluster(b.Cluster())
+	var got [][]string
+	for _, g := range s.Hosts[0].GPUs {
+		got = append(got, g.IdleHolders(5))
+	}
+	if diff := cmp.Diff([][]string{{"alice"}, nil}, got); diff != "" {
+		t.Errorf("idle holders of GPU 0 (0 %%) and GPU 1 (no utilization) (-want +got):\n%s", diff)
 	}
 }

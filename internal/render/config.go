@@ -60,7 +60,7 @@ type Config struct {
 	PromDetail string // metrics.prom's series: PromGPU, PromHost or PromFleet
 
 	HostNames map[string]string // lower-case host name -> display name
-	GPUNames  map[string]string // lower-case nvidia-smi name -> short name
+	GPUNames  map[string]string // lower-case full name (nvidia-smi's, amd-smi's) -> short name
 }
 
 // DefaultConfig is the configuration used when there is no config file:

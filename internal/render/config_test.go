@@ -57,6 +57,7 @@ gpu01 = GPU 1 (rack A)
 
 [gpu_names]
 NVIDIA H100 80GB HBM3 = H100
+Navi 22 [Radeon RX 6700/6700 XT/6750 XT / 6800M/6850M XT] = RX 6700 XT
 
 [history]
 db = /var/lib/gpumon/history.db
@@ -90,7 +91,8 @@ page_url = https://gpus.example.org/
 		Health:       health.DefaultPolicy(),
 		Groups:       []groupRule{{Name: "lab a", Hosts: []string{"gpu01", "gpu02"}}},
 		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
-		GPUNames:     map[string]string{"nvidia h100 80gb hbm3": "H100"},
+		GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100",
+			"navi 22 [radeon rx 6700/6700 xt/6750 xt / 6800m/6850m xt]": "RX 6700 XT"},
 		History: history.Config{DB: "/var/lib/gpumon/history.db", KeepDays: 30,
 			Params: history.Params{MaxGap: 20 * time.Minute, IdleUtilPct: 2.5, IdleAfter: 24 * time.Hour}},
 		Notify: notify.Config{

@@ -19,8 +19,9 @@ import (
 // (on a cell's detail and in the users table), root's container's name on
 // a cell, on an up host with a process, a host that is down and a lost GPU;
 // the health readings a host sends as text (ECC mode, clock events, the
-// kernel log's state) on a degraded GPU and a failed one, and a user
-// whose share of a GPU is idle.
+// kernel log's state) on a degraded GPU and a failed one, a user
+// whose share of a GPU is idle, and the vendor of a GPU that is not
+// NVIDIA's and reports no utilization (its hover names the vendor).
 func markupRows(s string) []loaddata.Row {
 	ts := "2026-11-23T14:05:00Z"
 	return []loaddata.Row{
@@ -52,6 +53,9 @@ func markupRows(s string) []loaddata.Row {
 		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
 			GPUIndex: loaddata.IntOf(1), GPUName: "m" + s, MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(8000),
 			PID: loaddata.IntOf(2), User: s, Command: "/usr/bin/" + s, Preemptible: true},
+		{Timestamp: ts, Host: "h" + s, HostStatus: hoststatus.OK,
+			GPUIndex: loaddata.IntOf(5), GPUName: "AMD Instinct MI300X", GPUVendor: "v" + s, MemUsedMiB: loaddata.Num(20000), MemTotalMiB: loaddata.Num(196592),
+			PID: loaddata.IntOf(8), User: s, Command: s, ProcessMemMiB: loaddata.Num(19800)},
 		{Timestamp: ts, Host: "d" + s, HostStatus: hoststatus.Error, HostError: s},
 		{Timestamp: ts, Host: "l" + s, HostStatus: hoststatus.OK, GPUBusID: s, GPUError: "e" + s},
 		{Timestamp: ts, Host: "b" + s, HostStatus: hoststatus.OK, GPUBusID: "b" + s, GPUName: "x"},

@@ -223,10 +223,23 @@ func usersView(us []*cluster.User, hostsMax int) (users []userView, jobs bool) {
 	return users, jobs
 }
 
-// migNote says why a GPU that reports its memory has no utilization: the
-// driver gives none for a GPU in MIG mode (every utilization.* is [N/A]),
-// and the CSV has no other way to tell.
+// migNote says why an NVIDIA GPU that reports its memory has no
+// utilization: the driver gives none for a GPU in MIG mode (every
+// utilization.* is [N/A]), and the CSV has no other way to tell.
 const migNote = "utilization not reported under MIG"
+
+// noUtilNote says the same of another vendor's GPU: AMD's tools give none
+// for a compute partition, among others; MIG is NVIDIA's alone.
+const noUtilNote = "utilization not reported by the vendor tool (none for a compute partition)"
+
+// noUtilWords are a cell's words for a GPU that reports its memory but not
+// its utilization, and its detail's note.
+func noUtilWords(g *cluster.GPU) (cell, note string) {
+	if isNVIDIA(g) {
+		return "no util (MIG)", migNote
+	}
+	return "no util", noUtilNote
+}
 
 // writeHosts writes one card per host:
 //
@@ -406,7 +419,9 @@ func writeKnownGPUs(w *bufio.Writer, down *history.HostState, r *Report) {
 }
 
 // hostInfo is the card's header after the name: "gpu01 · 8× NVIDIA H100
-// 80GB HBM3 · 3 free" (the raw name when it has a display name).
+// 80GB HBM3 · 3 free" (the raw name when it has a display name); the
+// model's vendor where its name does not say it ("AMD Arcturus GL-XL
+// [Instinct MI100]").
 func hostInfo(h *cluster.Host) string {
 	var info []string
 	if h.Display != h.Name {
@@ -419,7 +434,7 @@ func hostInfo(h *cluster.Host) string {
 		// every GPU: a lost one has no name, but is one of the host's
 		// model (as the models' tally counts it): 8×, not 7×, where one
 		// of 8 fell off the bus
-		info = append(info, strconv.Itoa(len(h.GPUs))+"× "+h.ModelName)
+		info = append(info, strconv.Itoa(len(h.GPUs))+"× "+withVendor(h.ModelName, hostVendor(h)))
 	}
 	if h.Count[cluster.Free] > 0 {
 		info = append(info, strconv.Itoa(h.Count[cluster.Free])+"\u00a0free") // not cut from its number
@@ -459,8 +474,9 @@ func hostStats(h *cluster.Host) string {
 // and every process.
 func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle *history.Spell, scratch []byte) []byte {
 	writeCellStart(w, h, g)
-	mig := !g.Util.Valid && g.MemUsed.Valid && g.Error == ""
-	scratch = writeMemLine(w, g, mig, scratch)
+	// memory but no utilization: MIG, or a partition of another vendor's
+	noUtil := !g.Util.Valid && g.MemUsed.Valid && g.Error == ""
+	scratch = writeMemLine(w, g, noUtil, scratch)
 	writeWho(w, g)
 	if idle != nil {
 		// a word, not a colour: the style sheet adds a dashed frame
@@ -474,10 +490,11 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	}
 	sens := sensors(g)
 	if g.Name != h.ModelName && g.Name != "" {
-		sens = joinNonEmpty(g.Name, sens)
+		// the cell names the short name, which may not say whose it is
+		sens = joinNonEmpty(withVendor(g.Name, g.Vendor), sens)
 	}
 	readings := hasHealthReadings(g)
-	if sens == "" && !readings && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !mig &&
+	if sens == "" && !readings && len(g.Procs) == 0 && g.Error == "" && len(g.Notes) == 0 && g.Reservation == nil && !noUtil &&
 		len(g.Health.Findings) == 0 {
 		return scratch // nothing to tell
 	}
@@ -486,7 +503,7 @@ func writeGPU(w *bufio.Writer, h *cluster.Host, g *cluster.GPU, r *Report, idle 
 	if readings {
 		scratch = writeHealthReadings(w, g, sens != "", scratch)
 	}
-	writeNotes(w, g, r, mig)
+	writeNotes(w, g, r, noUtil)
 	if len(g.Procs) > 0 {
 		scratch = writeProcTable(w, g.Procs, idleShares(g, r.idlePct()), scratch)
 	}
@@ -534,9 +551,9 @@ func joinNonEmpty(a, b string) string {
 }
 
 // writeMemLine writes a cell's memory and utilization, under a bar of
-// its memory used, or why a GPU in MIG mode has no utilization; nothing
-// when its memory is not known.
-func writeMemLine(w *bufio.Writer, g *cluster.GPU, mig bool, scratch []byte) []byte {
+// its memory used, or that a GPU (in MIG mode, a partition) has no
+// utilization (noUtil); nothing when its memory is not known.
+func writeMemLine(w *bufio.Writer, g *cluster.GPU, noUtil bool, scratch []byte) []byte {
 	if !g.MemUsed.Valid && !g.MemTotal.Valid {
 		return scratch // no memText
 	}
@@ -554,15 +571,18 @@ func writeMemLine(w *bufio.Writer, g *cluster.GPU, mig bool, scratch []byte) []b
 		scratch = append(appendFloat(append(scratch, " · "...), g.Util.Value), '%')
 	}
 	w.Write(scratch) // numbers only
-	if !g.Util.Valid && mig {
-		w.WriteString("<span class=mig>no util (MIG)</span>") // a line of its own
+	if !g.Util.Valid && noUtil {
+		cell, _ := noUtilWords(g)
+		w.WriteString("<span class=mig>") // a line of its own
+		w.WriteString(cell)               // fixed words
+		w.WriteString("</span>")
 	}
 	return scratch
 }
 
 // writeNotes writes the detail's notes: the GPU's error, why it has no
-// utilization, the driver's notes and its reservation.
-func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, mig bool) {
+// utilization (noUtil), the driver's notes and its reservation.
+func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, noUtil bool) {
 	note := func(s string) {
 		w.WriteString("<p class=n>")
 		esc(w, s)
@@ -574,8 +594,9 @@ func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, mig bool) {
 	for _, l := range findingLines(g) {
 		note(l)
 	}
-	if mig {
-		note(migNote)
+	if noUtil {
+		_, why := noUtilWords(g)
+		note(why)
 	}
 	for _, n := range g.Notes {
 		note(n)

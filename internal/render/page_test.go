@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,23 +149,33 @@ func TestCellSaysWho(t *testing.T) {
 	}
 }
 
-// A GPU that reports memory but no utilization (MIG) says why; a lost GPU
-// and one with nothing known do not.
+// A GPU that reports memory but no utilization says why: an NVIDIA GPU
+// (or one made without a vendor) is in MIG mode, an AMD GPU's tool gives
+// none (a partition), never called MIG; a lost GPU and one with nothing
+// known say nothing.
 func TestCellSaysWhyNoUtilization(t *testing.T) {
+	mig := []string{"<span class=mig>no util (MIG)</span>", "<p class=n>" + migNote + "</p>"}
+	amd := []string{"<span class=mig>no util</span>", "<p class=n>" + noUtilNote + "</p>"}
 	for _, tt := range []struct {
 		name string
 		g    cluster.GPU
-		mig  bool
+		want []string // the cell's words and the detail's note; nil: none
 	}{
-		{"MIG", cluster.GPU{MemUsed: loaddata.Num(11125), MemTotal: loaddata.Num(81559), State: cluster.Busy}, true},
-		{"utilization known", cluster.GPU{MemUsed: loaddata.Num(1), MemTotal: loaddata.Num(81559), Util: loaddata.Num(0), State: cluster.Free}, false},
-		{"lost", cluster.GPU{Error: "GPU is lost", State: cluster.Failed}, false},
-		{"nothing known", cluster.GPU{State: cluster.Free}, false},
+		{"MIG", cluster.GPU{MemUsed: loaddata.Num(11125), MemTotal: loaddata.Num(81559), State: cluster.Busy}, mig},
+		{"MIG, vendor known", cluster.GPU{Vendor: loaddata.VendorNVIDIA, MemUsed: loaddata.Num(11125), MemTotal: loaddata.Num(81559), State: cluster.Busy}, mig},
+		{"AMD partition", cluster.GPU{Vendor: loaddata.VendorAMD, MemUsed: loaddata.Num(283), MemTotal: loaddata.Num(196592), State: cluster.Free}, amd},
+		{"utilization known", cluster.GPU{MemUsed: loaddata.Num(1), MemTotal: loaddata.Num(81559), Util: loaddata.Num(0), State: cluster.Free}, nil},
+		{"AMD, utilization known", cluster.GPU{Vendor: loaddata.VendorAMD, MemUsed: loaddata.Num(283), MemTotal: loaddata.Num(196592), Util: loaddata.Num(0), State: cluster.Free}, nil},
+		{"lost", cluster.GPU{Error: "GPU is lost", State: cluster.Failed}, nil},
+		{"AMD lost", cluster.GPU{Vendor: loaddata.VendorAMD, Error: "GPU is lost", State: cluster.Failed}, nil},
+		{"nothing known", cluster.GPU{State: cluster.Free}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cell := cellOf(&tt.g)
-			if got := strings.Contains(cell, "<span class=mig>no util (MIG)</span>") && strings.Contains(cell, "<p class=n>"+migNote+"</p>"); got != tt.mig {
-				t.Errorf("says MIG: %v, want %v\n%s", got, tt.mig, cell)
+			for _, s := range slices.Concat(mig, amd) {
+				if got, want := strings.Contains(cell, s), slices.Contains(tt.want, s); got != want {
+					t.Errorf("cell has %q: %v, want %v\n%s", s, got, want, cell)
+				}
 			}
 		})
 	}
@@ -465,14 +476,16 @@ func markupOf(t testing.TB, page []byte) []byte {
 }
 
 // The page goldens: the one-page fixture (load_data.csv as an older fetch
-// wrote it, without Slurm and container columns) and attrib.csv, whose
-// processes run in Slurm jobs, Docker containers and Kubernetes pods. Each
+// wrote it, without Slurm and container columns), attrib.csv, whose
+// processes run in Slurm jobs, Docker containers and Kubernetes pods,
+// health.csv and vendors.csv (NVIDIA and AMD hosts, see TestGolden). Each
 // holds the markup (markupOf); go test -update rewrites them.
 func TestPageGolden(t *testing.T) {
 	for _, tt := range []struct{ golden, csv, resv string }{
 		{"page.html.golden", "testdata/load_data.csv", "testdata/reservations.json"},
 		{"page-attrib.html.golden", "testdata/attrib.csv", ""},
 		{"page-health.html.golden", "testdata/health.csv", ""},
+		{"page-vendors.html.golden", "testdata/vendors.csv", ""},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
 			var b bytes.Buffer

@@ -24,7 +24,7 @@ import (
 func writeProm(w io.Writer, r *Report) error {
 	c := r.Cluster
 	pw := &promWriter{Writer: bufio.NewWriterSize(w, 64<<10)}
-	// uuid and name only on gpumon_gpu_state; join on host and gpu for the rest
+	// uuid, name and vendor only on gpumon_gpu_state; join on host and gpu for the rest
 	each := func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64) {
 		pw.family(name, "gauge", help)
 		for _, h := range c.Hosts {
@@ -135,15 +135,23 @@ func appendLabelValue(b []byte, v string) []byte {
 
 // promGPUs writes the series of each GPU (prom_detail = gpu).
 func promGPUs(pw *promWriter, each func(name, help string, val func(g *cluster.GPU) loaddata.Number, scale float64), c *cluster.Cluster) {
-	pw.family("gpumon_gpu_state", "gauge", "The GPU's state (free, busy, reserved or failed) in the state label; always 1.")
+	pw.family("gpumon_gpu_state", "gauge", "The GPU's state (free, busy, reserved or failed) in the state label; always 1. vendor: amd, none for NVIDIA.")
 	for _, h := range c.Hosts {
 		for _, g := range h.GPUs {
-			pw.sample("gpumon_gpu_state", []string{"host", h.Name, "gpu", g.ID(), "uuid", g.UUID, "name", g.Name, "state", g.State}, 1)
+			labels := append(make([]string, 0, 12), "host", h.Name, "gpu", g.ID(), "uuid", g.UUID, "name", g.Name, "state", g.State)
+			// An NVIDIA GPU's series has no vendor label, so that it is the
+			// series it was before other vendors came (a missing label
+			// and an empty one are the same to Prometheus: {vendor=""}
+			// selects NVIDIA's GPUs).
+			if !isNVIDIA(g) {
+				labels = append(labels, "vendor", g.Vendor)
+			}
+			pw.sample("gpumon_gpu_state", labels, 1)
 		}
 	}
 	each("gpumon_gpu_memory_used_bytes", "GPU memory in use.", func(g *cluster.GPU) loaddata.Number { return g.MemUsed }, 1<<20)
 	each("gpumon_gpu_memory_total_bytes", "GPU memory in all.", func(g *cluster.GPU) loaddata.Number { return g.MemTotal }, 1<<20)
-	each("gpumon_gpu_utilization_ratio", "GPU utilization, 0 to 1 (not reported under MIG).", func(g *cluster.GPU) loaddata.Number { return g.Util }, 0.01)
+	each("gpumon_gpu_utilization_ratio", "GPU utilization, 0 to 1 (not reported under MIG, nor for an AMD compute partition).", func(g *cluster.GPU) loaddata.Number { return g.Util }, 0.01)
 	each("gpumon_gpu_temperature_celsius", "GPU temperature.", func(g *cluster.GPU) loaddata.Number { return g.Temp }, 1)
 	each("gpumon_gpu_power_watts", "GPU power draw.", func(g *cluster.GPU) loaddata.Number { return g.Power }, 1)
 	pw.family("gpumon_gpu_processes", "gauge", "Processes on the GPU that hold it (ignored and preemptible ones not counted).")

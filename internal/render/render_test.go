@@ -69,11 +69,16 @@ func readRows(t testing.TB, path string) []loaddata.Row {
 // each health (ok, a pending remap, a fatal XID with a process on it, a
 // hardware slowdown on a GPU shared by a worker and an idle holder,
 // uncorrected ECC, a lost GPU), a host whose kernel log is unreadable and
-// one of an old driver without the health fields.
+// one of an old driver without the health fields; and vendors.csv, a lab
+// of both vendors: an H100 host, an MI300X host (a GPU shared by two
+// users, a partition without utilization, one with uncorrected ECC), two
+// Radeon workstations (one named by an older rocm-smi's chip name) and a
+// host with both (its AMD GPU numbered after its NVIDIA ones).
 func TestGolden(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
 	attrib := testReport(t, readRows(t, "testdata/attrib.csv"), "")
 	sick := testReport(t, readRows(t, "testdata/health.csv"), "")
+	vendors := testReport(t, readRows(t, "testdata/vendors.csv"), "")
 	for _, o := range []struct {
 		name  string
 		write func(w *bytes.Buffer) error
@@ -90,6 +95,9 @@ func TestGolden(t *testing.T) {
 		{"table-health-free.txt.golden", func(w *bytes.Buffer) error {
 			return writeTextWith(w, sick, textOptions{Free: true})
 		}},
+		{"status-vendors.json.golden", func(w *bytes.Buffer) error { return writeJSON(w, vendors) }},
+		{"metrics-vendors.prom.golden", func(w *bytes.Buffer) error { return writeProm(w, vendors) }},
+		{"table-vendors.txt.golden", func(w *bytes.Buffer) error { return writeText(w, vendors, false) }},
 	} {
 		t.Run(o.name, func(t *testing.T) {
 			var b bytes.Buffer

@@ -63,7 +63,8 @@ type statusSummary struct {
 // model, so the totals add up to summary.gpus: a lost GPU (no name) under
 // its host's model, or under the name "" when that is not known either.
 type statusModel struct {
-	Name   string `json:"name"` // short name; "" for GPUs of unknown model
+	Name   string `json:"name"`             // short name; "" for GPUs of unknown model
+	Vendor string `json:"vendor,omitempty"` // its GPUs' vendor; left out when they are not one vendor's
 	Free   int    `json:"free"`
 	Failed int    `json:"failed"`
 	Total  int    `json:"total"` // failed GPUs included
@@ -84,11 +85,13 @@ type statusHost struct {
 	MemUsedMiB  *float64           `json:"mem_used_mib"`
 	MemTotalMiB *float64           `json:"mem_total_mib"`
 	Reservation *statusReservation `json:"reservation,omitempty"` // a whole-host reservation
-	// The name and short name that every GPU of the host has, when they
-	// all have the same (left out otherwise): its GPUs then leave out
-	// theirs. A host of 8 identical GPUs would repeat them 8 times.
+	// The name, short name and vendor that every GPU of the host has,
+	// when they all have the same (left out otherwise): its GPUs then
+	// leave out theirs. A host of 8 identical GPUs would repeat them 8
+	// times.
 	GPUName      string      `json:"gpu_name,omitempty"`
 	GPUShortName string      `json:"gpu_short_name,omitempty"`
+	GPUVendor    string      `json:"gpu_vendor,omitempty"`
 	GPUs         []statusGPU `json:"gpus"` // empty for a host that is down
 	// For a host that is down, from the history (left out without it):
 	// since when (the first failed snapshot since it last answered; left
@@ -109,10 +112,12 @@ type statusKnownGPU struct {
 type statusGPU struct {
 	Index *int   `json:"index"` // null for a GPU the driver lost (see bus_id)
 	UUID  string `json:"uuid"`
-	// nil (left out): the host's gpu_name / gpu_short_name; a GPU of a
-	// host without one has its own, "" included (a lost GPU's).
+	// nil (left out): the host's gpu_name / gpu_short_name / gpu_vendor;
+	// a GPU of a host without one has its own, "" included (a lost GPU's
+	// name). The vendor is nvidia or amd.
 	Name        *string            `json:"name,omitempty"`
 	ShortName   *string            `json:"short_name,omitempty"`
+	Vendor      *string            `json:"vendor,omitempty"`
 	BusID       string             `json:"bus_id"`
 	State       string             `json:"state"` // free, busy, reserved or failed
 	Health      statusHealth       `json:"health"`
@@ -239,7 +244,7 @@ func statusHead(r *Report) *statusPrefix {
 		}
 	}
 	for _, m := range c.Models {
-		s.Summary.Models = append(s.Summary.Models, statusModel{Name: m.Name, Free: m.Free, Failed: m.Failed, Total: m.Total})
+		s.Summary.Models = append(s.Summary.Models, statusModel{Name: m.Name, Vendor: m.Vendor, Free: m.Free, Failed: m.Failed, Total: m.Total})
 	}
 	return s
 }
@@ -277,6 +282,7 @@ func fillStatusHost(sh *statusHost, h *cluster.Host, hist *history.Summary, nums
 	}
 	sh.GPUName, sh.GPUShortName = sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Name }),
 		sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Short })
+	sh.GPUVendor = sharedName(h.GPUs, func(g *cluster.GPU) string { return g.Vendor })
 	for i, g := range h.GPUs {
 		var procs []statusProcess
 		if i < cap(gpus) {
@@ -296,6 +302,9 @@ func fillStatusHost(sh *statusHost, h *cluster.Host, hist *history.Summary, nums
 		}
 		if sh.GPUShortName == "" {
 			sg.ShortName = &g.Short
+		}
+		if sh.GPUVendor == "" {
+			sg.Vendor = &g.Vendor
 		}
 		for _, p := range g.Procs {
 			sg.Processes = append(sg.Processes, statusProcess{PID: nums.int(p.PID), User: p.User, Command: p.Command,
@@ -547,9 +556,9 @@ func withHistoryUsers(users []statusUser, h *history.Summary) []statusUser {
 // field by field, as it writes them.
 var statusKeys = map[reflect.Type][]string{
 	reflect.TypeFor[statusHost](): {"name", "display_name", "up", "status", "error,omitempty", "timestamp", "cpus", "load1",
-		"mem_used_mib", "mem_total_mib", "reservation,omitempty", "gpu_name,omitempty", "gpu_short_name,omitempty", "gpus",
+		"mem_used_mib", "mem_total_mib", "reservation,omitempty", "gpu_name,omitempty", "gpu_short_name,omitempty", "gpu_vendor,omitempty", "gpus",
 		"down_since,omitempty", "last_known_gpus,omitzero"},
-	reflect.TypeFor[statusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "bus_id", "state", "health", "notes,omitempty",
+	reflect.TypeFor[statusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "vendor,omitempty", "bus_id", "state", "health", "notes,omitempty",
 		"error,omitempty", "util_pct", "mem_util_pct", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w",
 		"power_limit_w", "fan_pct", "reservation,omitempty", "processes,omitempty"},
 	reflect.TypeFor[statusProcess](): {"pid", "user", "command", "mem_mib", "sm_pct,omitempty", "elapsed_s", "preemptible,omitempty", "ignored,omitempty",
@@ -614,6 +623,10 @@ func appendStatusHost(b []byte, h *statusHost) (_ []byte, ok bool) {
 		b = append(b, `,"gpu_short_name":`...)
 		b = appendJSONString(b, h.GPUShortName)
 	}
+	if h.GPUVendor != "" {
+		b = append(b, `,"gpu_vendor":`...)
+		b = appendJSONString(b, h.GPUVendor)
+	}
 	b = append(b, `,"gpus":`...)
 	if h.GPUs == nil {
 		b = append(b, "null"...)
@@ -666,6 +679,10 @@ func appendStatusGPU(b []byte, g *statusGPU, ok *bool) []byte {
 	if g.ShortName != nil {
 		b = append(b, `,"short_name":`...)
 		b = appendJSONString(b, *g.ShortName)
+	}
+	if g.Vendor != nil {
+		b = append(b, `,"vendor":`...)
+		b = appendJSONString(b, *g.Vendor)
 	}
 	b = append(b, `,"bus_id":`...)
 	b = appendJSONString(b, g.BusID)

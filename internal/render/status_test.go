@@ -80,8 +80,8 @@ func leanRows() []loaddata.Row {
 // leanKeys are the keys status.json leaves out when empty, by where they
 // are: on a host, a GPU or a process.
 var leanKeys = map[string][]string{
-	"host":    {"error", "reservation", "gpu_name", "gpu_short_name", "down_since", "last_known_gpus"},
-	"gpu":     {"name", "short_name", "notes", "error", "reservation", "processes"},
+	"host":    {"error", "reservation", "gpu_name", "gpu_short_name", "gpu_vendor", "down_since", "last_known_gpus"},
+	"gpu":     {"name", "short_name", "vendor", "notes", "error", "reservation", "processes"},
 	"process": {"preemptible", "ignored", "slurm_job", "slurm_job_name", "slurm_partition", "container", "container_name", "pod"},
 }
 
@@ -176,6 +176,11 @@ func TestStatusOmittedKeysReappear(t *testing.T) {
 		{name: "mixed models", edit: func(r []loaddata.Row) []loaddata.Row { r[1].GPUName = "NVIDIA A100-SXM4-80GB"; return r },
 			want: map[string][]any{"host.gpu_name": nil, "host.gpu_short_name": nil,
 				"gpu.name": {h100[0], "NVIDIA A100-SXM4-80GB"}, "gpu.short_name": {"H100 80GB HBM3", "A100-SXM4-80GB"}}},
+		{name: "both vendors", edit: func(r []loaddata.Row) []loaddata.Row {
+			r[1].GPUName, r[1].GPUVendor = "AMD Instinct MI300X", loaddata.VendorAMD
+			return r
+		}, want: map[string][]any{"host.gpu_name": nil, "host.gpu_short_name": nil, "host.gpu_vendor": nil,
+			"gpu.name": {h100[0], "AMD Instinct MI300X"}, "gpu.short_name": {"H100 80GB HBM3", "MI300X"}, "gpu.vendor": {"nvidia", "amd"}}},
 		{name: "GPU reservation", resv: `{"gpu01": [{"name": "carol", "comment": "ICML", "gpus": [1]}]}`,
 			want: map[string][]any{"gpu.reservation": {map[string]any{"name": "carol", "comment": "ICML", "until": nil}}}},
 		{name: "host down", edit: down("gpu02", "no complete answer in 20s"),
@@ -197,7 +202,7 @@ func TestStatusOmittedKeysReappear(t *testing.T) {
 			if err := writeJSON(&js, testReport(t, rows, file)); err != nil {
 				t.Fatal(err)
 			}
-			want := map[string][]any{"host.gpu_name": h100, "host.gpu_short_name": {"H100 80GB HBM3"}}
+			want := map[string][]any{"host.gpu_name": h100, "host.gpu_short_name": {"H100 80GB HBM3"}, "host.gpu_vendor": {"nvidia"}}
 			for k, v := range tt.want {
 				want[k] = v
 			}

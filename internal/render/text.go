@@ -147,7 +147,7 @@ func newTextTable(r *Report, o textOptions) *textTable {
 		}
 		hl := hostLines{name: clean(h.Display, hostNameMax)}
 		if h.Up() {
-			hl.fields = hostFields(h)
+			hl.fields = hostFields(h, len(r.Cluster.Vendors) > 1)
 			if h.Error != "" {
 				hl.notes = append(hl.notes, clean(h.Error, reasonMax))
 			}
@@ -289,10 +289,11 @@ func (t *textTable) prefixWidth(showName bool) int {
 }
 
 // hostFields are the header's fields: "H100 80GB HBM3 x8", "load 3.2",
-// "cpus 64", "ram 120/512 GB".
-func hostFields(h *cluster.Host) []string {
+// "cpus 64", "ram 120/512 GB"; each model with its vendor's name in a
+// fleet of several vendors (vendors), "NVIDIA H100 80GB HBM3 x8".
+func hostFields(h *cluster.Host, vendors bool) []string {
 	var f []string
-	if m := hostModels(h); m != "" {
+	if m := hostModels(h, vendors); m != "" {
 		f = append(f, m)
 	}
 	if h.Load1.Valid {
@@ -310,7 +311,9 @@ func hostFields(h *cluster.Host) []string {
 
 // hostModels counts the host's GPUs per model: "H100 80GB HBM3 x8", or
 // "A100 x2 + V100 x1". A GPU the driver lost counts under the host's model.
-func hostModels(h *cluster.Host) string {
+// With vendors, each model's vendor comes first: where a lab has both, a
+// CUDA user looks for "NVIDIA", whatever the models are called.
+func hostModels(h *cluster.Host, vendors bool) string {
 	common := ""
 	for _, g := range h.GPUs {
 		if g.Name == h.ModelName && h.ModelName != "" {
@@ -327,6 +330,9 @@ func hostModels(h *cluster.Host) string {
 		}
 		if name == "" {
 			name = "unknown"
+		}
+		if vendors {
+			name = vendorName(g.Vendor) + " " + name
 		}
 		if count[name] == 0 {
 			names = append(names, name)
