@@ -116,7 +116,7 @@ func mixedLab(t *testing.T) (www string, alicePID int) {
 }
 
 // An AMD host on the page, beside an NVIDIA one, as a user sees it: its
-// GPUs by model, the busy one red with alice's process in its hover (her
+// GPUs counted by model in the summary, the busy one red with alice's process in its hover (her
 // command's markup as text, running nothing), the others free.
 func TestAMDHostOnThePage(t *testing.T) {
 	www, alicePID := mixedLab(t)
@@ -133,8 +133,11 @@ func TestAMDHostOnThePage(t *testing.T) {
 			t.Errorf("%s: state %q, want %q", sel, st, want)
 		}
 	}
-	if card := tb.textOf(`.host[data-host="mi01"]`); !strings.Contains(card, "MI100") || strings.Contains(card, "AMD Instinct") {
-		t.Errorf("the AMD host's card does not name its model short (MI100):\n%s", card)
+	if sum := tb.textOf("#summary"); !strings.Contains(sum, "MI100: 3 free of 4") || !strings.Contains(sum, "H100 80GB HBM3: 0 free of 1") {
+		t.Errorf("the summary does not count each model by its short name:\n%s", sum)
+	}
+	if card := tb.textOf(`.host[data-host="mi01"]`); !strings.Contains(card, "4× AMD Instinct MI100") || !strings.Contains(card, "alice") {
+		t.Errorf("the AMD host's card does not name its GPUs and their user:\n%s", card)
 	}
 	busyBg, _ := tb.background(amdBusy)
 	nvBg, _ := tb.background(nvBusy)
