@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,28 @@ import (
 // runs). interval_seconds = 10, so only the inotify path can be fast.
 func BenchmarkPreemptionLatency(b *testing.B) {
 	e := newEnv(b, 1)
+	benchPreemption(b, e, e.devs[0], nil, nil)
+}
+
+// BenchmarkPreemptionLatencyAMD: the same on an AMD host: the job holds
+// /dev/kfd itself (as a ROCm job does: it is ours, and every GPU's), the
+// opener opens /dev/kfd with a KFD entry that shows no VRAM yet (as a
+// ROCm program that has just started), so the scan reads the KFD entries
+// too.
+func BenchmarkPreemptionLatencyAMD(b *testing.B) {
+	e := newAMDEnv(b, 2)
+	ids := make([]string, len(e.gpuIDs))
+	for i, id := range e.gpuIDs {
+		ids[i] = strconv.FormatUint(uint64(id), 10)
+	}
+	benchPreemption(b, e, e.kfd, []string{"OPEN_DEV=" + e.kfd},
+		[]string{"KFD_PROC=" + filepath.Join(e.sysfs, "proc"), "KFD_GPU_IDS=" + strings.Join(ids, ",")})
+}
+
+// benchPreemption measures the preemption of a job on GPU 0 of e by the
+// opener's opens of dev; jobEnv and openerEnv are added to the job's and
+// the opener's environments.
+func benchPreemption(b *testing.B, e *env, dev string, jobEnv, openerEnv []string) {
 	ready, term := e.path("ready"), e.path("term")
 	e.start(fmt.Sprintf(`interval_seconds = 10
 min_idle_seconds = 0
@@ -28,11 +51,11 @@ grace_seconds = 5
 user = root
 [process-bench]
 gpus = 0
-cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
-`, ready, term, os.Args[0]), options{})
+cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s %s exec %s
+`, ready, term, strings.Join(jobEnv, " "), os.Args[0]), options{})
 
 	opener := exec.Command(os.Args[0])
-	opener.Env = append(os.Environ(), "IDLEMON_TEST_HELPER=opener", "DEV="+e.devs[0])
+	opener.Env = append(append(os.Environ(), "IDLEMON_TEST_HELPER=opener", "DEV="+dev), openerEnv...)
 	in, _ := opener.StdinPipe()
 	outp, _ := opener.StdoutPipe()
 	if err := opener.Start(); err != nil {
@@ -66,6 +89,9 @@ cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
 		say("close")
 	}
 	b.StopTimer()
+	if n := e.countLog("stopped job process-bench .* - preempted by "); n != trials {
+		b.Errorf("%d preemptions by the opener for %d opens:\n%s", n, trials, e.log.String())
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) float64 {
 		i := int(p*float64(len(lat))+0.5) - 1

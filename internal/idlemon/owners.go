@@ -46,8 +46,8 @@ func (d *daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 	for _, r := range d.runs {
 		r.holders = r.holders[:0]
 	}
-	for _, dev := range d.plan.Devices {
-		for _, pid := range snap.Holders[dev.Index] {
+	for _, gpu := range d.plan.GPUs {
+		for _, pid := range snap.Holders[gpu] {
 			if _, done := owner[pid]; done {
 				continue
 			}
