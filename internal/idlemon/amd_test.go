@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -224,5 +225,69 @@ func TestJobEnv(t *testing.T) {
 				t.Errorf("env (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// AMD's monitors (Python scripts: the process is "python3 .../amd-smi")
+// hold /dev/kfd with no VRAM while they run, which would count on every
+// GPU: they are ignored, as nvidia-smi is; a script of another name is not.
+func TestAMDMonitorsIgnored(t *testing.T) {
+	e := newAMDEnv(t, 1)
+	e.start(`interval_seconds = 3600
+min_idle_seconds = 0
+grace_seconds = 1
+user = root
+[process-zero]
+gpus = 0
+cmd = exec sleep 600
+`, options{})
+	f := e.waitState("the job running", patience, jobRunning("process-zero"))
+	job := jobInfo(f, "process-zero")
+	run := func(name string) (pid int, done func()) {
+		fifo := e.path(name + ".fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		script := e.path(name)
+		writeTestFile(t, script, e.kfdEntry(0)+"; exec 3<"+e.kfd+"; read _ <"+fifo+"\n")
+		c := exec.Command("bash", "-c", `exec -a python3 /bin/sh "$0" --json`, script)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		e.waitHolder(0, c.Process.Pid, patience)
+		return c.Process.Pid, func() { writeFifo(t, fifo); c.Wait() }
+	}
+	_, done := run("amd-smi")
+	opened := time.Now()
+	if fh, err := os.Open(e.kfd); err == nil { // one more scan, after amd-smi's open
+		fh.Close()
+	}
+	e.waitState("a scan with amd-smi holding /dev/kfd", patience, func(g *idlestate.File) bool {
+		return g.Updated.After(opened.Add(60 * time.Millisecond))
+	})
+	if n := e.countLog("stopped job"); n != 0 {
+		t.Fatalf("amd-smi preempted the job:\n%s", e.log.String())
+	}
+	done()
+	train, _ := run("train.py")
+	e.waitLog(`gpu 0: stopped job process-zero \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by root pid `+strconv.Itoa(train)+` python3$`, 1, atOnce)
+}
+
+// The script an interpreter runs is its program; code given with -c is not.
+func TestScriptOf(t *testing.T) {
+	for _, tt := range []struct{ cmd, want string }{
+		{"python3 /opt/rocm/bin/amd-smi static --json", "/opt/rocm/bin/amd-smi static --json"},
+		{"/usr/bin/python3.12 /usr/local/bin/rocm-smi", "/usr/local/bin/rocm-smi"},
+		{"perl ./tool.pl", "./tool.pl"},
+		{"python3 -c import os", ""},
+		{"python3", ""},
+		{"sh -c nvidia-smi", ""},
+		{"bash /opt/rocm/bin/amd-smi", ""},
+		{"pythonista /x/amd-smi", ""},
+	} {
+		if got := scriptOf(tt.cmd); got != tt.want {
+			t.Errorf("scriptOf(%q) = %q, want %q", tt.cmd, got, tt.want)
+		}
 	}
 }

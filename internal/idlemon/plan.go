@@ -133,9 +133,21 @@ func (p *hostPlan) findDevices() error {
 	}
 	for _, i := range p.GPUs {
 		p.Ignore[i] = cfg.IgnoreFor(i)
+		if p.Vendor == config.VendorAMD {
+			for _, name := range amdIgnore {
+				if !slices.Contains(p.Ignore[i], name) {
+					p.Ignore[i] = append(p.Ignore[i], name)
+				}
+			}
+		}
 	}
 	return nil
 }
+
+// amdIgnore are AMD's monitors, never busy on an AMD host: amd-smi and
+// rocm-smi open the render nodes and, on some GPUs (MI300), /dev/kfd
+// while they run, without VRAM (fetch runs one of them every round).
+var amdIgnore = []string{"amd-smi", "rocm-smi"}
 
 // chooseVendor is the vendor a config watches: the one it names; else
 // NVIDIA where devices is set (the glob names NVIDIA's files, as in
