@@ -119,23 +119,8 @@ func BenchmarkScan2000(b *testing.B) {
 		defer f.Close()
 		files = append(files, f)
 	}
-	var procs []*exec.Cmd
-	defer func() {
-		for _, c := range procs {
-			c.Process.Kill()
-			c.Wait()
-		}
-	}()
-	for i := 0; i < 2000; i++ {
-		c := exec.Command("sleep", "600")
-		if i%100 == 0 {
-			c.ExtraFiles = []*os.File{files[(i/100)%len(files)]}
-		}
-		if err := c.Start(); err != nil {
-			b.Fatalf("process %d: %v", i, err)
-		}
-		procs = append(procs, c)
-	}
+	procs := startSleepers(b, 2000, files)
+	defer stopAll(procs)
 	devs, err := holders.Find(e.path("dev/nvidia[0-9]*"))
 	if err != nil {
 		b.Fatal(err)
@@ -217,6 +202,75 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 	if len(j.procs) < 3 || j.job == nil || d.sched.Jobs[0].Phase != running {
 		b.Fatalf("job %+v, procs %v:\n%s", j.job, j.procs, e.log.String())
 	}
+}
+
+// startSleepers starts n sleeping processes, every 100th holding one of
+// files open (in turn).
+func startSleepers(b *testing.B, n int, files []*os.File) []*exec.Cmd {
+	var procs []*exec.Cmd
+	for i := 0; i < n; i++ {
+		c := exec.Command("sleep", "600")
+		if i%100 == 0 {
+			c.ExtraFiles = []*os.File{files[(i/100)%len(files)]}
+		}
+		if err := c.Start(); err != nil {
+			stopAll(procs)
+			b.Fatalf("process %d: %v", i, err)
+		}
+		procs = append(procs, c)
+	}
+	return procs
+}
+
+func stopAll(procs []*exec.Cmd) {
+	for _, c := range procs {
+		c.Process.Kill()
+		c.Wait()
+	}
+}
+
+// BenchmarkScan2000AMD: BenchmarkScan2000's scan on an AMD host: 2,000
+// extra sleeping processes, every 100th holding /dev/kfd, half of those
+// with a KFD entry showing VRAM on one of 4 GPUs, the others without one
+// (they hold every GPU: the scan walks up their parents).
+func BenchmarkScan2000AMD(b *testing.B) {
+	e := newAMDEnv(b, 4)
+	f, err := os.Open(e.kfd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	procs := startSleepers(b, 2000, []*os.File{f})
+	defer stopAll(procs)
+	for i := 0; i < len(procs); i += 200 {
+		dir := filepath.Join(e.sysfs, "proc", strconv.Itoa(procs[i].Process.Pid))
+		os.MkdirAll(dir, 0o755)
+		for g, id := range e.gpuIDs {
+			vram := "0\n"
+			if g == (i/200)%len(e.gpuIDs) {
+				vram = "1073741824\n"
+			}
+			os.WriteFile(filepath.Join(dir, "vram_"+strconv.FormatUint(uint64(id), 10)), []byte(vram), 0o644)
+		}
+	}
+	sc := e.scanner()
+	snap, err := sc.Scan()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(snap.PIDs) < 2000 || len(snap.Holders[0]) < 10 || len(snap.Holders[3]) < 10 {
+		b.Fatalf("scan saw %d processes, holders %v", len(snap.PIDs), snap.Holders)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if _, err := sc.Scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/scan")
+	b.ReportMetric(float64(len(snap.PIDs)), "procs")
 }
 
 // BenchmarkCPU: idlemon's CPU time in each state it spends its life in,
