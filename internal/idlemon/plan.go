@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -194,7 +195,10 @@ func (p *hostPlan) findNVIDIA() error {
 func (p *hostPlan) findAMD() error {
 	cfg := p.Cfg
 	if _, err := os.Stat(cfg.KFDDevice); err != nil {
-		e := cfg.ErrorAt("defaults", "kfd_device", "no %s: %v", cfg.KFDDevice, err)
+		e := cfg.ErrorAt("defaults", "kfd_device", "%v", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			e.Msg = "no " + cfg.KFDDevice
+		}
 		e.HintText = "is the amdgpu driver loaded with ROCm's KFD (ls -l /dev/kfd)? vendor = nvidia for NVIDIA GPUs"
 		return e
 	}
