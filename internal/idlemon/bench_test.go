@@ -99,6 +99,7 @@ cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s %s exec %s
 		return float64(lat[i].Microseconds()) / 1000
 	}
 	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.90), "p90-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(float64(len(lat)), "trials")
 	b.ReportMetric(0, "ns/op")
