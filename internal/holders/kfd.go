@@ -135,6 +135,11 @@ func ReadTopology(sysfs string) ([]AMDGPU, error) {
 		if g.GPUID == 0 {
 			continue // a CPU
 		}
+		for _, o := range gpus {
+			if o.GPUID == g.GPUID || (o.RenderMinor == g.RenderMinor && g.RenderMinor != 0) {
+				return nil, fmt.Errorf("%s: nodes %d and %d name the same GPU (gpu_id or drm_render_minor)", dir, o.Node, n)
+			}
+		}
 		g.Node, g.Index = n, len(gpus)
 		gpus = append(gpus, g)
 	}

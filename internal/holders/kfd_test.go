@@ -170,6 +170,8 @@ func TestReadTopologyBad(t *testing.T) {
 		{"huge properties", func(k *kfdTree) { k.write("topology/nodes/1/properties", strings.Repeat("x 1\n", 1<<15)) }, "more than 65536 bytes"},
 		{"no render minor", func(k *kfdTree) { k.write("topology/nodes/1/properties", "drm_render_minor lots\n") }, "no drm_render_minor"},
 		{"no topology", func(k *kfdTree) { os.RemoveAll(filepath.Join(k.root, "topology")) }, "no such file"},
+		{"a gpu_id twice", func(k *kfdTree) { k.node(2, 4242, 129, 0) }, "nodes 1 and 2 name the same GPU"},
+		{"a render minor twice", func(k *kfdTree) { k.node(2, 4343, 128, 0) }, "nodes 1 and 2 name the same GPU"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
