@@ -63,7 +63,7 @@ func (h *AMDHost) Devices() []Device {
 // topology does not name, another vendor's, is left out). A GPU whose
 // render node is not found is still a GPU: /dev/kfd tells its users.
 func FindAMD(kfd, renderGlob, sysfs string) (*AMDHost, error) {
-	gpus, err := ReadTopology(sysfs)
+	gpus, err := readTopology(sysfs)
 	if err != nil {
 		return nil, err
 	}
@@ -100,12 +100,12 @@ func FindAMD(kfd, renderGlob, sysfs string) (*AMDHost, error) {
 	return h, nil
 }
 
-// ReadTopology lists the GPUs of the KFD topology under sysfs
+// readTopology lists the GPUs of the KFD topology under sysfs
 // (topology/nodes/N/gpu_id and properties), numbered as ROCm numbers them:
 // in node order, counting only the nodes with a GPU (gpu_id not 0; a CPU
 // node has 0). A node that cannot be read is an error, not a GPU left
 // out: every later GPU's index would be wrong.
-func ReadTopology(sysfs string) ([]AMDGPU, error) {
+func readTopology(sysfs string) ([]AMDGPU, error) {
 	dir := filepath.Join(sysfs, "topology", "nodes")
 	f, err := os.Open(dir)
 	if err != nil {

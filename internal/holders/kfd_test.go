@@ -131,7 +131,7 @@ func TestAMDHolders(t *testing.T) {
 	}
 }
 
-// ReadTopology numbers the GPUs as ROCm does: node order (numeric), CPU
+// readTopology numbers the GPUs as ROCm does: node order (numeric), CPU
 // nodes left out.
 func TestReadTopology(t *testing.T) {
 	k := newKFDTree(t, t.TempDir())
@@ -140,7 +140,7 @@ func TestReadTopology(t *testing.T) {
 	k.node(2, 51234, 129, 0xc100)
 	k.node(10, 777, 130, 0x0300|1<<3|1)
 	k.write("topology/nodes/README", "not a node")
-	got, err := ReadTopology(k.root)
+	got, err := readTopology(k.root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestReadTopologyBad(t *testing.T) {
 			k.node(0, 0, 0, 0)
 			k.node(1, 4242, 128, 0)
 			tt.spoil(k)
-			_, err := ReadTopology(k.root)
+			_, err := readTopology(k.root)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want one with %q", err, tt.want)
 			}
@@ -189,7 +189,7 @@ func TestReadTopologyBad(t *testing.T) {
 	for n := 0; n <= maxKFDNodes; n++ {
 		k.mkdir(filepath.Join("topology", "nodes", strconv.Itoa(n)))
 	}
-	if _, err := ReadTopology(k.root); err == nil || !strings.Contains(err.Error(), "more than 1024 nodes") {
+	if _, err := readTopology(k.root); err == nil || !strings.Contains(err.Error(), "more than 1024 nodes") {
 		t.Errorf("too many nodes: err = %v", err)
 	}
 }
