@@ -190,7 +190,8 @@ func TestChooseVendor(t *testing.T) {
 	}{
 		{"named amd", config.VendorAMD, false, true, false, config.VendorAMD, false},
 		{"named nvidia", config.VendorNVIDIA, false, false, true, config.VendorNVIDIA, false},
-		{"devices set: gpu_mon's layout", config.VendorAuto, true, false, true, config.VendorNVIDIA, false},
+		{"devices set: gpu_mon's layout", config.VendorAuto, true, false, false, config.VendorNVIDIA, false},
+		{"devices set, and /dev/kfd", config.VendorAuto, true, false, true, config.VendorNVIDIA, true},
 		{"nvidia only", config.VendorAuto, false, true, false, config.VendorNVIDIA, false},
 		{"both", config.VendorAuto, false, true, true, config.VendorNVIDIA, true},
 		{"amd only", config.VendorAuto, false, false, true, config.VendorAMD, false},
@@ -203,6 +204,24 @@ func TestChooseVendor(t *testing.T) {
 				t.Errorf("chooseVendor = %s, %q; want %s, noted %v", got, note, tt.want, tt.noted)
 			}
 		})
+	}
+}
+
+// An NVIDIA config on a host with /dev/kfd too goes on watching NVIDIA's
+// GPUs, and check says what it leaves out.
+func TestMixedHostCheck(t *testing.T) {
+	e := newEnv(t, 1)
+	kfd := e.path("dev/kfd")
+	writeTestFile(t, kfd, "")
+	cfg := e.config("kfd_device = " + kfd + "\n")
+	var out testenv.SyncBuffer
+	if err := Main(t.Context(), []string{"-c", cfg, "check"}, &out, &testenv.SyncBuffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"gpus: 0=" + e.devs[0] + " (NVIDIA, devices ", "note: this host has AMD GPUs too (" + kfd + "): not watched"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check's output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 

@@ -160,14 +160,12 @@ func chooseVendor(named string, devicesSet, nvidiaFiles, kfdExists bool, kfd str
 	switch {
 	case named != config.VendorAuto:
 		return named, ""
-	case devicesSet:
-		return config.VendorNVIDIA, ""
-	case nvidiaFiles && kfdExists:
+	case (devicesSet || nvidiaFiles) && kfdExists:
 		return config.VendorNVIDIA, "this host has AMD GPUs too (" + kfd + "): not watched; one idlemon watches one vendor (a second one with vendor = amd and its own state_file watches them)"
-	case !nvidiaFiles && kfdExists:
-		return config.VendorAMD, ""
+	case devicesSet || nvidiaFiles || !kfdExists:
+		return config.VendorNVIDIA, ""
 	}
-	return config.VendorNVIDIA, ""
+	return config.VendorAMD, ""
 }
 
 // findNVIDIA finds the device files of the devices glob: one per GPU, the
