@@ -146,8 +146,8 @@ func (p *hostPlan) findDevices() error {
 }
 
 // amdIgnore are AMD's monitors, never busy on an AMD host: amd-smi and
-// rocm-smi open the render nodes and, on some GPUs (MI300), /dev/kfd
-// while they run, without VRAM (fetch runs one of them every round).
+// rocm-smi open the GPUs' device files while they run, /dev/kfd too on
+// an MI300, without VRAM (fetch runs one of them every round).
 var amdIgnore = []string{"amd-smi", "rocm-smi"}
 
 // chooseVendor is the vendor a config watches: the one it names; else
