@@ -5,6 +5,11 @@
 // open of the same GPU through a container's own /dev counts too. It also
 // reads each process's parent, group, session, uid and start time, which
 // idlemon needs to tell its own jobs' processes from everybody else's.
+//
+// On an AMD host (NewAMDScanner) an open file says less: every ROCm process
+// opens /dev/kfd and every render node it can see, whatever GPU it uses, so
+// the GPUs a process holds come from its KFD entry's VRAM per GPU (see
+// amdHolders).
 package holders
 
 import (
@@ -102,7 +107,7 @@ type Proc struct {
 type Snapshot struct {
 	PIDs    []int         // every process seen, in /proc order
 	Procs   map[int]*Proc // the processes read so far (all of them after loadAll)
-	Holders map[int][]int // GPU index -> pids holding its device file, sorted
+	Holders map[int][]int // GPU index -> pids holding it (its device file; on AMD see amdHolders), sorted
 	s       *Scanner      //
 	all     bool          // loadAll done
 	gone    map[int]bool  // could not be read
@@ -120,7 +125,8 @@ type Scanner struct {
 	dirBuf  []byte            // getdents of Root
 	pathBuf []byte
 	pids    []int
-	seen    []int // GPUs one process holds
+	seen    []int     // GPUs one process holds
+	kfd     *kfdState // on an AMD host (NewAMDScanner), else nil
 }
 
 // NewScanner returns a scanner for devs.
@@ -167,8 +173,14 @@ func (s *Scanner) Scan() (*Snapshot, error) {
 		return nil, &os.PathError{Op: "readdirent", Path: s.root(), Err: err}
 	}
 	snap := &Snapshot{PIDs: pids, Procs: map[int]*Proc{}, Holders: map[int][]int{}, s: s}
+	if s.kfd != nil {
+		s.kfd.holders = s.kfd.holders[:0]
+	}
 	for _, pid := range pids {
 		s.scanFDs(dfd, pid, snap)
+	}
+	if s.kfd != nil {
+		s.applyKFD(dfd, snap)
 	}
 	for idx, hs := range snap.Holders {
 		kept := hs[:0]
@@ -282,7 +294,11 @@ func (s *Scanner) check(dir int, name []byte, pid int, snap *Snapshot) bool {
 	}
 	if ok && !slices.Contains(s.seen, idx) {
 		s.seen = append(s.seen, idx)
-		snap.Holders[idx] = append(snap.Holders[idx], pid)
+		if idx == kfdIndex {
+			s.kfd.holders = append(s.kfd.holders, pid)
+		} else {
+			snap.Holders[idx] = append(snap.Holders[idx], pid)
+		}
 	}
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,28 @@ import (
 // runs). interval_seconds = 10, so only the inotify path can be fast.
 func BenchmarkPreemptionLatency(b *testing.B) {
 	e := newEnv(b, 1)
+	benchPreemption(b, e, e.devs[0], nil, nil)
+}
+
+// BenchmarkPreemptionLatencyAMD: the same on an AMD host: the job holds
+// /dev/kfd itself (as a ROCm job does: it is ours, and every GPU's), the
+// opener opens /dev/kfd with a KFD entry that shows no VRAM yet (as a
+// ROCm program that has just started), so the scan reads the KFD entries
+// too.
+func BenchmarkPreemptionLatencyAMD(b *testing.B) {
+	e := newAMDEnv(b, 2)
+	ids := make([]string, len(e.gpuIDs))
+	for i, id := range e.gpuIDs {
+		ids[i] = strconv.FormatUint(uint64(id), 10)
+	}
+	benchPreemption(b, e, e.kfd, []string{"OPEN_DEV=" + e.kfd},
+		[]string{"KFD_PROC=" + filepath.Join(e.sysfs, "proc"), "KFD_GPU_IDS=" + strings.Join(ids, ",")})
+}
+
+// benchPreemption measures the preemption of a job on GPU 0 of e by the
+// opener's opens of dev; jobEnv and openerEnv are added to the job's and
+// the opener's environments.
+func benchPreemption(b *testing.B, e *env, dev string, jobEnv, openerEnv []string) {
 	ready, term := e.path("ready"), e.path("term")
 	e.start(fmt.Sprintf(`interval_seconds = 10
 min_idle_seconds = 0
@@ -28,11 +51,11 @@ grace_seconds = 5
 user = root
 [process-bench]
 gpus = 0
-cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
-`, ready, term, os.Args[0]), options{})
+cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s %s exec %s
+`, ready, term, strings.Join(jobEnv, " "), os.Args[0]), options{})
 
 	opener := exec.Command(os.Args[0])
-	opener.Env = append(os.Environ(), "IDLEMON_TEST_HELPER=opener", "DEV="+e.devs[0])
+	opener.Env = append(append(os.Environ(), "IDLEMON_TEST_HELPER=opener", "DEV="+dev), openerEnv...)
 	in, _ := opener.StdinPipe()
 	outp, _ := opener.StdoutPipe()
 	if err := opener.Start(); err != nil {
@@ -66,6 +89,9 @@ cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
 		say("close")
 	}
 	b.StopTimer()
+	if n := e.countLog("stopped job process-bench .* - preempted by "); n != trials {
+		b.Errorf("%d preemptions by the opener for %d opens:\n%s", n, trials, e.log.String())
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) float64 {
 		i := int(p*float64(len(lat))+0.5) - 1
@@ -73,6 +99,7 @@ cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s exec %s
 		return float64(lat[i].Microseconds()) / 1000
 	}
 	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.90), "p90-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(float64(len(lat)), "trials")
 	b.ReportMetric(0, "ns/op")
@@ -93,23 +120,8 @@ func BenchmarkScan2000(b *testing.B) {
 		defer f.Close()
 		files = append(files, f)
 	}
-	var procs []*exec.Cmd
-	defer func() {
-		for _, c := range procs {
-			c.Process.Kill()
-			c.Wait()
-		}
-	}()
-	for i := 0; i < 2000; i++ {
-		c := exec.Command("sleep", "600")
-		if i%100 == 0 {
-			c.ExtraFiles = []*os.File{files[(i/100)%len(files)]}
-		}
-		if err := c.Start(); err != nil {
-			b.Fatalf("process %d: %v", i, err)
-		}
-		procs = append(procs, c)
-	}
+	procs := startSleepers(b, 2000, files)
+	defer stopAll(procs)
 	devs, err := holders.Find(e.path("dev/nvidia[0-9]*"))
 	if err != nil {
 		b.Fatal(err)
@@ -191,6 +203,75 @@ cmd = exec 3<%s; sleep 600 & sleep 600 & wait
 	if len(j.procs) < 3 || j.job == nil || d.sched.Jobs[0].Phase != running {
 		b.Fatalf("job %+v, procs %v:\n%s", j.job, j.procs, e.log.String())
 	}
+}
+
+// startSleepers starts n sleeping processes, every 100th holding one of
+// files open (in turn).
+func startSleepers(b *testing.B, n int, files []*os.File) []*exec.Cmd {
+	var procs []*exec.Cmd
+	for i := 0; i < n; i++ {
+		c := exec.Command("sleep", "600")
+		if i%100 == 0 {
+			c.ExtraFiles = []*os.File{files[(i/100)%len(files)]}
+		}
+		if err := c.Start(); err != nil {
+			stopAll(procs)
+			b.Fatalf("process %d: %v", i, err)
+		}
+		procs = append(procs, c)
+	}
+	return procs
+}
+
+func stopAll(procs []*exec.Cmd) {
+	for _, c := range procs {
+		c.Process.Kill()
+		c.Wait()
+	}
+}
+
+// BenchmarkScan2000AMD: BenchmarkScan2000's scan on an AMD host: 2,000
+// extra sleeping processes, every 100th holding /dev/kfd, half of those
+// with a KFD entry showing VRAM on one of 4 GPUs, the others without one
+// (they hold every GPU: the scan walks up their parents).
+func BenchmarkScan2000AMD(b *testing.B) {
+	e := newAMDEnv(b, 4)
+	f, err := os.Open(e.kfd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	procs := startSleepers(b, 2000, []*os.File{f})
+	defer stopAll(procs)
+	for i := 0; i < len(procs); i += 200 {
+		dir := filepath.Join(e.sysfs, "proc", strconv.Itoa(procs[i].Process.Pid))
+		os.MkdirAll(dir, 0o755)
+		for g, id := range e.gpuIDs {
+			vram := "0\n"
+			if g == (i/200)%len(e.gpuIDs) {
+				vram = "1073741824\n"
+			}
+			os.WriteFile(filepath.Join(dir, "vram_"+strconv.FormatUint(uint64(id), 10)), []byte(vram), 0o644)
+		}
+	}
+	sc := e.scanner()
+	snap, err := sc.Scan()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(snap.PIDs) < 2000 || len(snap.Holders[0]) < 10 || len(snap.Holders[3]) < 10 {
+		b.Fatalf("scan saw %d processes, holders %v", len(snap.PIDs), snap.Holders)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if _, err := sc.Scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/scan")
+	b.ReportMetric(float64(len(snap.PIDs)), "procs")
 }
 
 // BenchmarkCPU: idlemon's CPU time in each state it spends its life in,

@@ -76,7 +76,7 @@ func newDaemon(plan *hostPlan, opt options) *daemon {
 		plan:    plan,
 		opt:     opt,
 		log:     log.New(opt.Log, "", flags),
-		scanner: holders.NewScanner(plan.Devices),
+		scanner: newScanner(plan),
 		sup: &supervisor.Supervisor{
 			Stdout:   opt.JobStdout,
 			Instance: supervisor.InstanceOf(cfg.StateFile),
@@ -95,14 +95,23 @@ func newDaemon(plan *hostPlan, opt options) *daemon {
 	}
 	now := time.Now()
 	d.sched.Rules = rules{MinIdle: cfg.MinIdle, BackoffBase: opt.BackoffBase, BackoffMax: opt.BackoffMax, BackoffOK: opt.BackoffOK}
-	for _, dev := range plan.Devices {
-		d.sched.GPUs = append(d.sched.GPUs, gpuSched{Index: dev.Index, State: idlestate.Idle, Since: now, FreeSince: now})
+	for _, i := range plan.GPUs {
+		d.sched.GPUs = append(d.sched.GPUs, gpuSched{Index: i, State: idlestate.Idle, Since: now, FreeSince: now})
 	}
 	for _, j := range plan.Jobs {
 		d.sched.Jobs = append(d.sched.Jobs, jobSched{Name: j.Sec.Name, GPUs: j.GPUs, All: j.Sec.All})
 		d.runs = append(d.runs, &jobRun{})
 	}
 	return d
+}
+
+// newScanner is the /proc scanner for plan's device files; on an AMD host
+// it reads the KFD entries too.
+func newScanner(plan *hostPlan) *holders.Scanner {
+	if plan.AMD != nil {
+		return holders.NewAMDScanner(plan.AMD)
+	}
+	return holders.NewScanner(plan.Devices)
 }
 
 // runDaemon runs the daemon until ctx ends, then stops the jobs and returns.
@@ -117,6 +126,9 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	if warn := folderWarning(cfg.StateFile); warn != "" {
 		d.log.Printf("warning: %s", warn)
 	}
+	if plan.Note != "" {
+		d.log.Printf("note: %s", plan.Note)
+	}
 	d.stopLeftovers()
 
 	in, err := newInotify(plan.Devices)
@@ -126,7 +138,7 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 		defer in.Close()
 		go in.run()
 	}
-	d.log.Printf("idlemon started: pid %d, gpus %s, %d jobs, scan every %s and on device open", d.self, joinInts(d.gpuIdx()), len(plan.Jobs), fmtDur(cfg.Interval))
+	d.log.Printf("idlemon started: pid %d, %s gpus %s, %d jobs, scan every %s and on device open", d.self, vendorName(plan.Vendor), joinInts(plan.GPUs), len(plan.Jobs), fmtDur(cfg.Interval))
 	return d.loop(ctx, in)
 }
 
@@ -253,14 +265,6 @@ func (d *daemon) recheckAt(t time.Time) {
 	}
 }
 
-func (d *daemon) gpuIdx() []int {
-	var out []int
-	for _, g := range d.plan.Devices {
-		out = append(out, g.Index)
-	}
-	return out
-}
-
 // step scans, lets the schedule decide, does what it decided and writes
 // the state file. It reports whether a foreign holder preempted a job (what
 // an open event is looked at for).
@@ -300,8 +304,8 @@ func (d *daemon) observe(snap *holders.Snapshot, now time.Time) observation {
 		d.listProcs(i, snap, owner, now)
 	}
 	obs := observation{Foreign: map[int][]idlestate.Holder{}}
-	for _, dev := range d.plan.Devices {
-		for _, pid := range snap.Holders[dev.Index] {
+	for _, gpu := range d.plan.GPUs {
+		for _, pid := range snap.Holders[gpu] {
 			if pid == d.self || (owner[pid] != notOurs && owner[pid] != stray) {
 				continue
 			}
@@ -310,10 +314,10 @@ func (d *daemon) observe(snap *holders.Snapshot, now time.Time) observation {
 				continue
 			}
 			cmd := d.command(p)
-			if d.ignored(p, cmd, dev.Index) {
+			if d.ignored(p, cmd, gpu) {
 				continue
 			}
-			obs.Foreign[dev.Index] = append(obs.Foreign[dev.Index], idlestate.Holder{PID: pid, User: d.userName(p.UID), Command: cmd})
+			obs.Foreign[gpu] = append(obs.Foreign[gpu], idlestate.Holder{PID: pid, User: d.userName(p.UID), Command: cmd})
 		}
 	}
 	if d.tty != nil {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/idlemon/config"
 )
 
 func firstWord(s string) string {
@@ -32,4 +34,12 @@ func fmtDur(d time.Duration) string {
 	default:
 		return d.Round(time.Millisecond).String()
 	}
+}
+
+// vendorName is how messages name a vendor.
+func vendorName(vendor string) string {
+	if vendor == config.VendorAMD {
+		return "AMD"
+	}
+	return "NVIDIA"
 }

@@ -52,8 +52,13 @@ const patience = time.Minute
 type env struct {
 	t    testing.TB
 	dir  string
-	devs []string
+	devs []string // each GPU's device file (AMD: its render node)
 	log  *testenv.SyncBuffer
+
+	amd    bool     // an AMD host: newAMDEnv
+	kfd    string   // AMD: the plain file standing for /dev/kfd
+	sysfs  string   // AMD: the fake KFD folder (/sys/class/kfd/kfd)
+	gpuIDs []uint32 // AMD: each GPU's KFD gpu_id
 }
 
 func newEnv(t testing.TB, ngpu int) *env {
@@ -82,9 +87,88 @@ func (e *env) path(name string) string { return filepath.Join(e.dir, name) }
 
 func (e *env) statePath() string { return e.path("run/state.json") }
 
+// newAMDEnv is a fake AMD host with ngpu GPUs: plain files as /dev/kfd and
+// the render nodes, and a KFD folder whose topology lists a CPU and the
+// GPUs. Anybody may write a process entry into it (kfdEntry).
+func newAMDEnv(t testing.TB, ngpu int) *env {
+	e := newEnv(t, 0)
+	e.amd = true
+	e.kfd = e.path("dev/kfd")
+	e.sysfs = e.path("sys/kfd")
+	os.MkdirAll(e.path("dev/dri"), 0o755)
+	writeTestFile(t, e.kfd, "")
+	os.Chmod(e.kfd, 0o666)
+	writeNode := func(n int, gpuID uint32, props string) {
+		dir := filepath.Join(e.sysfs, "topology", "nodes", strconv.Itoa(n))
+		os.MkdirAll(dir, 0o755)
+		writeTestFile(t, filepath.Join(dir, "gpu_id"), fmt.Sprintf("%d\n", gpuID))
+		writeTestFile(t, filepath.Join(dir, "properties"), props)
+	}
+	writeNode(0, 0, "cpu_cores_count 16\nsimd_count 0\ndrm_render_minor 0\n")
+	for i := 0; i < ngpu; i++ {
+		id := uint32(40000 + 1111*i)
+		minor := 128 + i
+		writeNode(i+1, id, fmt.Sprintf("simd_count 304\ndrm_render_minor %d\nlocation_id %d\ndomain 0\n", minor, (0xc1+i)<<8))
+		p := e.path("dev/dri/renderD" + strconv.Itoa(minor))
+		writeTestFile(t, p, "")
+		os.Chmod(p, 0o666)
+		e.devs = append(e.devs, p)
+		e.gpuIDs = append(e.gpuIDs, id)
+	}
+	os.MkdirAll(filepath.Join(e.sysfs, "proc"), 0o777)
+	os.Chmod(filepath.Join(e.sysfs, "proc"), 0o777)
+	return e
+}
+
+func writeTestFile(t testing.TB, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kfdEntry is a shell command that writes the KFD entry of the shell
+// running it ($$, which exec keeps): vram[i] bytes on GPU i, as the
+// kernel shows a ROCm process.
+func (e *env) kfdEntry(vram ...uint64) string {
+	dir := filepath.Join(e.sysfs, "proc", "$$")
+	cmd := "mkdir -p " + dir
+	for i, v := range vram {
+		cmd += fmt.Sprintf("; echo %d > %s/vram_%d", v, dir, e.gpuIDs[i])
+	}
+	return cmd
+}
+
+// defaults is the [defaults] section's lines that point idlemon at the
+// fake host's files.
+func (e *env) defaults(state string) string {
+	if e.amd {
+		return fmt.Sprintf("[defaults]\nvendor = amd\ndevices = %s\nkfd_device = %s\nkfd_sysfs = %s\nstate_file = %s\n",
+			e.path("dev/dri/renderD*"), e.kfd, e.sysfs, state)
+	}
+	return fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n", e.path("dev/nvidia[0-9]*"), state)
+}
+
+// scanner is a /proc scanner for the fake host's device files.
+func (e *env) scanner() *holders.Scanner {
+	e.t.Helper()
+	if e.amd {
+		h, err := holders.FindAMD(e.kfd, e.path("dev/dri/renderD*"), e.sysfs)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return holders.NewAMDScanner(h)
+	}
+	devs, err := holders.Find(e.path("dev/nvidia[0-9]*"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return holders.NewScanner(devs)
+}
+
 // config writes an ini with the test's devices and state file, then body.
 func (e *env) config(body string) string {
-	src := fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n%s", e.path("dev/nvidia[0-9]*"), e.statePath(), body)
+	src := e.defaults(e.statePath()) + body
 	p := e.path("idlemon.ini")
 	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
 		e.t.Fatal(err)
@@ -229,11 +313,7 @@ func (e *env) readState() *idlestate.File {
 // waitHolder waits until pid holds the device file of gpu.
 func (e *env) waitHolder(gpu, pid int, timeout time.Duration) {
 	e.t.Helper()
-	devs, err := holders.Find(e.path("dev/nvidia[0-9]*"))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	sc := holders.NewScanner(devs)
+	sc := e.scanner()
 	deadline := time.Now().Add(timeout)
 	for {
 		if snap, err := sc.Scan(); err == nil && slices.Contains(snap.Holders[gpu], pid) {
@@ -375,10 +455,18 @@ func foreign(t testing.TB, user, dev string) int {
 }
 
 // helperTerm is a job that records when SIGTERM arrives (unix ns) in
-// $TERM_FILE, then exits; it says it is ready in $READY_FILE.
+// $TERM_FILE, then exits; it says it is ready in $READY_FILE. With
+// $OPEN_DEV it holds that file open (a ROCm job holds /dev/kfd).
 func helperTerm() {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGTERM)
+	if dev := os.Getenv("OPEN_DEV"); dev != "" {
+		f, err := os.Open(dev)
+		if err != nil {
+			os.Exit(2)
+		}
+		defer f.Close()
+	}
 	os.WriteFile(os.Getenv("READY_FILE"), []byte(strconv.Itoa(os.Getpid())), 0o644)
 	<-c
 	now := time.Now().UnixNano()
@@ -388,7 +476,16 @@ func helperTerm() {
 
 // helperOpener reads commands on stdin: "open" opens $DEV and prints the
 // unix ns just before open(2); "close" closes it and prints "closed".
+// With $KFD_PROC it first writes its KFD entry there, with no VRAM on the
+// GPUs of $KFD_GPU_IDS, as the kernel does at a ROCm program's first open.
 func helperOpener() {
+	if proc := os.Getenv("KFD_PROC"); proc != "" {
+		dir := filepath.Join(proc, strconv.Itoa(os.Getpid()))
+		os.MkdirAll(dir, 0o755)
+		for _, id := range strings.Split(os.Getenv("KFD_GPU_IDS"), ",") {
+			os.WriteFile(filepath.Join(dir, "vram_"+id), []byte("0\n"), 0o644)
+		}
+	}
 	var f *os.File
 	buf := make([]byte, 64)
 	for {

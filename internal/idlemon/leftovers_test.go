@@ -207,7 +207,7 @@ cmd = sleep 600
 func runUntilStarted(t *testing.T, e *env, body, path string) string {
 	t.Helper()
 	cfg := e.path("forged.ini")
-	src := fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n%s", e.path("dev/nvidia[0-9]*"), path, body)
+	src := e.defaults(path) + body
 	if err := os.WriteFile(cfg, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}

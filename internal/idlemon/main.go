@@ -31,7 +31,8 @@ const usage = `usage: idlemon [-c FILE] [run]        run the daemon (what the sy
 
 idlemon runs the jobs of its config's [process-*] sections on idle GPUs and
 stops them (SIGTERM to every process of the job, SIGKILL after grace_seconds)
-as soon as anybody else opens one of their GPUs.
+as soon as anybody else opens one of their GPUs (NVIDIA: /dev/nvidiaN; AMD:
+/dev/kfd, then the GPUs its KFD entry shows VRAM on, and /dev/dri/renderD*).
 
   -c FILE   config file (default /etc/idlemon.ini)
   -n        same as the check command
@@ -46,6 +47,7 @@ Commands:
   status     print the state file for people: each GPU, who holds it, the jobs
   available  print the free GPUs comma-separated, e.g.
              CUDA_VISIBLE_DEVICES=$(idlemon available -l 1) python train.py
+             ROCR_VISIBLE_DEVICES=$(idlemon available -l 1) python train.py  (AMD)
 `
 
 // Main is idlemon's whole command line.

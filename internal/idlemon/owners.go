@@ -2,6 +2,8 @@ package idlemon
 
 import (
 	"os"
+	"path"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,8 +48,8 @@ func (d *daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 	for _, r := range d.runs {
 		r.holders = r.holders[:0]
 	}
-	for _, dev := range d.plan.Devices {
-		for _, pid := range snap.Holders[dev.Index] {
+	for _, gpu := range d.plan.GPUs {
+		for _, pid := range snap.Holders[gpu] {
 			if _, done := owner[pid]; done {
 				continue
 			}
@@ -179,13 +181,35 @@ func (d *daemon) stopStray(m supervisor.Mark) {
 }
 
 // ignored says whether p, running command, is a program that never makes
-// gpu busy.
+// gpu busy: by its own names, or, run by an interpreter, by its script's
+// (AMD's amd-smi and rocm-smi are Python scripts that start with
+// "#!/usr/bin/env python3": the process is python3, the script its first
+// argument).
 func (d *daemon) ignored(p *holders.Proc, command string, gpu int) bool {
 	ip := ignore.Process{Comm: p.Comm, Args: command, UID: p.UID, MemMiB: ignore.Unknown}
 	if exe, err := os.Readlink(d.scanner.Root + "/" + strconv.Itoa(p.PID) + "/exe"); err == nil {
 		ip.Exe = strings.TrimSuffix(exe, " (deleted)")
 	}
-	return ignore.Ignored(ip, d.plan.Ignore[gpu])
+	if ignore.Ignored(ip, d.plan.Ignore[gpu]) {
+		return true
+	}
+	script := scriptOf(command)
+	return script != "" && ignore.Ignored(ignore.Process{Args: script, UID: p.UID, MemMiB: ignore.Unknown}, d.plan.Ignore[gpu])
+}
+
+// interpreter matches the names of the interpreters whose scripts
+// ignored looks at: python, python3, python3.12, perl...
+var interpreter = regexp.MustCompile(`^(python|perl)[0-9.]*$`)
+
+// scriptOf is the script and its arguments when command (arguments
+// separated by spaces) runs an interpreter on a script, else "": never
+// "python -c ..." nor "sh -c ...", whose code is not a program's name.
+func scriptOf(command string) string {
+	first, rest, ok := strings.Cut(command, " ")
+	if !ok || !interpreter.MatchString(path.Base(first)) || strings.HasPrefix(rest, "-") {
+		return ""
+	}
+	return rest
 }
 
 // listProcs keeps job i's process list for the state file (fetch marks

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -68,7 +69,11 @@ func (o *options) defaults() {
 // starts. It holds no runtime state.
 type hostPlan struct {
 	Cfg     *config.Config
-	Devices []holders.Device
+	Vendor  string           // config.VendorNVIDIA or config.VendorAMD, never auto
+	Note    string           // what the choice of vendor left out (a host with both), or ""
+	Devices []holders.Device // the device files watched: on AMD /dev/kfd and the render nodes
+	GPUs    []int            // the GPUs' indices, sorted
+	AMD     *holders.AMDHost // on an AMD host, else nil
 	Jobs    []jobPlan
 	Ignore  map[int][]string // GPU -> programs that do not make it busy
 	RunAs   string           // user the jobs run as ("" = idlemon's own)
@@ -111,8 +116,61 @@ func resolve(cfg *config.Config) (*hostPlan, error) {
 	return p, nil
 }
 
-// findDevices finds the config's device files, and so the GPUs.
+// findDevices finds the GPUs and their device files of the vendor the
+// config names, or of the one this machine has (chooseVendor).
 func (p *hostPlan) findDevices() error {
+	cfg := p.Cfg
+	nvidia, _ := filepath.Glob(cfg.Devices)
+	_, kfdErr := os.Stat(cfg.KFDDevice)
+	p.Vendor, p.Note = chooseVendor(cfg.Vendor, cfg.DevicesSet, len(nvidia) > 0, kfdErr == nil, cfg.KFDDevice)
+	var err error
+	if p.Vendor == config.VendorAMD {
+		err = p.findAMD()
+	} else {
+		err = p.findNVIDIA()
+	}
+	if err != nil {
+		return err
+	}
+	for _, i := range p.GPUs {
+		p.Ignore[i] = cfg.IgnoreFor(i)
+		if p.Vendor == config.VendorAMD {
+			for _, name := range amdIgnore {
+				if !slices.Contains(p.Ignore[i], name) {
+					p.Ignore[i] = append(p.Ignore[i], name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// amdIgnore are AMD's monitors, never busy on an AMD host: amd-smi and
+// rocm-smi open the GPUs' device files while they run, /dev/kfd too on
+// an MI300, without VRAM (fetch runs one of them every round).
+var amdIgnore = []string{"amd-smi", "rocm-smi"}
+
+// chooseVendor is the vendor a config watches: the one it names; else
+// NVIDIA where devices is set (the glob names NVIDIA's files, as in
+// gpu_mon) or NVIDIA's device files exist, so that a config that worked
+// goes on working on a host that also has an AMD GPU (an APU's, say); else
+// AMD where kfd (/dev/kfd) exists; else NVIDIA, whose missing files are
+// then the error. note says what a host with both leaves out.
+func chooseVendor(named string, devicesSet, nvidiaFiles, kfdExists bool, kfd string) (vendor, note string) {
+	switch {
+	case named != config.VendorAuto:
+		return named, ""
+	case (devicesSet || nvidiaFiles) && kfdExists:
+		return config.VendorNVIDIA, "this host has AMD GPUs too (" + kfd + "): not watched; one idlemon watches one vendor (a second one with vendor = amd and its own state_file watches them)"
+	case devicesSet || nvidiaFiles || !kfdExists:
+		return config.VendorNVIDIA, ""
+	}
+	return config.VendorAMD, ""
+}
+
+// findNVIDIA finds the device files of the devices glob: one per GPU, the
+// index in its name.
+func (p *hostPlan) findNVIDIA() error {
 	cfg := p.Cfg
 	devs, err := holders.Find(cfg.Devices)
 	if err != nil {
@@ -120,30 +178,60 @@ func (p *hostPlan) findDevices() error {
 	}
 	if len(devs) == 0 {
 		e := cfg.ErrorAt("defaults", "devices", "no device files match %s", cfg.Devices)
-		e.HintText = "is the NVIDIA driver loaded (ls /dev/nvidia*)? set devices in [defaults] if they are elsewhere"
+		e.HintText = "is the NVIDIA driver loaded (ls /dev/nvidia*)? set devices in [defaults] if they are elsewhere; vendor = amd for AMD GPUs (/dev/kfd)"
 		return e
 	}
 	p.Devices = devs
 	for _, d := range devs {
-		p.Ignore[d.Index] = cfg.IgnoreFor(d.Index)
+		p.GPUs = append(p.GPUs, d.Index)
 	}
 	return nil
 }
 
-// allGPUs lists the indices of the GPUs found.
-func (p *hostPlan) allGPUs() []int {
-	all := make([]int, len(p.Devices))
-	for i, d := range p.Devices {
-		all[i] = d.Index
+// findAMD reads the KFD topology (the GPUs, numbered as ROCm numbers
+// them) and finds /dev/kfd and the GPUs' render nodes.
+func (p *hostPlan) findAMD() error {
+	cfg := p.Cfg
+	if _, err := os.Stat(cfg.KFDDevice); err != nil {
+		e := cfg.ErrorAt("defaults", "kfd_device", "%v", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			e.Msg = "no " + cfg.KFDDevice
+		}
+		e.HintText = "is the amdgpu driver loaded with ROCm's KFD (ls -l /dev/kfd)? vendor = nvidia for NVIDIA GPUs"
+		return e
 	}
-	return all
+	h, err := holders.FindAMD(cfg.KFDDevice, p.renderGlob(), cfg.KFDSysfs)
+	if err != nil {
+		e := cfg.ErrorAt("defaults", "kfd_sysfs", "%v", err)
+		e.HintText = "idlemon numbers the GPUs as ROCm does from " + cfg.KFDSysfs + "/topology/nodes; set kfd_sysfs if it is elsewhere"
+		return e
+	}
+	p.AMD, p.Devices = h, h.Devices()
+	for _, g := range h.GPUs {
+		p.GPUs = append(p.GPUs, g.Index)
+	}
+	return nil
 }
 
-// checkGPUs says which of the gpus that section names has no device file.
+// renderGlob is the glob of an AMD host's render nodes.
+func (p *hostPlan) renderGlob() string {
+	if p.Cfg.DevicesSet {
+		return p.Cfg.Devices
+	}
+	return holders.DefaultRenderGlob
+}
+
+// allGPUs lists the indices of the GPUs found.
+func (p *hostPlan) allGPUs() []int { return slices.Clone(p.GPUs) }
+
+// checkGPUs says which of the gpus that section names this host has not.
 func (p *hostPlan) checkGPUs(section string, gpus []int) error {
 	for _, i := range gpus {
-		if !slices.ContainsFunc(p.Devices, func(d holders.Device) bool { return d.Index == i }) {
+		if !slices.Contains(p.GPUs, i) {
 			e := p.Cfg.ErrorAt(section, "gpus", "gpu %d has no device file among %s", i, p.Cfg.Devices)
+			if p.AMD != nil {
+				e.Msg = fmt.Sprintf("gpu %d is not among the GPUs of %s/topology", i, p.AMD.Sysfs)
+			}
 			e.HintText = "found gpus " + joinInts(p.allGPUs())
 			return e
 		}
@@ -211,18 +299,36 @@ func (p *hostPlan) resolveJob(sec config.JobSection, userEnv []string) (jobPlan,
 	}
 	j.Spec = supervisor.Spec{
 		Name: sec.Name, Cmd: sec.Cmd, Dir: sec.Dir, Log: sec.Log, Cred: p.cred, Grace: p.Cfg.Grace,
-		Env: jobEnv(userEnv, j.GPUs),
+		Env: jobEnv(os.Environ(), userEnv, p.Vendor, j.GPUs),
 	}
 	return j, nil
 }
 
-func jobEnv(userEnv []string, gpus []int) []string {
-	base := os.Environ()
+// rocmSelectors are the variables that pick GPUs among those ROCr shows a
+// HIP or OpenCL program: inherited, they would index within the job's
+// ROCR_VISIBLE_DEVICES and hide its GPUs or pick the wrong one.
+var rocmSelectors = []string{"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"}
+
+// jobEnv is a job's environment: base (idlemon's) with the jobs' user's
+// variables and the ones that show the job its GPUs, and only those.
+// NVIDIA: CUDA_VISIBLE_DEVICES, in nvidia-smi's order. AMD:
+// ROCR_VISIBLE_DEVICES, which ROCm's runtime counts as the KFD topology
+// does (idlemon's indices), and which every ROCm program honours; HIP's
+// HIP_VISIBLE_DEVICES (and CUDA_VISIBLE_DEVICES, its alias) count within
+// that list, so they are left unset rather than given the same indices.
+func jobEnv(base, userEnv []string, vendor string, gpus []int) []string {
 	set := append([]string(nil), userEnv...)
-	if os.Getenv("PATH") == "" {
+	if envValue(base, "PATH") == "" {
 		set = append(set, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
-	if os.Getenv("CUDA_DEVICE_ORDER") == "" {
+	if vendor == config.VendorAMD {
+		base = slices.DeleteFunc(slices.Clone(base), func(kv string) bool {
+			name, _, _ := strings.Cut(kv, "=")
+			return slices.Contains(rocmSelectors, name)
+		})
+		return supervisor.Env(base, append(set, "ROCR_VISIBLE_DEVICES="+joinInts(gpus))...)
+	}
+	if envValue(base, "CUDA_DEVICE_ORDER") == "" {
 		// so that CUDA's indices are nvidia-smi's (and the device files')
 		set = append(set, "CUDA_DEVICE_ORDER=PCI_BUS_ID")
 	}
@@ -230,18 +336,35 @@ func jobEnv(userEnv []string, gpus []int) []string {
 	return supervisor.Env(base, set...)
 }
 
+// envValue is name's value in env ("" when unset).
+func envValue(env []string, name string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// visibleVar is the variable that shows a job its GPUs.
+func (p *hostPlan) visibleVar() string {
+	if p.Vendor == config.VendorAMD {
+		return "ROCR_VISIBLE_DEVICES"
+	}
+	return "CUDA_VISIBLE_DEVICES"
+}
+
 // describe prints what the plan will do.
 func (p *hostPlan) describe(w io.Writer) {
 	c := p.Cfg
 	fmt.Fprintf(w, "%s: ok\n", c.Path)
-	var ds []string
-	for _, d := range p.Devices {
-		ds = append(ds, fmt.Sprintf("%d=%s", d.Index, d.Path))
+	p.describeGPUs(w)
+	if p.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", p.Note)
 	}
-	fmt.Fprintf(w, "gpus: %s (devices %s)\n", strings.Join(ds, " "), c.Devices)
 	fmt.Fprintf(w, "scan: on every open of a device file (inotify), and every %s\n", fmtDur(c.Interval))
-	for _, d := range p.Devices {
-		fmt.Fprintf(w, "gpu %d: ignored programs: %s\n", d.Index, strings.Join(p.Ignore[d.Index], ", "))
+	for _, i := range p.GPUs {
+		fmt.Fprintf(w, "gpu %d: ignored programs: %s\n", i, strings.Join(p.Ignore[i], ", "))
 	}
 	if len(p.Jobs) == 0 {
 		fmt.Fprintf(w, "jobs: none (idlemon only watches and writes the state file)\n")
@@ -259,8 +382,8 @@ func (p *hostPlan) describe(w io.Writer) {
 		if j.Sec.Log != "" {
 			out = "appended to " + j.Sec.Log
 		}
-		fmt.Fprintf(w, "job %s: when %s for %s, runs /bin/sh -c %q in %s as %s with CUDA_VISIBLE_DEVICES=%s; output %s; stopped by SIGTERM to each of its processes, SIGKILL after %s\n",
-			j.Sec.Name, when, fmtDur(c.MinIdle), j.Sec.Cmd, j.Sec.Dir, runAs, joinInts(j.GPUs), out, fmtDur(c.Grace))
+		fmt.Fprintf(w, "job %s: when %s for %s, runs /bin/sh -c %q in %s as %s with %s=%s; output %s; stopped by SIGTERM to each of its processes, SIGKILL after %s\n",
+			j.Sec.Name, when, fmtDur(c.MinIdle), j.Sec.Cmd, j.Sec.Dir, runAs, p.visibleVar(), joinInts(j.GPUs), out, fmtDur(c.Grace))
 	}
 	if c.TTY.Enabled {
 		wl := "nobody"
@@ -275,4 +398,39 @@ func (p *hostPlan) describe(w io.Writer) {
 	if warn := folderWarning(c.StateFile); warn != "" {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
+}
+
+// describeGPUs prints the vendor, the GPUs and the device files that tell
+// who uses them.
+func (p *hostPlan) describeGPUs(w io.Writer) {
+	if p.AMD == nil {
+		var ds []string
+		for _, d := range p.Devices {
+			ds = append(ds, fmt.Sprintf("%d=%s", d.Index, d.Path))
+		}
+		fmt.Fprintf(w, "gpus: %s (NVIDIA, devices %s)\n", strings.Join(ds, " "), p.Cfg.Devices)
+		return
+	}
+	h := p.AMD
+	render := map[int]string{}
+	for _, d := range h.Render {
+		render[d.Index] = d.Path
+	}
+	var gs []string
+	for _, g := range h.GPUs {
+		r := render[g.Index]
+		if r == "" {
+			r = "no render node"
+		}
+		gs = append(gs, fmt.Sprintf("%d=%s (%s, gpu_id %d)", g.Index, r, orDash(g.BusID), g.GPUID))
+	}
+	fmt.Fprintf(w, "gpus: %s (AMD, render nodes %s)\n", strings.Join(gs, " "), p.renderGlob())
+	fmt.Fprintf(w, "amd: %s, shared by every GPU: a process holds the GPUs its KFD entry (%s/proc/PID) shows VRAM on, every GPU until it has some\n", h.KFD.Path, h.Sysfs)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -1,7 +1,8 @@
 // Package config reads idlemon's config file: the ini file of the older
 // Python tool (gpu_mon) as it is ([defaults] interval_seconds, [gpu-*],
 // [process-*], [tty]), plus the keys idlemon adds (devices,
-// min_idle_seconds, grace_seconds, user, state_file). It is read the way
+// min_idle_seconds, grace_seconds, user, state_file, and for AMD hosts
+// vendor, kfd_device, kfd_sysfs). It is read the way
 // Python's configparser reads it (keys case-insensitive, '#'/';' comment
 // lines, no inline comments) and checked strictly: an unknown section or key,
 // or a value that does not parse, is an error naming the file, the line and
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/holders"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/ignore"
 	"github.com/gpumon/gpumon/internal/inifile"
@@ -35,6 +37,14 @@ const (
 	defaultDevices  = "/dev/nvidia[0-9]*"
 )
 
+// Vendors: which GPUs idlemon watches. Auto picks by the device files
+// found (see the hostPlan's resolve).
+const (
+	VendorAuto   = "auto"
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+)
+
 // Config is the whole file, validated.
 type Config struct {
 	Path string // the file it came from, for messages
@@ -42,9 +52,14 @@ type Config struct {
 	Interval  time.Duration // [defaults] interval_seconds: the fallback scan period
 	MinIdle   time.Duration // min_idle_seconds: how long a GPU stays idle before a job starts
 	Grace     time.Duration // grace_seconds: SIGTERM to SIGKILL
-	Devices   string        // glob of the GPU device files
+	Devices   string        // glob of the GPU device files (NVIDIA's default unless DevicesSet)
 	User      string        // run jobs as this user; "" = not set
 	StateFile string
+
+	Vendor     string // VendorAuto, VendorNVIDIA or VendorAMD
+	DevicesSet bool   // devices is in the file (else each vendor's default)
+	KFDDevice  string // AMD: /dev/kfd
+	KFDSysfs   string // AMD: the KFD driver's sysfs folder
 
 	GPUs []GPUSection // [gpu-*]
 	Jobs []JobSection // [process-*]
@@ -82,7 +97,7 @@ type TTY struct {
 // process is one of those, as in gpu_mon ([gpus] included).
 var layout = inifile.Layout{
 	Sections: []inifile.SectionRule{
-		{Name: "defaults", Keys: []string{"interval_seconds", "devices", "min_idle_seconds", "grace_seconds", "user", "state_file"}},
+		{Name: "defaults", Keys: []string{"interval_seconds", "devices", "min_idle_seconds", "grace_seconds", "user", "state_file", "vendor", "kfd_device", "kfd_sysfs"}},
 		{Name: "gpu", Prefix: true, Shown: "[gpu-NAME]", Keys: []string{"gpus", "ignore_programs"}},
 		{Name: "process", Prefix: true, Shown: "[process-NAME]", Keys: []string{"dir", "cmd", "gpus", "log"}},
 		{Name: "tty", Keys: []string{"enabled", "whitelist", "idle_seconds"}},
@@ -120,6 +135,9 @@ func configFrom(f *inifile.File) (*Config, error) {
 		Devices:   defaultDevices,
 		StateFile: idlestate.DefaultPath,
 		TTY:       TTY{Idle: defaultTTYIdle},
+		Vendor:    VendorAuto,
+		KFDDevice: holders.DefaultKFDDevice,
+		KFDSysfs:  holders.DefaultKFDSysfs,
 		file:      f,
 	}
 	for _, sec := range f.Sections() {
@@ -158,7 +176,10 @@ func (c *Config) readDefaults(sec inifile.Section) error {
 		if _, err := filepath.Match(v, ""); err != nil {
 			return sec.ErrorAt("devices", "%q is not a valid glob: %v", v, err)
 		}
-		c.Devices = v
+		c.Devices, c.DevicesSet = v, true
+	}
+	if err := c.readVendor(sec); err != nil {
+		return err
 	}
 	if v, ok := sec.String("user"); ok {
 		if v == "" {
@@ -171,6 +192,31 @@ func (c *Config) readDefaults(sec inifile.Section) error {
 			return sec.ErrorAt("state_file", "empty")
 		}
 		c.StateFile = v
+	}
+	return nil
+}
+
+// readVendor reads vendor and the AMD keys.
+func (c *Config) readVendor(sec inifile.Section) error {
+	if v, ok := sec.String("vendor"); ok {
+		v = strings.ToLower(strings.TrimSpace(v))
+		if v != VendorAuto && v != VendorNVIDIA && v != VendorAMD {
+			e := sec.ErrorAt("vendor", "%q is not auto, nvidia or amd", v)
+			e.HintText = "auto (the default) watches NVIDIA's GPUs where /dev/nvidia0... exist, else AMD's where /dev/kfd does"
+			return e
+		}
+		c.Vendor = v
+	}
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"kfd_device", &c.KFDDevice}, {"kfd_sysfs", &c.KFDSysfs}} {
+		if v, ok := sec.Path(k.key); ok {
+			if v == "" {
+				return sec.ErrorAt(k.key, "empty")
+			}
+			*k.dst = v
+		}
 	}
 	return nil
 }

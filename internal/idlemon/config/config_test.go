@@ -72,6 +72,27 @@ gpus = 3
 	}
 }
 
+// An AMD host's keys: the vendor (any case), /dev/kfd and the KFD folder,
+// relative to the file's folder like every path; without them, auto and
+// the kernel's paths, and devices marked as not set (each vendor has its
+// own default).
+func TestVendorKeys(t *testing.T) {
+	c, err := Parse(strings.NewReader("[defaults]\nvendor = AMD\nkfd_device = dev/kfd\nkfd_sysfs = sys/kfd\n"), "/etc/x/idlemon.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Vendor != VendorAMD || c.KFDDevice != "/etc/x/dev/kfd" || c.KFDSysfs != "/etc/x/sys/kfd" || c.DevicesSet {
+		t.Errorf("%+v", c)
+	}
+	c, err = Parse(strings.NewReader("[defaults]\ndevices = /dev/nvidia[0-9]*\n"), "f.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Vendor != VendorAuto || c.KFDDevice != "/dev/kfd" || c.KFDSysfs != "/sys/class/kfd/kfd" || !c.DevicesSet {
+		t.Errorf("%+v", c)
+	}
+}
+
 // Every mistake names the file, the line and the key.
 func TestErrors(t *testing.T) {
 	for _, tc := range []struct{ src, want, hint string }{
@@ -90,6 +111,8 @@ func TestErrors(t *testing.T) {
 		{"[process-a]\ncmd = x\ngpus = 0\nuser = bob\n", "f.ini:4: user: unknown key in [process-a]", "dir, cmd, gpus, log"},
 		{"[tty]\nenabled = maybe\n", `f.ini:2: enabled: "maybe" is not a boolean`, ""},
 		{"[tty]\nidle_seconds = 5m\n", `f.ini:2: idle_seconds: "5m" is not a number of seconds`, ""},
+		{"[defaults]\nvendor = intel\n", `f.ini:2: vendor: "intel" is not auto, nvidia or amd`, "/dev/kfd"},
+		{"[defaults]\nkfd_sysfs =\n", `f.ini:2: kfd_sysfs: empty`, ""},
 	} {
 		_, err := Parse(strings.NewReader(tc.src), "f.ini")
 		if err == nil {
