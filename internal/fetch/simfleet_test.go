@@ -210,3 +210,36 @@ func fetchRows(t testing.TB, ini string) ([]loaddata.Row, *bytes.Buffer) {
 	}
 	return rows, &stderr
 }
+
+// TestFleetAMD runs fetch over a generated fleet of AMD hosts, every
+// amd-smi and rocm-smi capture in turn, 8 GPUs each: every host is ok
+// without a warning, every GPU is AMD's and there once, and every process
+// the fleet runs is on its GPU with its user.
+func TestFleetAMD(t *testing.T) {
+	specs := simfleet.GenerateAMD(20, 1)
+	_, ini := fleetConfig(t, specs, 10)
+	rows, _ := fetchRows(t, ini)
+	gpus := map[string]bool{}  // "host index"
+	procs := map[string]bool{} // "host pid gpu user"
+	for _, r := range rows {
+		if r.HostStatus != hoststatus.OK || r.HostError != "" || r.GPUVendor != loaddata.VendorAMD || r.GPUError != "" {
+			t.Errorf("%s GPU %d: %s %q, vendor %q, gpu_error %q", r.Host, r.GPUIndex.Value, r.HostStatus, r.HostError, r.GPUVendor, r.GPUError)
+		}
+		gpus[fmt.Sprintf("%s %d", r.Host, r.GPUIndex.Value)] = true
+		if r.PID.Valid {
+			procs[fmt.Sprintf("%s %d %d %s", r.Host, r.PID.Value, r.GPUIndex.Value, r.User)] = true
+		}
+	}
+	want := map[string]bool{}
+	for _, s := range specs {
+		for _, p := range s.Processes {
+			want[fmt.Sprintf("%s %d %d %s", s.Name, p.PID, p.GPU, p.User)] = true
+		}
+	}
+	if len(gpus) != 8*len(specs) {
+		t.Errorf("%d GPUs, want %d", len(gpus), 8*len(specs))
+	}
+	if diff := cmp.Diff(want, procs); diff != "" {
+		t.Errorf("processes (-want +got):\n%s", diff)
+	}
+}

@@ -85,6 +85,21 @@ func resolveAMD(spec string) (*amdModel, error) {
 	return m, nil
 }
 
+// amdBusIDs are the PCI addresses of an AMD host's n GPUs: the
+// capture's, then, for the copies past them, addresses in domain 1 that
+// no capture uses.
+func amdBusIDs(m *amdModel, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		if i < len(m.busIDs) {
+			ids[i] = m.busIDs[i]
+		} else {
+			ids[i] = fmt.Sprintf("0001:%02x:00.0", i)
+		}
+	}
+	return ids
+}
+
 // amdFailures are the failures an AMD host can show: those of its
 // connection, not of nvidia-smi.
 func amdFailure(f Failure) bool {
@@ -103,7 +118,7 @@ func kfdGPUID(i int) int { return 41000 + 17*i }
 // for each process: its VRAM on the GPUs it uses, 0 on the others.
 func (h *host) renderKFD() []byte {
 	var b bytes.Buffer
-	for i, bus := range h.amd.busIDs {
+	for i, bus := range h.amdBus {
 		var dom, bn, dev, fn int
 		fmt.Sscanf(bus, "%x:%x:%x.%x", &dom, &bn, &dev, &fn)
 		fmt.Fprintf(&b, "node %d %d %d\n", kfdGPUID(i), dom, bn<<8|dev<<3|fn)
@@ -112,7 +127,7 @@ func (h *host) renderKFD() []byte {
 	var pids []int
 	for _, p := range h.spec.Processes {
 		if vram[p.PID] == nil {
-			vram[p.PID] = make([]int64, len(h.amd.busIDs))
+			vram[p.PID] = make([]int64, len(h.amdBus))
 			pids = append(pids, p.PID)
 		}
 		vram[p.PID][p.GPU] += int64(p.MemMiB) << 20
@@ -168,13 +183,16 @@ func (h *host) answerAMD(w probe.Writer, req probe.Request) {
 	_ = w.Done()
 }
 
-// amdCaptures are the AMD captures a simulated host can answer from, as
-// HostSpec.AMD names them: amd-smi's, then rocm-smi's.
+// amdCaptures are the AMD captures a simulated host answers from in full,
+// as HostSpec.AMD names them: amd-smi's with both answers, then
+// rocm-smi's. (A static-only capture makes a host whose readings are
+// unknown, and says so: fine when asked for, not in a generated fleet.)
 func amdCaptures() []string {
 	var out []string
 	for _, tool := range []string{captures.AMDSMI, captures.ROCmSMI} {
 		for _, n := range captures.AMDNames(tool) {
-			if _, err := resolveAMD(tool + "/" + n); err == nil {
+			m, err := resolveAMD(tool + "/" + n)
+			if err == nil && (tool == captures.ROCmSMI || m.capture.Metric != nil) {
 				out = append(out, tool+"/"+n)
 			}
 		}
@@ -183,9 +201,9 @@ func amdCaptures() []string {
 }
 
 // GenerateAMD is Generate's fleet on AMD hosts, cycling through the AMD
-// captures: each host has its capture's GPUs (the processes Generate put
-// on GPUs past them are left out), its users, Slurm jobs and containers,
-// and no NVIDIA health (no driver_gpus, XIDs or pmon: nvidia-smi's).
+// captures: each host has 8 GPUs as Generate's do (its capture's,
+// repeated), their processes, users, Slurm jobs and containers, and no
+// NVIDIA health (no driver_gpus, XIDs or pmon: nvidia-smi's).
 func GenerateAMD(n int, seed int64) []HostSpec {
 	specs := Generate(n, seed)
 	caps := amdCaptures()
@@ -193,18 +211,8 @@ func GenerateAMD(n int, seed int64) []HostSpec {
 		return specs
 	}
 	for i := range specs {
-		s := &specs[i]
-		s.AMD = caps[i%len(caps)]
-		m, _ := resolveAMD(s.AMD)
-		s.GPUs = len(m.busIDs)
-		s.Health = nil
-		kept := s.Processes[:0]
-		for _, p := range s.Processes {
-			if p.GPU < s.GPUs {
-				kept = append(kept, p)
-			}
-		}
-		s.Processes = kept
+		specs[i].AMD = caps[i%len(caps)]
+		specs[i].Health = nil
 	}
 	return specs
 }
@@ -223,36 +231,66 @@ func (h *host) gpuLoad(i int) (mib int, computing bool) {
 	return mib, computing
 }
 
-// loadedAnswers are the capture's answers with the host's load in them:
-// the GPUs its processes use report their VRAM and, where one computes,
-// busyUtil. The JSON is rewritten (keys sorted, as Go writes it), which
-// the parsers, reading by meaning, do not mind; a capture this does not
-// know the shape of keeps its readings.
+// loadedAnswers are the capture's answers for this host: its GPUs (the
+// capture's, repeated where the host has more, each copy with an index
+// and PCI address of its own), and its load in them: the GPUs its
+// processes use report their VRAM and, where one computes, busyUtil. The
+// JSON is rewritten (keys sorted, as Go writes it), which the parsers,
+// reading by meaning, do not mind; a capture whose shape this does not
+// know is sent as it is.
 func (h *host) loadedAnswers() (static, metric, out []byte) {
 	c := h.amd.capture
 	if c.Tool == captures.ROCmSMI {
 		return nil, nil, h.loadROCmSMI(c.Out)
 	}
-	return c.Static, h.loadAMDSMI(c.Metric), nil
+	return h.loadAMDSMI(c.Static, false), h.loadAMDSMI(c.Metric, true), nil
+}
+
+// copyJSON is a deep copy of a decoded JSON value.
+func copyJSON(v any) any {
+	b, _ := json.Marshal(v)
+	var c any
+	_ = json.Unmarshal(b, &c)
+	return c
 }
 
 func (h *host) loadROCmSMI(out []byte) []byte {
-	var cards map[string]map[string]any
+	var cards map[string]any
 	if json.Unmarshal(out, &cards) != nil {
 		return out
 	}
+	k := 0
+	for cards["card"+strconv.Itoa(k)] != nil {
+		k++
+	}
+	if k == 0 {
+		return out
+	}
+	for i := k; i < h.spec.GPUs || cards["card"+strconv.Itoa(i)] != nil; i++ {
+		if i >= h.spec.GPUs {
+			delete(cards, "card"+strconv.Itoa(i))
+			continue
+		}
+		c, _ := copyJSON(cards["card"+strconv.Itoa(i%k)]).(map[string]any)
+		for key := range c {
+			if strings.EqualFold(key, "PCI Bus") {
+				c[key] = h.amdBus[i]
+			}
+		}
+		cards["card"+strconv.Itoa(i)] = c
+	}
 	for i := range h.procsByGPU {
-		card := cards["card"+strconv.Itoa(i)]
+		card, _ := cards["card"+strconv.Itoa(i)].(map[string]any)
 		mib, computing := h.gpuLoad(i)
 		if card == nil || mib == 0 {
 			continue
 		}
-		for k := range card {
+		for key := range card {
 			switch {
-			case strings.HasPrefix(k, "GPU use (%)") && computing:
-				card[k] = strconv.Itoa(busyUtil)
-			case k == "VRAM Total Used Memory (B)":
-				card[k] = strconv.FormatInt(int64(mib)<<20, 10)
+			case strings.HasPrefix(key, "GPU use (%)") && computing:
+				card[key] = strconv.Itoa(busyUtil)
+			case key == "VRAM Total Used Memory (B)":
+				card[key] = strconv.FormatInt(int64(mib)<<20, 10)
 			}
 		}
 	}
@@ -263,26 +301,43 @@ func (h *host) loadROCmSMI(out []byte) []byte {
 	return b
 }
 
-func (h *host) loadAMDSMI(metric []byte) []byte {
+// loadAMDSMI is amd-smi's static or metric answer for this host: a top
+// level list of GPUs, or one under "gpu_data".
+func (h *host) loadAMDSMI(answer []byte, metric bool) []byte {
 	var v any
-	if len(metric) == 0 || json.Unmarshal(metric, &v) != nil {
-		return metric
+	if len(answer) == 0 || json.Unmarshal(answer, &v) != nil {
+		return answer
 	}
 	var gpus []any
+	wrapper, _ := v.(map[string]any)
 	switch t := v.(type) {
 	case []any:
 		gpus = t
 	case map[string]any:
 		gpus, _ = t["gpu_data"].([]any)
 	}
-	for _, g := range gpus {
-		obj, _ := g.(map[string]any)
-		idx, ok := obj["gpu"].(float64)
-		if !ok || int(idx) < 0 || int(idx) >= len(h.procsByGPU) {
-			continue
+	if len(gpus) == 0 {
+		return answer
+	}
+	widened := make([]any, h.spec.GPUs)
+	for i := range widened {
+		g := gpus[i%len(gpus)]
+		if i >= len(gpus) {
+			g = copyJSON(g)
+			obj, _ := g.(map[string]any)
+			if bus, ok := obj["bus"].(map[string]any); ok && bus["bdf"] != nil {
+				bus["bdf"] = h.amdBus[i]
+			}
 		}
-		mib, computing := h.gpuLoad(int(idx))
-		if mib == 0 {
+		if obj, ok := g.(map[string]any); ok {
+			obj["gpu"] = i
+		}
+		widened[i] = g
+	}
+	for i, g := range widened {
+		obj, _ := g.(map[string]any)
+		mib, computing := h.gpuLoad(i)
+		if !metric || obj == nil || mib == 0 {
 			continue
 		}
 		if computing {
@@ -290,9 +345,15 @@ func (h *host) loadAMDSMI(metric []byte) []byte {
 		}
 		setReading(obj, "mem_usage", "used_vram", mib)
 	}
+	if wrapper != nil {
+		wrapper["gpu_data"] = widened
+		v = wrapper
+	} else {
+		v = widened
+	}
 	b, err := json.MarshalIndent(v, "", "    ")
 	if err != nil {
-		return metric
+		return answer
 	}
 	return b
 }

@@ -164,7 +164,8 @@ type HostSpec struct {
 	// rocm-smi and no nvidia-smi, and its tool answers from this capture
 	// ("amd-smi/mi210", "rocm-smi/mi100x4": the tool, then a unique
 	// substring of a captures.AMDNames entry), with the capture's GPUs
-	// (GPUs is their number) and their readings. Its processes are in its
+	// and their readings: as many as the capture has where GPUs is 0,
+	// else GPUs, the capture's repeated (loadedAnswers). Its processes are in its
 	// KFD folder. Only the failures of its connection apply (amdFailure).
 	AMD string
 }
@@ -221,6 +222,7 @@ type host struct {
 	driverNames []byte    // the driver_gpus section of a host whose driver is loaded
 	amd         *amdModel // HostSpec.AMD's capture, nil on an NVIDIA host
 	kfd         []byte    // an AMD host's kfd section
+	amdBus      []string  // an AMD host's GPUs' PCI addresses (amdBusIDs)
 	// an AMD host's answers, its load in them (loadedAnswers)
 	amdStatic, amdMetric, rocmSMI []byte
 	containers                    []byte // the engine's ps, recordMark for the record prefix
@@ -303,7 +305,8 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	if _, dup := f.byName[spec.Name]; dup {
 		return nil, fmt.Errorf("host name %q used twice", spec.Name)
 	}
-	if spec.GPUs <= 0 {
+	gpusGiven := spec.GPUs > 0
+	if !gpusGiven {
 		spec.GPUs = 8
 	}
 	if spec.CPUs <= 0 {
@@ -342,7 +345,12 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 		if !amdFailure(spec.Failure) {
 			return nil, fmt.Errorf("host %s: failure %v is nvidia-smi's, not simulated on an AMD host", spec.Name, spec.Failure)
 		}
-		spec.GPUs = len(amd.busIDs)
+		if !gpusGiven {
+			spec.GPUs = len(amd.busIDs)
+		}
+		if spec.GPUs > 64 {
+			return nil, fmt.Errorf("host %s: %d AMD GPUs, more than fetch believes a host has", spec.Name, spec.GPUs)
+		}
 	}
 	name, err := resolveCapture(spec.Capture)
 	if err != nil {
@@ -383,6 +391,7 @@ func (f *Fleet) newHost(i int, spec HostSpec) (*host, error) {
 	h.driverNames = h.listDriverGPUs()
 	h.containers = h.renderContainers()
 	if h.amd != nil {
+		h.amdBus = amdBusIDs(h.amd, spec.GPUs)
 		h.kfd = h.renderKFD()
 		h.amdStatic, h.amdMetric, h.rocmSMI = h.loadedAnswers()
 	}
