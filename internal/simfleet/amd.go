@@ -243,7 +243,17 @@ func (h *host) loadedAnswers() (static, metric, out []byte) {
 	if c.Tool == captures.ROCmSMI {
 		return nil, nil, h.loadROCmSMI(c.Out)
 	}
-	return h.loadAMDSMI(c.Static, false), h.loadAMDSMI(c.Metric, true), nil
+	return h.loadAMDSMI(c.Static, probe.AMDSMIStaticArgs, false), h.loadAMDSMI(c.Metric, probe.AMDSMIMetricArgs, true), nil
+}
+
+// asked is the sections of an amd-smi answer that options ask for, as it
+// names them: --mem-usage prints "mem_usage".
+func asked(options []string) map[string]bool {
+	keys := map[string]bool{"gpu": true}
+	for _, o := range options {
+		keys[strings.ReplaceAll(strings.TrimPrefix(o, "--"), "-", "_")] = true
+	}
+	return keys
 }
 
 // copyJSON is a deep copy of a decoded JSON value.
@@ -301,9 +311,10 @@ func (h *host) loadROCmSMI(out []byte) []byte {
 	return b
 }
 
-// loadAMDSMI is amd-smi's static or metric answer for this host: a top
-// level list of GPUs, or one under "gpu_data".
-func (h *host) loadAMDSMI(answer []byte, metric bool) []byte {
+// loadAMDSMI is amd-smi's static or metric answer for this host, as the
+// probe's options ask it (amd-smi then prints those sections only): a
+// top level list of GPUs, or one under "gpu_data".
+func (h *host) loadAMDSMI(answer []byte, options []string, metric bool) []byte {
 	var v any
 	if len(answer) == 0 || json.Unmarshal(answer, &v) != nil {
 		return answer
@@ -319,18 +330,20 @@ func (h *host) loadAMDSMI(answer []byte, metric bool) []byte {
 	if len(gpus) == 0 {
 		return answer
 	}
+	keep := asked(options)
 	widened := make([]any, h.spec.GPUs)
 	for i := range widened {
-		g := gpus[i%len(gpus)]
-		if i >= len(gpus) {
-			g = copyJSON(g)
-			obj, _ := g.(map[string]any)
-			if bus, ok := obj["bus"].(map[string]any); ok && bus["bdf"] != nil {
+		g := copyJSON(gpus[i%len(gpus)])
+		if obj, ok := g.(map[string]any); ok {
+			if bus, ok := obj["bus"].(map[string]any); ok && bus["bdf"] != nil && i >= len(gpus) {
 				bus["bdf"] = h.amdBus[i]
 			}
-		}
-		if obj, ok := g.(map[string]any); ok {
 			obj["gpu"] = i
+			for k := range obj {
+				if !keep[k] {
+					delete(obj, k)
+				}
+			}
 		}
 		widened[i] = g
 	}
