@@ -10,18 +10,35 @@ import (
 	"github.com/gpumon/gpumon/internal/nvsmi"
 )
 
-// amdSections are the parts of an amd-smi GPU entry the parser reads; the
-// rest (clocks, caches, NUMA) is only checked to be JSON, which makes an
-// answer several times cheaper to read.
-var amdSections = map[string]bool{"gpu": true, "bdf": true, "asic": true, "bus": true, "vram": true,
-	"limit": true, "board": true, "usage": true, "mem_usage": true, "fb_usage": true,
-	"temperature": true, "power": true, "ecc": true, "fan": true}
+// What the parser builds of an amd-smi answer: the sections read
+// (amdSections) are picked in turn, and of their members only the
+// readings read (amdReadings: a number, a string, or a {"value", "unit"}
+// object) are built; the rest (clocks, caches, NUMA, the dozens of
+// activity counters and limits nobody reads) is only checked to be JSON,
+// which makes an answer several times cheaper to read. readStatic and
+// readMetric read nothing else.
+var (
+	amdSections = map[string]bool{"gpu_data": true, "asic": true, "bus": true, "vram": true, "limit": true,
+		"ppt0": true, "board": true, "usage": true, "mem_usage": true, "fb_usage": true, "temperature": true,
+		"power": true, "ecc": true, "fan": true}
+	amdReadings = map[string]bool{"gpu": true, "bdf": true, "value": true, "unit": true,
+		"market_name": true, "asic_serial": true, "product_name": true, "product_serial": true,
+		"size": true, "vram_size": true, "socket_power": true, "power_cap": true, "socket_power_limit": true,
+		"gfx_activity": true, "umc_activity": true, "used_vram": true, "total_vram": true,
+		"vram_used": true, "vram_total": true, "fb_used": true, "fb_total": true, "hotspot": true, "edge": true,
+		"current_socket_power": true, "average_socket_power": true, "power_limit": true,
+		"total_uncorrectable_count": true, "uncorrectable_count": true, "uncorrectable": true,
+		"speed": true, "max": true}
+)
 
+// pickAMD is how a member of an object the parser picks in is read. A
+// name that is a section at one level and a reading at another (fan's
+// "usage") is picked: a reading's value object's members are readings.
 func pickAMD(key []byte) mode {
 	switch {
-	case string(key) == "gpu_data":
-		return filter
 	case amdSections[string(key)]:
+		return filter
+	case amdReadings[string(key)]:
 		return build
 	}
 	return check
