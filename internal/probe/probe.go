@@ -301,6 +301,11 @@ const (
 		max(2*maxAMDSMIOutput, maxROCmSMIOutput) + maxKFDOutput + 16<<10
 )
 
+// AMD's tools print their JSON indented, four spaces a level: unindent
+// strips each line's leading blanks on the host (a JSON string holds no
+// newline, so no blank it strips is in one), which halves what crosses
+// the network and what fetch reads, and keeps the tool's exit status.
+//
 // The body is one function called with stdin from /dev/null: sh has read the
 // whole function before it runs anything, so no command can swallow the rest
 // of the script from stdin.
@@ -470,12 +475,16 @@ kernellog() {
   soft=
   printf '%s begin kernel_log\n%s\n%s end kernel_log %d\n' "$N" "$out" "$N" "$rc"
 }
+unindent() {
+  { kr=$( { { "$@" 2>&1; echo "$?" >&3; } | sed 's/^[[:space:]]*//' >&4; } 3>&1 ); } 4>&1
+  return "${kr:-1}"
+}
 amdsmi() {
   am=$1
-  run @AMDSMI@ "amd-smi $am" $TO amd-smi "$@" --json
+  run @AMDSMI@ "amd-smi $am" unindent $TO amd-smi "$@" --json
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
     case $out in
-    *"usage:"*|*"unrecognized arguments"*|*"invalid choice"*) run @AMDSMI@ "amd-smi $am" $TO amd-smi "$am" --json ;;
+    *"usage:"*|*"unrecognized arguments"*|*"invalid choice"*) run @AMDSMI@ "amd-smi $am" unindent $TO amd-smi "$am" --json ;;
     esac
   fi
   printf '%s begin amd_smi_%s\n%s\n%s end amd_smi_%s %d\n' "$N" "$am" "$out" "$N" "$am" "$rc"
@@ -570,7 +579,7 @@ if [ -n "$AS$RS" ]; then
     amdsmi @AMDSTATIC@
     amdsmi @AMDMETRIC@
   else
-    run @ROCMSMI@ rocm-smi $TO rocm-smi @ROCMSMIARGS@ --json
+    run @ROCMSMI@ rocm-smi unindent $TO rocm-smi @ROCMSMIARGS@ --json
     printf '%s begin rocm_smi\n%s\n%s end rocm_smi %d\n' "$N" "$out" "$N" "$rc"
   fi
   run @KFD@ "$KF" kfd

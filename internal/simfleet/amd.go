@@ -241,9 +241,23 @@ func (h *host) gpuLoad(i int) (mib int, computing bool) {
 func (h *host) loadedAnswers() (static, metric, out []byte) {
 	c := h.amd.capture
 	if c.Tool == captures.ROCmSMI {
-		return nil, nil, h.loadROCmSMI(c.Out)
+		return nil, nil, unindent(h.loadROCmSMI(c.Out))
 	}
-	return h.loadAMDSMI(c.Static, probe.AMDSMIStaticArgs, false), h.loadAMDSMI(c.Metric, probe.AMDSMIMetricArgs, true), nil
+	return unindent(h.loadAMDSMI(c.Static, probe.AMDSMIStaticArgs, false)),
+		unindent(h.loadAMDSMI(c.Metric, probe.AMDSMIMetricArgs, true)), nil
+}
+
+// unindent is what the probe's unindent (sed) makes of a tool's answer:
+// each line without its leading blanks.
+func unindent(answer []byte) []byte {
+	if answer == nil {
+		return nil
+	}
+	lines := bytes.Split(answer, []byte("\n"))
+	for i, l := range lines {
+		lines[i] = bytes.TrimLeft(l, " \t")
+	}
+	return bytes.Join(lines, []byte("\n"))
 }
 
 // asked is the sections of an amd-smi answer that options ask for, as it
@@ -304,7 +318,7 @@ func (h *host) loadROCmSMI(out []byte) []byte {
 			}
 		}
 	}
-	b, err := json.MarshalIndent(cards, "", "    ")
+	b, err := json.MarshalIndent(cards, "", "")
 	if err != nil {
 		return out
 	}
@@ -364,7 +378,7 @@ func (h *host) loadAMDSMI(answer []byte, options []string, metric bool) []byte {
 	} else {
 		v = widened
 	}
-	b, err := json.MarshalIndent(v, "", "    ")
+	b, err := json.MarshalIndent(v, "", "")
 	if err != nil {
 		return answer
 	}
