@@ -39,7 +39,7 @@ func pickAMD(key []byte) mode {
 	case amdSections[string(key)]:
 		return filter
 	case amdReadings[string(key)]:
-		return build
+		return asReading
 	}
 	return check
 }

@@ -85,7 +85,18 @@ const (
 	build mode = iota
 	filter
 	check
+	// asReading builds a value as build does, except that an object of
+	// "value" and "unit" only (amd-smi's readings from ROCm 6.1 on) is
+	// a valueUnit, not a map: a GPU has dozens, and the maps were most of
+	// what reading an answer cost.
+	asReading
 )
+
+// A valueUnit is an object {"value": …, "unit": …} read in mode asReading.
+type valueUnit struct {
+	value, unit       any
+	hasValue, hasUnit bool
+}
 
 func (p *parser) mode() mode {
 	if p.pick == nil {
@@ -134,10 +145,13 @@ func (p *parser) value(m mode) any {
 }
 
 func (p *parser) object(m mode) any {
+	if m == asReading {
+		return p.readingObject()
+	}
 	p.i++ // '{'
 	var obj map[string]any
 	if m != check {
-		obj = map[string]any{}
+		obj = make(map[string]any, 8)
 	}
 	if p.i = skipSpace(p.b, p.i); p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
@@ -163,6 +177,51 @@ func (p *parser) object(m mode) any {
 		}
 	}
 	return obj
+}
+
+// readingObject reads an object in mode asReading: a valueUnit while its
+// members are "value" and "unit" only, else a map of them all.
+func (p *parser) readingObject() any {
+	p.i++ // '{'
+	var r valueUnit
+	var obj map[string]any
+	if p.i = skipSpace(p.b, p.i); p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		return map[string]any{}
+	}
+	for p.err == nil {
+		p.i = skipSpace(p.b, p.i)
+		key, ok := p.text()
+		if p.i = skipSpace(p.b, p.i); !ok || p.i >= len(p.b) || p.b[p.i] != ':' {
+			return p.fail(errSyntax)
+		}
+		p.i++
+		v := p.value(build)
+		switch {
+		case obj == nil && string(key) == "value":
+			r.value, r.hasValue = v, true
+		case obj == nil && string(key) == "unit":
+			r.unit, r.hasUnit = v, true
+		default:
+			if obj == nil {
+				obj = make(map[string]any, 4)
+				if r.hasValue {
+					obj["value"] = r.value
+				}
+				if r.hasUnit {
+					obj["unit"] = r.unit
+				}
+			}
+			obj[intern(key).(string)] = v
+		}
+		if !p.next('}') {
+			break
+		}
+	}
+	if obj != nil {
+		return obj
+	}
+	return r
 }
 
 func (p *parser) list(m mode) any {

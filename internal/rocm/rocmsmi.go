@@ -38,16 +38,45 @@ var (
 var rsKeys = slices.Concat(rsName, rsUniqueID, rsBus, rsUtil, rsUtilMem, rsMemTotal, rsMemUsed,
 	rsTemp, rsPower, rsPowerCap, rsFan)
 
-// pickROCm builds the keys read of each "cardN" entry and checks the rest.
+// rsLower is each of rsKeys lower-cased, as the cards' keys are folded
+// (foldKeys) and as pickROCm looks them up.
+var rsLower = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range rsKeys {
+		m[k] = strings.ToLower(k)
+	}
+	return m
+}()
+
+// rsRead is the set of rsLower's values.
+var rsRead = func() map[string]bool {
+	m := map[string]bool{}
+	for _, k := range rsLower {
+		m[k] = true
+	}
+	return m
+}()
+
+// pickROCm builds the keys read of each "cardN" entry and checks the rest
+// (a card has about a hundred: each is looked up once, lower-cased in a
+// buffer of its own, without allocating).
 func pickROCm(key []byte) mode {
 	if bytes.HasPrefix(key, []byte("card")) { // "cardN", and what is not, to be named
 		return filter
 	}
 	key = bytes.TrimSuffix(key, []byte(" sum"))
-	for _, k := range rsKeys {
-		if bytes.EqualFold([]byte(k), key) {
-			return build
+	var buf [64]byte
+	if len(key) > len(buf) {
+		return check // no key read is that long
+	}
+	for i, c := range key {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
 		}
+		buf[i] = c
+	}
+	if rsRead[string(buf[:len(key)])] {
+		return build
 	}
 	return check
 }
@@ -167,7 +196,11 @@ func foldKeys(f map[string]any) map[string]any {
 }
 
 func field(f map[string]any, key string) any {
-	return f[strings.ToLower(key)]
+	lk, ok := rsLower[key]
+	if !ok {
+		lk = strings.ToLower(key)
+	}
+	return f[lk]
 }
 
 func fieldOf(f map[string]any, keys []string) any {

@@ -254,21 +254,53 @@ func TestReading(t *testing.T) {
 }
 
 // Only the sections read are built: a clock or cache section is checked
-// to be JSON and dropped, in each shape.
+// to be JSON and dropped, in each shape, and a reading's {"value",
+// "unit"} object is a valueUnit.
 func TestDecodeJSONKeepsOnlyRead(t *testing.T) {
 	entry := `{"gpu": 0, "clock": {"sys": {"current level": 1}}, "usage": {"gfx_activity": {"value": 3, "unit": "%"}}}`
 	want := map[string]any{"gpu": json.Number("0"), "usage": map[string]any{
-		"gfx_activity": map[string]any{"value": json.Number("3"), "unit": "%"}}}
+		"gfx_activity": valueUnit{value: json.Number("3"), unit: "%", hasValue: true, hasUnit: true}}}
 	for _, out := range []string{"[" + entry + "]", `{"gpu_data": [` + entry + `], "clock": 1}`, entry} {
 		entries, err := amdEntries([]byte(out))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]map[string]any{want}, entries); diff != "" {
+		if diff := cmp.Diff([]map[string]any{want}, entries, cmp.AllowUnexported(valueUnit{})); diff != "" {
 			t.Errorf("%s: (-want +got):\n%s", out, diff)
 		}
 	}
 	if _, err := amdEntries([]byte(`[{"gpu": 0, "clock": {"sys": [1,]}}]`)); err == nil {
 		t.Error("a section not read is still checked to be JSON: want an error")
+	}
+}
+
+// A reading's object is a valueUnit only while it holds nothing but
+// "value" and "unit"; any other member keeps it whole, as a map, and
+// valueText reads both alike.
+func TestReadingObjects(t *testing.T) {
+	for _, tt := range []struct {
+		in       string
+		want     any
+		wantText string
+	}{
+		{`{"value": 3, "unit": "W"}`, valueUnit{value: json.Number("3"), unit: "W", hasValue: true, hasUnit: true}, "3 W"},
+		{`{"unit": "W", "value": 1, "value": 2}`, valueUnit{value: json.Number("2"), unit: "W", hasValue: true, hasUnit: true}, "2 W"},
+		{`{"value": 3, "unit": "W", "max": 9}`, map[string]any{"value": json.Number("3"), "unit": "W", "max": json.Number("9")}, "3 W"},
+		{`{"unit": "W"}`, valueUnit{unit: "W", hasUnit: true}, ""},
+		{`{}`, map[string]any{}, ""},
+		{`"N/A"`, "N/A", ""},
+	} {
+		p := parser{b: []byte(tt.in)}
+		got := p.value(asReading)
+		if p.err != nil {
+			t.Fatalf("%s: %v", tt.in, p.err)
+		}
+		if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(valueUnit{})); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tt.in, diff)
+		}
+		text, unit, _ := valueText(got)
+		if s := strings.TrimSpace(text + " " + unit); s != tt.wantText {
+			t.Errorf("%s: valueText %q, want %q", tt.in, s, tt.wantText)
+		}
 	}
 }

@@ -86,6 +86,14 @@ func reading(v any, k kind, what string, n *notes) nvsmi.Number {
 // valueText unwraps a JSON value into its text and unit; ok is false for
 // what says "missing" ("N/A", null, a list, an object without a value).
 func valueText(v any) (text, unit string, ok bool) {
+	if r, isReading := v.(valueUnit); isReading {
+		if !r.hasValue {
+			return "", "", false
+		}
+		u, _ := r.unit.(string)
+		text, _, ok = valueText(r.value)
+		return text, strings.TrimSpace(u), ok
+	}
 	if m, isObj := v.(map[string]any); isObj {
 		val, has := m["value"]
 		if !has {
