@@ -54,6 +54,7 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/fetch
 	$(GO) test -run '^$$' -bench . ./internal/nvsmi
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/rocm
 	$(GO) test -run '^$$' -bench . ./internal/kernlog
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/render
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/loaddata
