@@ -31,6 +31,10 @@ test: vet
 	$(GO) test -run '^$$' -fuzz '^FuzzParseProcesses$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePmon$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/kernlog
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAMDSMI$$' -fuzztime $(FUZZTIME) ./internal/rocm
+	$(GO) test -run '^$$' -fuzz '^FuzzParseROCmSMI$$' -fuzztime $(FUZZTIME) ./internal/rocm
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKFD$$' -fuzztime $(FUZZTIME) ./internal/rocm
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(FUZZTIME) ./internal/rocm
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/fetch
 	$(GO) test -run '^$$' -fuzz '^FuzzMarkup$$' -fuzztime $(FUZZTIME) ./internal/render
 	$(GO) test -run '^$$' -fuzz '^FuzzStatusJSON$$' -fuzztime $(FUZZTIME) ./internal/render
