@@ -92,9 +92,9 @@ func amdSection(po probe.Output, name, what, tool string) ([]byte, *nvsmi.HostEr
 	sec, ok := po.Sections[name]
 	switch {
 	case !ok:
-		return nil, &nvsmi.HostError{Status: hoststatus.Error, Message: what + " did not run"}
+		return nil, &nvsmi.HostError{Status: hoststatus.Error, Message: fmt.Sprintf("%s did not run (%s)", what, tool)}
 	case sec.ExitCode == 124 || sec.ExitCode == 137:
-		return nil, &nvsmi.HostError{Status: hoststatus.Timeout, Message: what + " did not answer in time (killed by timeout)"}
+		return nil, &nvsmi.HostError{Status: hoststatus.Timeout, Message: fmt.Sprintf("%s did not answer in time (killed by timeout; %s)", what, tool)}
 	case sec.ExitCode != 0:
 		return nil, &nvsmi.HostError{Status: amdStatus(sec.Body), Message: fmt.Sprintf("%s failed (exit %d, %s): %s", what, sec.ExitCode, tool, firstWords(sec.Body))}
 	case len(bytes.TrimSpace(sec.Body)) > 0 && !bytes.ContainsAny(sec.Body, "{["):

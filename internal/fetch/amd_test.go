@@ -182,7 +182,7 @@ func TestAMDFailures(t *testing.T) {
 		wantRows   int
 	}{
 		{"rocm-smi hangs", []section{{probe.SectionTools, mi100Tools, 0}, {probe.SectionROCmSMI, "", 124}},
-			hoststatus.Timeout, "rocm-smi did not answer in time (killed by timeout)", 1},
+			hoststatus.Timeout, "rocm-smi did not answer in time (killed by timeout; rocm-smi (ROCm 6.0.2))", 1},
 		{"the amdgpu driver is not loaded",
 			[]section{{probe.SectionTools, amdTools, 0}, {probe.SectionAMDSMIStatic, "ERROR:root:Unable to detect any GPU devices, check amdgpu version and module status (sudo modprobe amdgpu)", 255}},
 			hoststatus.Driver, "amd-smi static failed (exit 255, amd-smi (ROCm 6.2.4)): ERROR:root:Unable to detect any GPU devices", 1},
@@ -203,7 +203,7 @@ func TestAMDFailures(t *testing.T) {
 			hoststatus.Driver, noTool, 1},
 		{"both vendors, amd-smi hangs: NVIDIA's GPUs stay",
 			append([]section{{probe.SectionTools, both, 0}}, append(nvidia, section{probe.SectionAMDSMIStatic, "", 124})...),
-			hoststatus.OK, "the AMD GPUs are unknown: amd-smi static did not answer in time (killed by timeout)", 2},
+			hoststatus.OK, "the AMD GPUs are unknown: amd-smi static did not answer in time (killed by timeout; amd-smi (ROCm 6.2.4))", 2},
 		{"both vendors, NVIDIA's driver is not loaded: AMD's GPUs stay",
 			[]section{{probe.SectionTools, "nvidia-smi /usr/bin/nvidia-smi\nrocm-smi /opt/rocm/bin/rocm-smi\n", 0},
 				{probe.SectionGPUs, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.", 9},

@@ -60,8 +60,11 @@ func mixedLab(t *testing.T) (www string, alicePID int) {
 
 	bobPID := sshdtest.StartProcessAs(t, "bob", "sleep", "600")
 	alicePID = sshdtest.StartProcessAs(t, "alice", "sh", "-c", "sleep 600 # <img src=x onerror=alert(1)>")
-	// the MI100s' KFD nodes (location_id is bus << 8): alice holds 28 GB
-	// of the second, and an entry without VRAM on each of the others
+	// the MI100s' KFD nodes after the CPU's, node 0 (location_id is bus
+	// << 8): alice holds 28 GB of the second, and an entry without VRAM
+	// on each of the others
+	write(filepath.Join(kfd, "topology", "nodes", "0", "gpu_id"), []byte("0\n"), 0o644)
+	write(filepath.Join(kfd, "topology", "nodes", "0", "properties"), []byte("cpu_cores_count 64\nsimd_count 0\n"), 0o644)
 	for i, bus := range []int{0x83, 0xa3, 0xc3, 0xe3} {
 		node := filepath.Join(kfd, "topology", "nodes", fmt.Sprint(i+1))
 		write(filepath.Join(node, "gpu_id"), fmt.Appendf(nil, "%d\n", 5000+i), 0o644)

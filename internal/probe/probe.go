@@ -93,10 +93,13 @@ const (
 	SectionROCmSMI = "rocm_smi"
 	// SectionKFD is what /sys/class/kfd/kfd says, where the host has an
 	// AMD tool: a line "node GPU_ID DOMAIN LOCATION_ID" for each topology
-	// node with a GPU (the decimal numbers of its properties file:
-	// location_id is the PCI bus << 8 | device << 3 | function), then a
-	// line "proc PID GPU_ID BYTES" for each vram_GPU_ID file of each
-	// process in proc/, at most maxKFDLines lines, then "cut" where there
+	// node with a GPU, in the nodes' numeric order, which is ROCm's device
+	// order (the decimal numbers of its properties file: location_id is
+	// the PCI bus << 8 | device << 3 | function), then a line "proc PID
+	// GPU_ID BYTES" for each vram_GPU_ID file of each process in proc/
+	// that holds VRAM (a ROCm process has a file, of 0, for every GPU it
+	// can see: those would let idle openers of /dev/kfd push the holders
+	// past the bound), at most maxKFDLines lines, then "cut" where there
 	// were more. A non-zero exit where the folder cannot be read.
 	SectionKFD = "kfd"
 )
@@ -494,23 +497,23 @@ kfd() {
     echo "$KF/topology/nodes is not a folder: is the amdgpu driver loaded?"
     return 1
   fi
-  n=0
-  for d in "$KF"/topology/nodes/*; do
+  n=0 i=0
+  while [ -d "$KF/topology/nodes/$i" ] && [ "$i" -lt @KFDLINES@ ]; do
+    d=$KF/topology/nodes/$i i=$((i + 1))
     g= dom= loc=
-    read -r g <"$d/gpu_id" 2>/dev/null
+    read -r g 2>/dev/null <"$d/gpu_id"
     case $g in ''|0|*[!0-9]*) continue ;; esac
     while read -r k v; do
       case $k in domain) dom=$v ;; location_id) loc=$v ;; esac
-    done <"$d/properties" 2>/dev/null
+    done 2>/dev/null <"$d/properties"
     n=$((n + 1))
-    [ "$n" -gt @KFDLINES@ ] && { echo cut; return 0; }
     printf 'node %s %s %s\n' "$g" "$dom" "$loc"
   done
   for d in "$KF"/proc/[0-9]*; do
     for f in "$d"/vram_*; do
-      [ -f "$f" ] || continue
       b=
-      read -r b <"$f" 2>/dev/null
+      read -r b 2>/dev/null <"$f" || [ -n "$b" ] || continue
+      case $b in ''|0) continue ;; esac
       n=$((n + 1))
       [ "$n" -gt @KFDLINES@ ] && { echo cut; return 0; }
       printf 'proc %s %s %s\n' "${d##*/}" "${f##*/vram_}" "$b"
@@ -577,7 +580,7 @@ if [ -n "$AS$RS" ]; then
   soft=1
   if [ -n "$AS" ]; then
     amdsmi @AMDSTATIC@
-    amdsmi @AMDMETRIC@
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] && amdsmi @AMDMETRIC@
   else
     run @ROCMSMI@ rocm-smi unindent $TO rocm-smi @ROCMSMIARGS@ --json
     printf '%s begin rocm_smi\n%s\n%s end rocm_smi %d\n' "$N" "$out" "$N" "$rc"
