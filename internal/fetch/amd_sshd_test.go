@@ -110,17 +110,7 @@ func (s *amdSite) holds(pid, mib int, dom, bus int) {
 
 func (s *amdSite) poll() Result {
 	s.t.Helper()
-	cfg, err := LoadConfig(s.writeFiles("user = " + loginUser + "\n"))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	client, err := newClient(cfg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer client.Close()
-	p := &Poller{Runner: client, Timeout: cfg.Timeout, ProcessUtil: cfg.ProcessUtil, kfd: s.kfd}
-	return p.Poll(context.Background(), []string{"gpu01"})[0]
+	return s.pollOne(context.Background(), func(p *Poller) { p.kfd = s.kfd })
 }
 
 // End to end over a real sshd, as a user meets an AMD host: its tool on

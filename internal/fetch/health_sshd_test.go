@@ -92,18 +92,7 @@ func (s *healthSite) put(name, data string) {
 // the stand-in driver folder.
 func (s *healthSite) poll(ctx context.Context) Result {
 	s.t.Helper()
-	cfg, err := LoadConfig(s.writeFiles("user = " + loginUser + "\n"))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	client, err := newClient(cfg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer client.Close()
-	p := &Poller{Runner: client, Timeout: cfg.Timeout, ProcessUtil: cfg.ProcessUtil,
-		KernelLogWindow: cfg.KernelLogWindow(cfg.PollInterval), driverGPUs: s.driverGPUs}
-	return p.Poll(ctx, []string{"gpu01"})[0]
+	return s.pollOne(ctx, func(p *Poller) { p.driverGPUs = s.driverGPUs })
 }
 
 // End to end over a real sshd: an old driver loses only the fields it

@@ -83,6 +83,25 @@ func (s *realSite) writeFiles(common string) string {
 	return path
 }
 
+// pollOne polls the site's one host, gpu01, as fetch's cron run does
+// (its config, SSH), with the Poller's test seams set by seams.
+func (s *realSite) pollOne(ctx context.Context, seams func(*Poller)) Result {
+	s.t.Helper()
+	cfg, err := LoadConfig(s.writeFiles("user = " + loginUser + "\n"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	client, err := newClient(cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer client.Close()
+	p := &Poller{Runner: client, Timeout: cfg.Timeout, ProcessUtil: cfg.ProcessUtil,
+		KernelLogWindow: cfg.KernelLogWindow(cfg.PollInterval)}
+	seams(p)
+	return p.Poll(ctx, []string{"gpu01"})[0]
+}
+
 // fetch runs the command and returns the CSV's rows by host, and stderr.
 func (s *realSite) fetch(configPath string) (map[string][]loaddata.Row, string) {
 	s.t.Helper()

@@ -88,14 +88,7 @@ func TestAMDVRAMTellsTheGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(fifo, 0o666)
-	e.start(`interval_seconds = 3600
-min_idle_seconds = 0
-grace_seconds = 1
-user = root
-[process-zero]
-gpus = 0
-cmd = exec sleep 600
-`, options{})
+	e.start(zeroJob, options{})
 	f := e.waitState("the job running", patience, jobRunning("process-zero"))
 	job := jobInfo(f, "process-zero")
 
@@ -247,19 +240,23 @@ func TestJobEnv(t *testing.T) {
 	}
 }
 
-// AMD's monitors (Python scripts: the process is "python3 .../amd-smi")
-// hold /dev/kfd with no VRAM while they run, which would count on every
-// GPU: they are ignored, as nvidia-smi is; a script of another name is not.
-func TestAMDMonitorsIgnored(t *testing.T) {
-	e := newAMDEnv(t, 1)
-	e.start(`interval_seconds = 3600
+// zeroJob is a config with one job on GPU 0, started at once, scanned on
+// events only.
+const zeroJob = `interval_seconds = 3600
 min_idle_seconds = 0
 grace_seconds = 1
 user = root
 [process-zero]
 gpus = 0
 cmd = exec sleep 600
-`, options{})
+`
+
+// AMD's monitors (Python scripts: the process is "python3 .../amd-smi")
+// hold /dev/kfd with no VRAM while they run, which would count on every
+// GPU: they are ignored, as nvidia-smi is; a script of another name is not.
+func TestAMDMonitorsIgnored(t *testing.T) {
+	e := newAMDEnv(t, 1)
+	e.start(zeroJob, options{})
 	f := e.waitState("the job running", patience, jobRunning("process-zero"))
 	job := jobInfo(f, "process-zero")
 	run := func(name string) (pid int, done func()) {
