@@ -114,8 +114,8 @@ func amdFailure(f Failure) bool {
 func kfdGPUID(i int) int { return 41000 + 17*i }
 
 // renderKFD is the probe's kfd section for the host's processes: a node
-// line per GPU, and, as a real ROCm process has, an entry on every GPU
-// for each process: its VRAM on the GPUs it uses, 0 on the others.
+// line per GPU, then each process's VRAM on each GPU it uses (the probe
+// leaves out the entries of 0 a ROCm process has on the other GPUs).
 func (h *host) renderKFD() []byte {
 	var b bytes.Buffer
 	for i, bus := range h.amdBus {
@@ -123,18 +123,19 @@ func (h *host) renderKFD() []byte {
 		fmt.Sscanf(bus, "%x:%x:%x.%x", &dom, &bn, &dev, &fn)
 		fmt.Fprintf(&b, "node %d %d %d\n", kfdGPUID(i), dom, bn<<8|dev<<3|fn)
 	}
-	vram := map[int][]int64{}
-	var pids []int
+	type entry struct{ pid, gpu int }
+	vram := map[entry]int64{}
+	var order []entry
 	for _, p := range h.spec.Processes {
-		if vram[p.PID] == nil {
-			vram[p.PID] = make([]int64, len(h.amdBus))
-			pids = append(pids, p.PID)
+		e := entry{p.PID, p.GPU}
+		if _, seen := vram[e]; !seen {
+			order = append(order, e)
 		}
-		vram[p.PID][p.GPU] += int64(p.MemMiB) << 20
+		vram[e] += int64(p.MemMiB) << 20
 	}
-	for _, pid := range pids {
-		for i, v := range vram[pid] {
-			fmt.Fprintf(&b, "proc %d %d %d\n", pid, kfdGPUID(i), v)
+	for _, e := range order {
+		if vram[e] > 0 {
+			fmt.Fprintf(&b, "proc %d %d %d\n", e.pid, kfdGPUID(e.gpu), vram[e])
 		}
 	}
 	return b.Bytes()
