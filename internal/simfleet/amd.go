@@ -291,7 +291,7 @@ func (h *host) loadROCmSMI(out []byte) []byte {
 	if k == 0 {
 		return out
 	}
-	for i := k; i < h.spec.GPUs || cards["card"+strconv.Itoa(i)] != nil; i++ {
+	for i := min(k, h.spec.GPUs); i < h.spec.GPUs || cards["card"+strconv.Itoa(i)] != nil; i++ {
 		if i >= h.spec.GPUs {
 			delete(cards, "card"+strconv.Itoa(i))
 			continue

@@ -21,6 +21,7 @@ import (
 	"github.com/gpumon/gpumon/internal/captures"
 	"github.com/gpumon/gpumon/internal/nvsmi"
 	"github.com/gpumon/gpumon/internal/probe"
+	"github.com/gpumon/gpumon/internal/rocm"
 	"github.com/gpumon/gpumon/internal/simfleet"
 	"github.com/gpumon/gpumon/internal/testenv"
 	"golang.org/x/crypto/ssh"
@@ -750,5 +751,48 @@ func TestAttribution(t *testing.T) {
 	// an idle host runs no ps, so reads no cgroups either
 	if o, _ := probeAs("h200-b03", probe.ContainersDocker); o.Has(probe.SectionCgroups) {
 		t.Error("cgroups read on an idle host")
+	}
+}
+
+// TestEveryAMDCapture: a host on each AMD capture, with 3 GPUs (its
+// capture's repeated where it has fewer), answers as the probe does on a
+// real one: the tool it has, its answers, which parse to its GPUs, and a
+// KFD section of the GPUs and the VRAM its process holds, without the 0
+// entries the probe leaves out; no nvidia-smi section.
+func TestEveryAMDCapture(t *testing.T) {
+	var specs []simfleet.HostSpec
+	for _, tool := range []string{captures.AMDSMI, captures.ROCmSMI} {
+		for i, n := range captures.AMDNames(tool) {
+			specs = append(specs, simfleet.HostSpec{Name: tool + "-" + n, AMD: tool + "/" + n, GPUs: 3,
+				Processes: []simfleet.Process{{PID: 100 + i, User: "dave", Command: "prog --x", GPU: 1, MemMiB: 100}}})
+		}
+	}
+	f := testenv.StartFleet(t, specs)
+	c := newClient(t, f)
+	for _, s := range specs {
+		o, err := c.probeHost(s.Name, probe.NewRequest(1), 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+		var rep rocm.Report
+		if tools := probe.ParseTools(o); tools.AMDSMI != "" {
+			metric := o.Sections[probe.SectionAMDSMIMetric].Body
+			if len(bytes.TrimSpace(metric)) == 0 {
+				metric = nil // a capture of static only: fetch reads the GPUs without readings
+			}
+			rep, err = rocm.ParseAMDSMI(o.Sections[probe.SectionAMDSMIStatic].Body, metric)
+		} else {
+			rep, err = rocm.ParseROCmSMI(o.Sections[probe.SectionROCmSMI].Body)
+		}
+		if err != nil || len(rep.GPUs) != 3 || o.Has(probe.SectionGPUs) {
+			t.Errorf("%s: %d GPUs, %v; an nvidia-smi section: %v", s.Name, len(rep.GPUs), err, o.Has(probe.SectionGPUs))
+		}
+		kfd, err := rocm.ParseKFD(o.Sections[probe.SectionKFD].Body)
+		if err != nil || len(kfd.Nodes) != 3 || len(kfd.Procs) != 1 || kfd.Procs[0].VRAMBytes != 100<<20 || kfd.Procs[0].GPUID != kfd.Nodes[1] {
+			t.Errorf("%s: kfd %+v, %v", s.Name, kfd, err)
+		}
+		if !strings.Contains(string(o.Sections[probe.SectionPS].Body), " dave ") {
+			t.Errorf("%s: ps: %s", s.Name, o.Sections[probe.SectionPS].Body)
+		}
 	}
 }
