@@ -178,6 +178,7 @@ type Proc struct {
 	SlurmJob       string // "1233_5", or the bare job id
 	SlurmJobName   string
 	SlurmPartition string
+	SlurmAccount   string // the job's Slurm account (squeue %a), for billing
 	Container      string // 12 hex digits
 	ContainerName  string
 	Pod            string // the Kubernetes pod's uid

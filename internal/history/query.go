@@ -52,6 +52,9 @@ type Summary struct {
 	// not known (host down, MIG, no snapshot that hour).
 	UtilHours []time.Time
 	Util      map[GPURef][]float64
+	// Models30d are the last 30 days' figures per GPU model (whole hours,
+	// as UsageSpan), every holder together: for the page's cost line.
+	Models30d map[string]Figures
 }
 
 // GPURef names a GPU: its host and the page's id.
@@ -70,6 +73,11 @@ type UserHours struct {
 	User      string
 	GPUHours  map[string]float64
 	IdleHours map[string]float64
+	// KWh is the user's energy per window; Efficiency their effective
+	// GPU-hours over the GPU-hours whose utilization was known, 0 to 1,
+	// NaN where none was (see Figures).
+	KWh        map[string]float64
+	Efficiency map[string]float64
 }
 
 // Totals are GPU-seconds since the history began. They never go down
@@ -79,6 +87,8 @@ type Totals struct {
 	IdleHeld map[string]float64 // idle-held GPU-seconds, the spells going on included
 	State    map[string]float64
 	IdleJob  float64
+	// UserEnergyJ: the joules each user's share of their GPUs drew.
+	UserEnergyJ map[string]float64
 }
 
 // Summary reads the figures for the page at now.
