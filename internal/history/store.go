@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver: pure Go, no cgo
@@ -80,14 +82,8 @@ type Store struct {
 // keepRaw is how long whole snapshots are kept (keep_days); the hourly
 // figures are kept a year.
 func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
-	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
-		return nil, errors.New("not a regular file")
-	}
-	// made here so that it is not world-readable: SQLite would use the
-	// umask, and gives the -wal and -shm files the database's mode. Not
-	// O_EXCL: through a dangling link, the file it names is made so too.
-	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
-		f.Close()
+	if err := openableFile(path); err != nil {
+		return nil, err
 	}
 	abs, err := filepath.Abs(path) // a relative path in a file: URI would be its authority
 	if err != nil {
@@ -126,6 +122,55 @@ func Open(path string, p Params, keepRaw time.Duration) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// openableFile makes sure path is this account's own regular file, mode
+// 0600, making it if there is none. render often runs as root from cron:
+// a link planted in a writable folder would make it adopt, or create,
+// somebody else's file, and a database others can read holds who used
+// what. SQLite's -wal and -shm files beside it take its mode; a link in
+// their place is refused as well.
+func openableFile(path string) error {
+	for _, side := range []string{path + "-wal", path + "-shm"} {
+		if fi, err := os.Lstat(side); err == nil && !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s is not a regular file (%s): history opens only its own files", side, fileKind(fi))
+		}
+	}
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// O_EXCL|O_NOFOLLOW: never through a link, never someone's file
+		// made in between
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("not a regular file (%s): history opens only a regular file it owns", fileKind(fi))
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("owned by uid %d, not by this account (uid %d): history opens only its own file", st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("mode %04o: others may read who used what; want 0600 (chmod 600 %s)", perm, path)
+	}
+	return nil
+}
+
+// fileKind says what a file that is not a regular one is.
+func fileKind(fi fs.FileInfo) string {
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a directory"
+	default:
+		return m.Type().String()
+	}
 }
 
 // pingBusy opens c's connection, waiting as busy_timeout would: its

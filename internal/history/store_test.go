@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -446,5 +447,71 @@ func TestUsageSpanIsWholeHours(t *testing.T) {
 	u, err := s.Usage(context.Background(), from, to)
 	if err != nil || len(u) != 1 || math.Abs(u[0].GPUHours-1) > 1e-9 || math.Abs(u[0].IdleHeldHours-1) > 1e-9 {
 		t.Errorf("usage = %+v, %v; want alice with 1 GPU-hour, 1 idle-held", u, err)
+	}
+}
+
+// The database is opened only as this account's own regular file, mode
+// 0600: never through a link (to someone's file, or made at a dangling
+// link's target), never a file others can read or another account owns.
+func TestOpenOnlyOwnFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, db, other string)
+		want    string
+	}{
+		{"a link to another file", func(t *testing.T, db, other string) {
+			writeFile(t, other, 0o600)
+			must(t, os.Symlink(other, db))
+		}, "symbolic link"},
+		{"a dangling link", func(t *testing.T, db, other string) {
+			must(t, os.Symlink(other, db))
+		}, "symbolic link"},
+		{"readable by others", func(t *testing.T, db, other string) {
+			writeFile(t, db, 0o644)
+		}, "mode 0644"},
+		{"a link in place of its log", func(t *testing.T, db, other string) {
+			must(t, os.Symlink(other, db+"-wal"))
+		}, "-wal is not a regular file"},
+		{"another account's file", func(t *testing.T, db, other string) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to give a file away") // CI runs as root
+			}
+			writeFile(t, db, 0o600)
+			must(t, os.Chown(db, 65534, 65534))
+		}, "owned by uid 65534"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, other := filepath.Join(dir, "history.db"), filepath.Join(dir, "someone-elses.db")
+			tt.prepare(t, db, other)
+			s, err := Open(db, DefaultParams, time.Hour)
+			if err == nil {
+				s.Close()
+				t.Fatalf("opened; want an error with %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q; want %q in it", err, tt.want)
+			}
+			// nothing made at a link's target, nothing written to it
+			if fi, err := os.Lstat(other); err == nil && fi.Size() != 0 {
+				t.Errorf("%s was written to", other)
+			} else if err == nil && tt.name == "a dangling link" {
+				t.Errorf("%s was made at the link's target", other)
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	must(t, os.WriteFile(path, nil, mode))
+	must(t, os.Chmod(path, mode))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
