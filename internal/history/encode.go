@@ -16,9 +16,10 @@ import (
 // per GPU would be 2.3 million rows a day, a blob is one row of some tens
 // of kilobytes. The format: a version byte, then varints and
 // length-prefixed strings (encodeSnapshot says the order), all deflated.
-// Version 2 adds each holder's SM utilization; blobs of version 1 still
-// decode, their holders' SM not known.
-const snapshotVersion = 2
+// Version 2 adds each holder's SM utilization, version 3 each GPU's
+// power and reservation and each holder's job and account; older blobs
+// still decode, with those not known.
+const snapshotVersion = 3
 
 // Bounds on what a blob may claim, so that a damaged database cannot make
 // the decoder allocate without end.
@@ -46,11 +47,15 @@ func encodeSnapshot(s *Snapshot) ([]byte, error) {
 			w.float(g.MemUsedMiB)
 			w.float(g.MemTotalMiB)
 			w.bool(g.IdleJob)
+			w.optFloat(g.PowerW, g.HasPower)
+			w.str(g.ReservedFor)
 			w.uint(uint64(len(g.Holders)))
 			for _, hd := range g.Holders {
 				w.str(hd.User)
 				w.float(hd.MemMiB)
 				w.optFloat(hd.SMPct, hd.HasSM)
+				w.str(hd.Job)
+				w.str(hd.Account)
 			}
 		}
 	}
@@ -79,7 +84,7 @@ func decodeSnapshot(blob []byte) (*Snapshot, error) {
 	if len(raw) == 0 || raw[0] < 1 || raw[0] > snapshotVersion {
 		return nil, fmt.Errorf("%w: unknown version", errDamaged)
 	}
-	withSM := raw[0] >= 2
+	withSM, withPower := raw[0] >= 2, raw[0] >= 3
 	r := &blobReader{b: raw[1:]}
 	s := &Snapshot{Time: time.Unix(r.int(), 0).UTC()}
 	s.Hosts = make([]Host, r.count())
@@ -97,6 +102,10 @@ func decodeSnapshot(blob []byte) (*Snapshot, error) {
 			g.MemUsedMiB = r.float()
 			g.MemTotalMiB = r.float()
 			g.IdleJob = r.bool()
+			if withPower {
+				g.PowerW, g.HasPower = r.optFloat()
+				g.ReservedFor = r.str()
+			}
 			if n := r.count(); n > 0 {
 				g.Holders = make([]Holder, n)
 			}
@@ -104,6 +113,9 @@ func decodeSnapshot(blob []byte) (*Snapshot, error) {
 				g.Holders[k] = Holder{User: r.str(), MemMiB: r.float()}
 				if withSM {
 					g.Holders[k].SMPct, g.Holders[k].HasSM = r.optFloat()
+				}
+				if withPower {
+					g.Holders[k].Job, g.Holders[k].Account = r.str(), r.str()
 				}
 			}
 		}

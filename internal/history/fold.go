@@ -54,6 +54,7 @@ type readings struct {
 	UserGPUs  map[string]int     `json:"g,omitempty"` // GPUs the user holds, shared ones whole (for peaks)
 	States    map[string]int     `json:"s,omitempty"` // GPUs per state
 	IdleJob   int                `json:"j,omitempty"` // GPUs used by idlemon's job and nobody else
+	Ledger    ledgerRates        `json:"l"`
 }
 
 // Spell is a GPU held idle by one holder: readings no further apart than
@@ -76,6 +77,27 @@ type Spell struct {
 	// spell of an older store, which counted Seconds shared among Users.
 	Share float64 `json:"f,omitempty"`
 	Held  float64 `json:"w,omitempty"`
+	// Hours are Held by the hour each part is counted to, as GPU-hours
+	// are (spanHour): so a span's idle-held hours are a part of its
+	// GPU-hours, hour by hour. nil in a spell of an older store.
+	Hours map[int64]float64 `json:"hr,omitempty"`
+	// Account, Job and Model are the holder's at the newest reading.
+	Account string `json:"a,omitempty"`
+	Job     string `json:"j,omitempty"`
+	Model   string `json:"md,omitempty"`
+}
+
+// hold adds the GPU-seconds of the holder's reading before t, counted to
+// hour.
+func (s *Spell) hold(seconds float64, hour int64) {
+	if seconds <= 0 {
+		return
+	}
+	s.Held += seconds
+	if s.Hours == nil {
+		s.Hours = map[int64]float64{}
+	}
+	s.Hours[hour] += seconds
 }
 
 // Seconds is how long the spell has lasted: to its end, or while it goes
@@ -111,7 +133,9 @@ type KnownGPU struct {
 
 // effects are what folding one snapshot adds to the store.
 type effects struct {
-	Hour int64 // the hour (Unix seconds) the counted span goes to: the snapshot's
+	Hour int64 // the snapshot's hour (Unix seconds), for the peaks
+	// SpanHour is the hour the counted span goes to (spanHour).
+	SpanHour int64
 	// Span is the previous snapshot's span, in seconds, and what it adds.
 	Span           float64
 	UserSeconds    map[string]float64
@@ -125,6 +149,8 @@ type effects struct {
 	Counts counts // this snapshot, for the fleet's plots
 	// HealthEnded are the health episodes that ended here.
 	HealthEnded []HealthEpisode
+	// Ledger is what the span adds to the accounting.
+	Ledger ledgerEffects
 }
 
 // counts are one snapshot's totals.
@@ -142,6 +168,19 @@ func spellKey(host, id, user string) string { return host + "\x00" + id + "\x00"
 // hourOf is the start of t's hour.
 func hourOf(t int64) int64 { return t - ((t%3600)+3600)%3600 }
 
+// spanHour is the hour the span of the readings at prev, ended by a
+// snapshot at t, is counted to: t's, so that a replay from the end of an
+// hour touches no earlier one; but after a gap over max gap, prev's: the
+// readings stood for the time just after prev, and a span never reaches
+// across the gap into another hour (a snapshot dated far back would
+// otherwise add its span to the hour of the next one).
+func spanHour(prev, t, gap int64) int64 {
+	if t-prev > gap {
+		return hourOf(prev)
+	}
+	return hourOf(t)
+}
+
 // step folds snapshot s into st, which it changes, and says what that adds.
 // s must be newer than st.Time: the store replays out-of-order snapshots
 // from an earlier checkpoint instead.
@@ -153,10 +192,11 @@ func hourOf(t int64) int64 { return t - ((t%3600)+3600)%3600 }
 func step(st *foldState, s *Snapshot, p Params) effects {
 	t := s.Time.Unix()
 	gap := int64(p.MaxGap / time.Second)
-	eff := effects{Hour: hourOf(t), UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}}
+	eff := effects{Hour: hourOf(t), SpanHour: hourOf(t), UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}}
 	if st.Time != 0 {
 		span := float64(min(t-st.Time, gap))
-		eff.Span = span
+		eff.Span, eff.SpanHour = span, spanHour(st.Time, t, gap)
+		eff.Ledger = st.Prev.Ledger.times(span)
 		for u, share := range st.Prev.UserShare {
 			eff.UserSeconds[u] = share * span
 		}
@@ -186,7 +226,7 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 	var ended []Spell
 	end := func(sp *Spell) {
 		sp.End = sp.Last + min(t-sp.Last, gap)
-		sp.Held += float64(sp.End-sp.Last) * sp.Share
+		sp.hold(float64(sp.End-sp.Last)*sp.Share, spanHour(sp.Last, t, gap))
 		if sp.End-sp.Start >= int64(p.IdleAfter/time.Second) {
 			ended = append(ended, *sp)
 		}
@@ -208,14 +248,16 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 				share := 1 / float64(len(g.Holders))
 				sp, ok := st.Spells[key]
 				if ok && t-sp.Last <= gap {
-					sp.Held += float64(t-sp.Last) * sp.Share
+					sp.hold(float64(t-sp.Last)*sp.Share, hourOf(t))
 					sp.Last, sp.MemMiB, sp.Share = t, hd.MemMiB, share
+					sp.Account, sp.Job, sp.Model = hd.Account, hd.Job, g.Name
 					continue
 				}
 				if ok {
 					end(sp)
 				}
-				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{hd.User}, Start: t, Last: t, MemMiB: hd.MemMiB, Share: share}
+				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{hd.User}, Start: t, Last: t, MemMiB: hd.MemMiB,
+					Share: share, Account: hd.Account, Job: hd.Job, Model: g.Name}
 			}
 		}
 	}
@@ -259,7 +301,7 @@ func stepHosts(st *foldState, s *Snapshot, t int64) {
 // aggregate counts s's GPUs per state and per user; a down host's GPUs as
 // last seen count as Down.
 func aggregate(st *foldState, s *Snapshot) readings {
-	a := readings{UserShare: map[string]float64{}, UserGPUs: map[string]int{}, States: map[string]int{}}
+	a := readings{UserShare: map[string]float64{}, UserGPUs: map[string]int{}, States: map[string]int{}, Ledger: ledgerOf(s)}
 	for _, h := range s.Hosts {
 		if !h.Up {
 			if n := len(st.Hosts[h.Name].GPUs); n > 0 {

@@ -1,10 +1,6 @@
 package history
 
-import (
-	"context"
-	"errors"
-	"time"
-)
+import "time"
 
 // Figures are what the accounting adds up for one holder (a user on a
 // GPU, in a job and a Slurm account), over a span: the figures people
@@ -13,27 +9,30 @@ import (
 // can say how much of the span it stands for.
 type Figures struct {
 	// GPUSeconds held: a GPU held by n users is 1/n to each.
-	GPUSeconds float64
+	GPUSeconds float64 `json:"g,omitempty"`
 	// EffSeconds are the utilization-weighted GPU-seconds: a GPU at 30 %
 	// for 10 h is 3 effective hours of 10. The holder's own SM % where
 	// it is known (pmon), else the GPU's utilization times their share;
 	// never more than their share. EffKnownSeconds are the GPU-seconds
 	// whose utilization was known (not MIG, not an AMD partition).
-	EffSeconds, EffKnownSeconds float64
+	EffSeconds      float64 `json:"e,omitempty"`
+	EffKnownSeconds float64 `json:"ek,omitempty"`
 	// MemSeconds are the share of the GPU's memory the holder used, times
 	// their GPU-seconds, over MemKnownSeconds.
-	MemSeconds, MemKnownSeconds float64
+	MemSeconds      float64 `json:"m,omitempty"`
+	MemKnownSeconds float64 `json:"mk,omitempty"`
 	// EnergyJ is the holder's share of the GPU's power draw, integrated
 	// over the span: by their SM % when every holder's is known, else 1/n.
 	// EnergyKnownSeconds are the GPU-seconds whose power was known (and
 	// sane: not negative, not above 10 times the cap).
-	EnergyJ, EnergyKnownSeconds float64
+	EnergyJ            float64 `json:"j,omitempty"`
+	EnergyKnownSeconds float64 `json:"jk,omitempty"`
 	// IdleHeldSeconds are the idle-held GPU-seconds (spells that lasted
 	// idle_after), never more than GPUSeconds of the same hours.
-	IdleHeldSeconds float64
+	IdleHeldSeconds float64 `json:"i,omitempty"`
 	// UnreservedSeconds are the GPU-seconds held on a GPU reserved for
 	// someone else.
-	UnreservedSeconds float64
+	UnreservedSeconds float64 `json:"r,omitempty"`
 }
 
 // Add adds o to f.
@@ -85,10 +84,4 @@ type Ledger struct {
 	Jobs []LedgerRow
 	// Hosts: per host and model, sorted.
 	Hosts []HostRow
-}
-
-// Ledger reads the accounting over [from, to) (whole hours: see
-// UsageSpan).
-func (s *Store) Ledger(ctx context.Context, from, to time.Time) (*Ledger, error) {
-	return nil, errors.New("not yet")
 }

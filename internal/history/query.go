@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -104,7 +103,7 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 		return nil, err
 	}
 	if !newest.Valid {
-		sum.Totals = Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}}
+		sum.Totals = Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}, UserEnergyJ: map[string]float64{}}
 		return sum, nil
 	}
 	sum.First, sum.Newest = time.Unix(first.Int64, 0).UTC(), time.Unix(newest.Int64, 0).UTC()
@@ -122,7 +121,7 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 			sum.Down[name] = h
 		}
 	}
-	if sum.Users, err = s.userHours(tx, st, now); err != nil {
+	if sum.Users, err = s.userHours(tx, st, sum, now); err != nil {
 		return nil, err
 	}
 	if sum.Totals, err = s.totals(tx, st); err != nil {
@@ -254,7 +253,7 @@ func utilSeries(tx *sql.Tx, sum *Summary, now time.Time) error {
 	return nil
 }
 
-func (s *Store) userHours(tx *sql.Tx, st *foldState, now time.Time) ([]UserHours, error) {
+func (s *Store) userHours(tx *sql.Tx, st *foldState, sum *Summary, now time.Time) ([]UserHours, error) {
 	users := userTable{}
 	// whole hours, up to the start of this one: the hourly figures and the
 	// idle-held spells then cover one and the same span
@@ -275,6 +274,9 @@ func (s *Store) userHours(tx *sql.Tx, st *foldState, now time.Time) ([]UserHours
 			users.get(u).IdleHours[w.Name] = sec / 3600
 		}
 	}
+	if err := userLedger(tx, users, sum, now); err != nil {
+		return nil, err
+	}
 	return users.sorted(), nil
 }
 
@@ -284,9 +286,11 @@ type userTable map[string]*UserHours
 // get is u's figures, each window's at 0 until they are set.
 func (t userTable) get(u string) *UserHours {
 	if t[u] == nil {
-		t[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{}}
+		t[u] = &UserHours{User: u, GPUHours: map[string]float64{}, IdleHours: map[string]float64{},
+			KWh: map[string]float64{}, Efficiency: map[string]float64{}}
 		for _, w := range windows {
 			t[u].GPUHours[w.Name], t[u].IdleHours[w.Name] = 0, 0
+			t[u].KWh[w.Name], t[u].Efficiency[w.Name] = 0, math.NaN()
 		}
 	}
 	return t[u]
@@ -360,45 +364,23 @@ func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]f
 // store kept for a GPU's whole holder set. Spells going on count once
 // they have lasted idle_after.
 func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[string]float64, error) {
-	out := map[string]float64{}
-	add := func(users []string, start, end int64, held float64) {
-		lo, hi := max(start, from.Unix()), min(end, to.Unix())
-		if hi <= lo || len(users) == 0 {
-			return
-		}
-		for _, u := range users {
-			out[u] += float64(hi-lo) * held / float64(end-start) / float64(len(users))
-		}
-	}
-	rows, err := tx.Query(`SELECT users, start, "end", coalesce(gpu_seconds, "end" - start) FROM spells
-		WHERE "end" > ? AND start < ?`, from.Unix(), to.Unix())
+	spells, err := s.spellsIn(tx, st, from, to)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var users string
-		var start, end int64
-		var held float64
-		if err := rows.Scan(&users, &start, &end, &held); err != nil {
-			return nil, err
+	out := map[string]float64{}
+	for _, sp := range spells {
+		if v := sp.heldIn(from, to); v > 0 {
+			for _, u := range sp.Users {
+				out[u] += v / float64(len(sp.Users))
+			}
 		}
-		var us []string
-		if json.Unmarshal([]byte(users), &us) == nil {
-			add(us, start, end, held)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, sp := range idleHeldSpells(st, s.params) {
-		add(sp.Users, sp.Start, sp.Last, sp.GPUSeconds())
 	}
 	return out, nil
 }
 
 func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {
-	t := Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}}
+	t := Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}, UserEnergyJ: map[string]float64{}}
 	for _, state := range States {
 		t.State[state] = 0
 	}
@@ -424,6 +406,8 @@ func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {
 			t.IdleJob = v
 		case kindIdleHeld:
 			t.IdleHeld[name] = v
+		case kindEnergy:
+			t.UserEnergyJ[name] = v
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // UsersFromDays, the stand-in for tests that build a Summary by hand, says
@@ -59,7 +60,7 @@ func TestUsersFromDays(t *testing.T) {
 				t.Fatalf("Summary's days are not the figures (-figures +Summary):\n%s", diff)
 			}
 			byHand := &Summary{Days: sum.Days, UserDays: figures}
-			if diff := cmp.Diff(sum.Users, byHand.UsersFromDays(now)); diff != "" {
+			if diff := cmp.Diff(sum.Users, byHand.UsersFromDays(now), cmpopts.EquateNaNs()); diff != "" {
 				t.Errorf("UsersFromDays (-Summary +UsersFromDays):\n%s", diff)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/health"
+	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
 // The GPU states history counts. The first four are the page's; Down is a
@@ -60,6 +61,12 @@ type GPU struct {
 	// assessed them; UUID is kept for a GPU with findings only.
 	Findings []health.Finding
 	UUID     string
+	// PowerW is its power draw; HasPower is false when the tool gave none
+	// ([N/A]) or an absurd one (saneWatts).
+	PowerW   float64
+	HasPower bool
+	// ReservedFor is who its current reservation is for; "" when none.
+	ReservedFor string
 }
 
 // Holder is one user holding a GPU: the memory their processes use on it,
@@ -72,6 +79,10 @@ type Holder struct {
 	// AMD's GPUs, whose tools give no process its own use).
 	SMPct float64
 	HasSM bool
+	// Job and Account are the Slurm job and account of the holder's
+	// processes on the GPU ("" outside Slurm): of the one using the most
+	// memory, when their processes are in several jobs.
+	Job, Account string
 }
 
 // Users is the holders' names, sorted.
@@ -103,7 +114,12 @@ func gpuOf(g *cluster.GPU) GPU {
 	out := GPU{ID: g.ID(), Name: g.Name, State: g.State,
 		UtilPct: g.Util.Value, HasUtil: g.Util.Valid,
 		MemUsedMiB: g.MemUsed.Value, MemTotalMiB: g.MemTotal.Value}
+	out.PowerW, out.HasPower = saneWatts(g.Power, g.PowerLimit)
+	if g.Reservation != nil {
+		out.ReservedFor = g.Reservation.Name
+	}
 	holders := map[string]*Holder{}
+	jobMem := map[string]float64{} // the memory of the holder's process that named its job
 	for _, p := range g.Procs {
 		if p.Preemptible {
 			out.IdleJob = true
@@ -119,6 +135,9 @@ func gpuOf(g *cluster.GPU) GPU {
 		if p.MemMiB.Valid { // a process whose memory is not known adds none
 			h.MemMiB += p.MemMiB.Value
 		}
+		if p.SlurmJob != "" && (h.Job == "" || p.MemMiB.Value > jobMem[p.User]) {
+			h.Job, h.Account, jobMem[p.User] = p.SlurmJob, p.SlurmAccount, p.MemMiB.Value
+		}
 		// one process not known makes the holder's sum not known: a part
 		// read as the whole could call a working holder idle
 		h.SMPct += p.SMPct.Value
@@ -132,6 +151,29 @@ func gpuOf(g *cluster.GPU) GPU {
 	}
 	slices.SortFunc(out.Holders, func(a, b Holder) int { return strings.Compare(a.User, b.User) })
 	return out
+}
+
+// maxWatts bounds a GPU's power draw when its cap is not known: no GPU
+// draws 10 kW.
+const maxWatts = 10000
+
+// saneWatts is a power reading the accounting can integrate: known,
+// finite, not negative, and at most 10 times the GPU's cap (or maxWatts
+// without one). A driver's 2^64 counter or a negative draw is not known,
+// as [N/A] is: it would bill someone for energy nobody used.
+func saneWatts(p, limit loaddata.Number) (float64, bool) {
+	v := p.Value
+	if !p.Valid || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, false
+	}
+	ceiling := float64(maxWatts)
+	if limit.Valid && limit.Value > 0 && !math.IsInf(limit.Value, 0) {
+		ceiling = min(ceiling, 10*limit.Value)
+	}
+	if v > ceiling {
+		return 0, false
+	}
+	return v, true
 }
 
 // IdleHolders names g's holders who do not use it, sorted: every holder

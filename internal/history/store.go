@@ -19,13 +19,14 @@ import (
 )
 
 // schemaVersion is the database layout this code reads and writes.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // upgrades take a database from one schema to the next: upgrades[0] from 1
 // to 2, and so on. A database older than this code is upgraded when it is
 // opened, in one transaction; one newer is refused.
 var upgrades = []string{
 	healthSchema, // 2: the GPUs' health episodes
+	ledgerSchema, // 3: the accounting's figures per holder, job and host
 }
 
 // year is how long the hourly figures, the fleet's counts per snapshot, the
@@ -39,6 +40,7 @@ const (
 	kindIdleJob  = 2 // idlemon's job's GPU-seconds; name ""
 	kindUserPeak = 3 // the most GPUs the user held at once in the hour (usage only)
 	kindIdleHeld = 4 // a user's idle-held GPU-seconds of ended spells (totals only)
+	kindEnergy   = 5 // the joules of a user's share of their GPUs (totals only; the hours' are in ledger_users)
 )
 
 const schema = `
@@ -276,7 +278,10 @@ func (s *Store) Record(ctx context.Context, snap *Snapshot) (recorded bool, err 
 	if err := tx.QueryRow(`SELECT max(t) FROM snapshots`).Scan(&newest); err != nil {
 		return false, err
 	}
-	if _, err := tx.Exec(`INSERT INTO snapshots VALUES (?, 0, 0, 0, 0, 0, 0, 0, 0, ?)`, t, blob); err != nil {
+	if newest.Valid && time.Duration(newest.Int64-t)*time.Second > s.keepRaw {
+		return false, errBeforeKept(t, newest.Int64, s.keepRaw)
+	}
+	if _, err := tx.Exec(`INSERT INTO snapshots (t, hosts, hosts_down, free, busy, reserved, failed, down, idle_held, data) VALUES (?, 0, 0, 0, 0, 0, 0, 0, 0, ?)`, t, blob); err != nil {
 		return false, err
 	}
 	w := &writer{tx: tx, p: s.params}
@@ -331,9 +336,11 @@ func (w *writer) fold(st *foldState, snap *Snapshot, save bool) error {
 		return err
 	}
 	c := eff.Counts
+	// span_hour: where the span this snapshot ended was counted, for a
+	// replay to know how far back it must start (replayStart)
 	if _, err := w.tx.Exec(`UPDATE snapshots SET hosts = ?, hosts_down = ?, free = ?, busy = ?, reserved = ?,
-		failed = ?, down = ?, idle_held = ? WHERE t = ?`, c.Hosts, c.HostsDown, c.States[Free], c.States[Busy],
-		c.States[Reserved], c.States[Failed], c.States[Down], c.IdleHeld, st.Time); err != nil {
+		failed = ?, down = ?, idle_held = ?, span_hour = ? WHERE t = ?`, c.Hosts, c.HostsDown, c.States[Free], c.States[Busy],
+		c.States[Reserved], c.States[Failed], c.States[Down], c.IdleHeld, eff.SpanHour, st.Time); err != nil {
 		return err
 	}
 	if !save {
@@ -363,7 +370,7 @@ func (w *writer) apply(eff effects, t int64) error {
 			return nil
 		}
 		if _, err := w.tx.Exec(`INSERT INTO usage VALUES (?, ?, ?, ?)
-			ON CONFLICT (hour, kind, name) DO UPDATE SET value = value + excluded.value`, eff.Hour, kind, name, v); err != nil {
+			ON CONFLICT (hour, kind, name) DO UPDATE SET value = value + excluded.value`, eff.SpanHour, kind, name, v); err != nil {
 			return err
 		}
 		return w.addTotal(kind, name, v)
@@ -387,10 +394,16 @@ func (w *writer) apply(eff effects, t int64) error {
 			return err
 		}
 	}
+	if err := w.applyLedger(eff); err != nil {
+		return err
+	}
 	for _, sp := range eff.Ended {
 		users, _ := json.Marshal(sp.Users)
-		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t, sp.GPUSeconds()); err != nil {
+		hours, _ := json.Marshal(sp.Hours)
+		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells (host, gpu, start, "end", users, mem_mib, ended_at,
+			gpu_seconds, account, job, model, hours) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t, sp.GPUSeconds(),
+			sp.Account, sp.Job, sp.Model, string(hours)); err != nil {
 			return err
 		}
 		for _, u := range sp.Users {
@@ -489,8 +502,24 @@ func queryTimes(tx *sql.Tx, q string, args ...any) ([]int64, error) {
 // the last one before t's hour (not Valid: from the very start). ok is
 // false when the whole snapshots after it are no longer all kept.
 func (w *writer) replayStart(t int64) (from sql.NullInt64, ok bool, err error) {
-	if err := w.tx.QueryRow(`SELECT max(t) FROM checkpoints WHERE t < ?`, hourOf(t)).Scan(&from); err != nil {
-		return from, false, err
+	before := hourOf(t)
+	for {
+		if err := w.tx.QueryRow(`SELECT max(t) FROM checkpoints WHERE t < ?`, before).Scan(&from); err != nil {
+			return from, false, err
+		}
+		if !from.Valid {
+			break
+		}
+		// a snapshot after from that came after a gap counted the span
+		// before it to from's hour (spanHour): count that hour again too
+		var first sql.NullInt64
+		if err := w.tx.QueryRow(`SELECT min(span_hour) FROM snapshots WHERE t > ?`, from.Int64).Scan(&first); err != nil {
+			return from, false, err
+		}
+		if !first.Valid || first.Int64 > hourOf(from.Int64) {
+			break
+		}
+		before = hourOf(from.Int64)
 	}
 	after := int64(-1 << 62)
 	if from.Valid {
@@ -535,6 +564,13 @@ func (im *Importer) Add(snap *Snapshot) (bool, error) {
 	if err := im.w.tx.QueryRow(`SELECT count(*) FROM snapshots WHERE t = ?`, t).Scan(&n); err != nil || n > 0 {
 		return false, err
 	}
+	var newest sql.NullInt64
+	if err := im.w.tx.QueryRow(`SELECT max(t) FROM snapshots`).Scan(&newest); err != nil {
+		return false, err
+	}
+	if newest.Valid && time.Duration(newest.Int64-t)*time.Second > im.s.keepRaw {
+		return false, errBeforeKept(t, newest.Int64, im.s.keepRaw)
+	}
 	if _, ok, err := im.w.replayStart(t); err != nil || !ok {
 		if err == nil {
 			err = ErrTooOld
@@ -545,7 +581,7 @@ func (im *Importer) Add(snap *Snapshot) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := im.w.tx.Exec(`INSERT INTO snapshots VALUES (?, 0, 0, 0, 0, 0, 0, 0, 0, ?)`, t, blob); err != nil {
+	if _, err := im.w.tx.Exec(`INSERT INTO snapshots (t, hosts, hosts_down, free, busy, reserved, failed, down, idle_held, data) VALUES (?, 0, 0, 0, 0, 0, 0, 0, 0, ?)`, t, blob); err != nil {
 		return false, err
 	}
 	im.earliest, im.newest, im.added = min(im.earliest, t), max(im.newest, t), true
@@ -620,6 +656,9 @@ func (w *writer) undo(from int64) error {
 		if err := w.addTotal(r.kind, r.name, -r.v); err != nil {
 			return err
 		}
+	}
+	if err := w.undoLedger(from); err != nil {
+		return err
 	}
 	for _, q := range []string{
 		`DELETE FROM usage WHERE hour > ?`,

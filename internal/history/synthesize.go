@@ -65,9 +65,9 @@ func synthSnapshots(tx *sql.Tx, sample *Snapshot, st *foldState, p Params, first
 		if t >= rawCut {
 			data = blob
 		}
-		if _, err := tx.Exec(`INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, t,
+		if _, err := tx.Exec(`INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, t,
 			c.Hosts, c.HostsDown, c.States[Free], c.States[Busy], c.States[Reserved],
-			c.States[Failed], c.States[Down], (t/synthInterval)%97, data); err != nil {
+			c.States[Failed], c.States[Down], (t/synthInterval)%97, data, hourOf(t)); err != nil {
 			return err
 		}
 		if (t%3600 != 3600-synthInterval && t+synthInterval != last) || t < rawCut {
@@ -91,7 +91,8 @@ func synthSnapshots(tx *sql.Tx, sample *Snapshot, st *foldState, p Params, first
 // synthHour is what an hour of Synthesize's history adds: the readings of
 // agg held all hour, and every 6 hours some idle-held spells ending.
 func synthHour(agg readings, h int64, hosts int) effects {
-	eff := effects{Hour: h, UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}, UserGPUs: agg.UserGPUs}
+	eff := effects{Hour: h, SpanHour: h, UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}, UserGPUs: agg.UserGPUs,
+		Ledger: agg.Ledger.times(3600)}
 	for u, share := range agg.UserShare {
 		eff.UserSeconds[u] = share * 3600
 	}
@@ -110,7 +111,9 @@ func synthHour(agg readings, h int64, hosts int) effects {
 }
 
 // fleetAt is a made-up snapshot of hosts × 8 GPUs at t: two thirds held
-// by 200 users (one GPU in 24 idle), a third free; a host in a hundred down.
+// by 200 users in 20 Slurm accounts (one GPU in 24 idle; on half the
+// hosts, each GPU a job of its own), a third free; a host in a hundred
+// down.
 func fleetAt(hosts int, t time.Time) *Snapshot {
 	s := &Snapshot{Time: t.UTC()}
 	for h := range hosts {
@@ -121,14 +124,20 @@ func fleetAt(hosts int, t time.Time) *Snapshot {
 		}
 		host := Host{Name: name, Up: true}
 		for g := range 8 {
-			gpu := GPU{ID: fmt.Sprint(g), Name: "NVIDIA H100 80GB HBM3", State: Free, HasUtil: true, MemTotalMiB: 81559}
+			gpu := GPU{ID: fmt.Sprint(g), Name: "NVIDIA H100 80GB HBM3", State: Free, HasUtil: true, MemTotalMiB: 81559,
+				PowerW: 70, HasPower: true}
 			if k := (h + g) % 3; k < 2 {
 				gpu.State = Busy
-				gpu.Holders = []Holder{{User: fmt.Sprintf("user%03d", (h*8+g)%200), MemMiB: 30000}}
+				user := (h*8 + g) % 200
+				hd := Holder{User: fmt.Sprintf("user%03d", user), MemMiB: 30000}
+				if h%2 == 0 {
+					hd.Job, hd.Account = fmt.Sprint(100000+h*8+g), fmt.Sprintf("lab%02d", user%20)
+				}
+				gpu.Holders = []Holder{hd}
 				gpu.MemUsedMiB = 30000
-				gpu.UtilPct = 97
+				gpu.UtilPct, gpu.PowerW = 97, 650
 				if (h*8+g)%24 == 1 { // one in 24 held idle: 330 at 1,000 hosts
-					gpu.UtilPct = 0
+					gpu.UtilPct, gpu.PowerW = 0, 120
 				}
 			}
 			host.GPUs = append(host.GPUs, gpu)

@@ -32,10 +32,11 @@ func (s *Store) upgradeSpells() error {
 		`CREATE TABLE spells_new (
 			host TEXT NOT NULL, gpu TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
 			users TEXT NOT NULL, mem_mib REAL NOT NULL, ended_at INTEGER NOT NULL,
-			gpu_seconds REAL,
+			gpu_seconds REAL, account TEXT, job TEXT, model TEXT, hours TEXT,
 			` + spellsKeyed + `
 		) WITHOUT ROWID`,
-		`INSERT INTO spells_new SELECT host, gpu, start, "end", users, mem_mib, ended_at, NULL FROM spells`,
+		`INSERT INTO spells_new (host, gpu, start, "end", users, mem_mib, ended_at)
+			SELECT host, gpu, start, "end", users, mem_mib, ended_at FROM spells`,
 		`DROP TABLE spells`,
 		`ALTER TABLE spells_new RENAME TO spells`,
 		`CREATE INDEX IF NOT EXISTS spells_end ON spells ("end")`,

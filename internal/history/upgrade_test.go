@@ -162,7 +162,7 @@ func TestStoreUpgrade(t *testing.T) {
 	for _, s := range every5(0, 150, bothIdle) {
 		eff := step(old, s, DefaultParams)
 		c := eff.Counts
-		if _, err := db.Exec(`INSERT INTO snapshots VALUES (?, ?, 0, 0, ?, 0, 0, 0, ?, ?)`,
+		if _, err := db.Exec(`INSERT INTO snapshots (t, hosts, hosts_down, free, busy, reserved, failed, down, idle_held, data) VALUES (?, ?, 0, 0, ?, 0, 0, 0, ?, ?)`,
 			s.Time.Unix(), c.Hosts, c.States[Busy], c.IdleHeld, encodeSnapshotV1(t, s)); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,393 @@
+package history
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ledgerSchema (schema 3) keeps the accounting per hour: per holder (user,
+// Slurm account, GPU model), per Slurm job, and per host; and what the
+// spells need to be counted by those and hour by hour.
+const ledgerSchema = `
+CREATE TABLE IF NOT EXISTS ledger_users (
+	hour INTEGER NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model TEXT NOT NULL,
+	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, mem_s REAL NOT NULL, memk_s REAL NOT NULL,
+	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL,
+	PRIMARY KEY (hour, user, account, model)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger_jobs (
+	hour INTEGER NOT NULL, job TEXT NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model TEXT NOT NULL,
+	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, mem_s REAL NOT NULL, memk_s REAL NOT NULL,
+	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL,
+	PRIMARY KEY (hour, job, user, account, model)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger_hosts (
+	hour INTEGER NOT NULL, host TEXT NOT NULL, model TEXT NOT NULL,
+	gpu_s REAL NOT NULL, held_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL,
+	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unheld_j REAL NOT NULL,
+	PRIMARY KEY (hour, host, model)
+) WITHOUT ROWID;
+ALTER TABLE spells ADD COLUMN account TEXT;
+ALTER TABLE spells ADD COLUMN job TEXT;
+ALTER TABLE spells ADD COLUMN model TEXT;
+ALTER TABLE spells ADD COLUMN hours TEXT;
+ALTER TABLE snapshots ADD COLUMN span_hour INTEGER;
+`
+
+// figureColumns are a holder row's figures, in Figures' order.
+const figureColumns = `gpu_s, eff_s, effk_s, mem_s, memk_s, energy_j, energyk_s, unres_s`
+
+const addFigures = `gpu_s = gpu_s + excluded.gpu_s, eff_s = eff_s + excluded.eff_s, effk_s = effk_s + excluded.effk_s,
+	mem_s = mem_s + excluded.mem_s, memk_s = memk_s + excluded.memk_s, energy_j = energy_j + excluded.energy_j,
+	energyk_s = energyk_s + excluded.energyk_s, unres_s = unres_s + excluded.unres_s`
+
+func figureArgs(f Figures) []any {
+	return []any{f.GPUSeconds, f.EffSeconds, f.EffKnownSeconds, f.MemSeconds, f.MemKnownSeconds, f.EnergyJ,
+		f.EnergyKnownSeconds, f.UnreservedSeconds}
+}
+
+// applyLedger adds a span's accounting to its hour, and each user's
+// energy to the counters.
+func (w *writer) applyLedger(eff effects) error {
+	l := eff.Ledger
+	if len(l.Users)+len(l.Jobs)+len(l.Hosts) == 0 {
+		return nil
+	}
+	users, err := w.tx.Prepare(`INSERT INTO ledger_users VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (hour, user, account, model) DO UPDATE SET ` + addFigures)
+	if err != nil {
+		return err
+	}
+	defer users.Close()
+	energy := map[string]float64{}
+	for key, f := range l.Users {
+		user, account, _, model := splitKey(key)
+		if _, err := users.Exec(append([]any{eff.SpanHour, user, account, model}, figureArgs(f)...)...); err != nil {
+			return err
+		}
+		energy[user] += f.EnergyJ
+	}
+	for user, j := range energy {
+		if err := w.addTotal(kindEnergy, user, j); err != nil {
+			return err
+		}
+	}
+	if len(l.Jobs) > 0 {
+		jobs, err := w.tx.Prepare(`INSERT INTO ledger_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (hour, job, user, account, model) DO UPDATE SET ` + addFigures)
+		if err != nil {
+			return err
+		}
+		defer jobs.Close()
+		for key, f := range l.Jobs {
+			user, account, job, model := splitKey(key)
+			if _, err := jobs.Exec(append([]any{eff.SpanHour, job, user, account, model}, figureArgs(f)...)...); err != nil {
+				return err
+			}
+		}
+	}
+	hosts, err := w.tx.Prepare(`INSERT INTO ledger_hosts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (hour, host, model) DO UPDATE SET gpu_s = gpu_s + excluded.gpu_s, held_s = held_s + excluded.held_s,
+		eff_s = eff_s + excluded.eff_s, effk_s = effk_s + excluded.effk_s, energy_j = energy_j + excluded.energy_j,
+		energyk_s = energyk_s + excluded.energyk_s, unheld_j = unheld_j + excluded.unheld_j`)
+	if err != nil {
+		return err
+	}
+	defer hosts.Close()
+	for key, r := range l.Hosts {
+		host, _, _, model := splitKey(key)
+		if _, err := hosts.Exec(eff.SpanHour, host, model, r.GPUSeconds, r.HeldSeconds, r.EffSeconds, r.EffKnownSeconds,
+			r.EnergyJ, r.EnergyKnownSeconds, r.UnheldEnergyJ); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// undoLedger takes out what the hours after from's added: from the
+// counters, and the rows themselves.
+func (w *writer) undoLedger(from int64) error {
+	energy := map[string]float64{}
+	rows, err := w.tx.Query(`SELECT user, sum(energy_j) FROM ledger_users WHERE hour > ? GROUP BY user`, hourOf(from))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var user string
+		var j float64
+		if err := rows.Scan(&user, &j); err != nil {
+			rows.Close()
+			return err
+		}
+		energy[user] = j
+	}
+	rows.Close()
+	for user, j := range energy {
+		if err := w.addTotal(kindEnergy, user, -j); err != nil {
+			return err
+		}
+	}
+	for _, table := range []string{"ledger_users", "ledger_jobs", "ledger_hosts"} {
+		if _, err := w.tx.Exec(`DELETE FROM `+table+` WHERE hour > ?`, hourOf(from)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ledger reads the accounting over [from, to) (whole hours: see
+// UsageSpan).
+func (s *Store) Ledger(ctx context.Context, from, to time.Time) (*Ledger, error) {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	l := &Ledger{From: from, To: to, Users: []LedgerRow{}, Jobs: []LedgerRow{}, Hosts: []HostRow{}}
+	lo, hi := hourOf(from.Unix()), to.Unix()
+	users := map[string]*LedgerRow{}
+	if err := scanLedger(tx, `SELECT user, account, '', model, `+sums(figureColumns)+` FROM ledger_users
+		WHERE hour >= ? AND hour < ? GROUP BY user, account, model`, users, lo, hi); err != nil {
+		return nil, err
+	}
+	jobs := map[string]*LedgerRow{}
+	if err := scanLedger(tx, `SELECT user, account, job, model, `+sums(figureColumns)+` FROM ledger_jobs
+		WHERE hour >= ? AND hour < ? GROUP BY job, user, account, model`, jobs, lo, hi); err != nil {
+		return nil, err
+	}
+	if l.Hosts, err = hostLedger(tx, lo, hi); err != nil {
+		return nil, err
+	}
+	st, err := s.newestState(tx)
+	if err != nil {
+		return nil, err
+	}
+	spells, err := s.spellsIn(tx, st, from, to)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range spells {
+		for _, u := range sp.Users {
+			held := sp.heldIn(from, to) / float64(len(sp.Users))
+			row(users, ledgerKey(u, sp.Account, "", sp.Model)).IdleHeldSeconds += held
+			if sp.Job != "" {
+				row(jobs, ledgerKey(u, sp.Account, sp.Job, sp.Model)).IdleHeldSeconds += held
+			}
+		}
+	}
+	l.Users, l.Jobs = sortedRows(users), sortedRows(jobs)
+	return l, tx.Commit()
+}
+
+// sums is "sum(a), sum(b), ..." of columns.
+func sums(columns string) string {
+	cols := strings.Split(columns, ", ")
+	for i, c := range cols {
+		cols[i] = "sum(" + c + ")"
+	}
+	return strings.Join(cols, ", ")
+}
+
+func row(m map[string]*LedgerRow, key string) *LedgerRow {
+	if m[key] == nil {
+		user, account, job, model := splitKey(key)
+		m[key] = &LedgerRow{User: user, Account: account, Job: job, Model: model}
+	}
+	return m[key]
+}
+
+func scanLedger(tx *sql.Tx, q string, into map[string]*LedgerRow, args ...any) error {
+	rows, err := tx.Query(q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var user, account, job, model string
+		var f Figures
+		if err := rows.Scan(&user, &account, &job, &model, &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds,
+			&f.MemSeconds, &f.MemKnownSeconds, &f.EnergyJ, &f.EnergyKnownSeconds, &f.UnreservedSeconds); err != nil {
+			return err
+		}
+		row(into, ledgerKey(user, account, job, model)).Figures.Add(f)
+	}
+	return rows.Err()
+}
+
+func hostLedger(tx *sql.Tx, lo, hi int64) ([]HostRow, error) {
+	rows, err := tx.Query(`SELECT host, model, sum(gpu_s), sum(held_s), sum(eff_s), sum(effk_s), sum(energy_j),
+		sum(energyk_s), sum(unheld_j) FROM ledger_hosts WHERE hour >= ? AND hour < ? GROUP BY host, model
+		ORDER BY host, model`, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []HostRow{}
+	for rows.Next() {
+		var r HostRow
+		if err := rows.Scan(&r.Host, &r.Model, &r.GPUSeconds, &r.HeldSeconds, &r.EffSeconds, &r.EffKnownSeconds,
+			&r.EnergyJ, &r.EnergyKnownSeconds, &r.UnheldEnergyJ); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func sortedRows(m map[string]*LedgerRow) []LedgerRow {
+	out := make([]LedgerRow, 0, len(m))
+	for _, r := range m {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b LedgerRow) int {
+		return strings.Compare(ledgerKey(a.User, a.Account, a.Job, a.Model), ledgerKey(b.User, b.Account, b.Job, b.Model))
+	})
+	return out
+}
+
+// newestState is the fold's state at the newest snapshot; nil when there
+// is none.
+func (s *Store) newestState(tx *sql.Tx) (*foldState, error) {
+	var newest sql.NullInt64
+	if err := tx.QueryRow(`SELECT max(t) FROM snapshots`).Scan(&newest); err != nil || !newest.Valid {
+		return nil, err
+	}
+	return (&writer{tx: tx, p: s.params}).checkpoint(newest)
+}
+
+// spellsIn are the idle-held spells with a part in [from, to): those
+// that ended (the table) and those going on at st, the newest snapshot,
+// that lasted idle_after.
+func (s *Store) spellsIn(tx *sql.Tx, st *foldState, from, to time.Time) ([]Spell, error) {
+	rows, err := tx.Query(`SELECT users, start, "end", coalesce(gpu_seconds, "end" - start), coalesce(account, ''),
+		coalesce(job, ''), coalesce(model, ''), hours FROM spells WHERE "end" >= ? AND start < ?`,
+		hourOf(from.Unix()), to.Unix())
+	if err != nil {
+		return nil, err
+	}
+	var out []Spell
+	for rows.Next() {
+		var users string
+		var hours sql.NullString
+		var sp Spell
+		if err := rows.Scan(&users, &sp.Start, &sp.End, &sp.Held, &sp.Account, &sp.Job, &sp.Model, &hours); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if json.Unmarshal([]byte(users), &sp.Users) != nil || len(sp.Users) == 0 {
+			continue
+		}
+		if hours.Valid {
+			json.Unmarshal([]byte(hours.String), &sp.Hours)
+		}
+		sp.Share = 1 // Held is the spell's own (GPUSeconds)
+		out = append(out, sp)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return out, nil
+	}
+	return append(out, idleHeldSpells(st, s.params)...), nil
+}
+
+// heldIn is the spell's idle-held GPU-seconds counted to the hours that
+// start in [from, to), as GPU-hours are. A spell of an older store,
+// without hours, counts its part of the time, at its average share.
+func (sp *Spell) heldIn(from, to time.Time) float64 {
+	lo, hi := hourOf(from.Unix()), to.Unix()
+	if sp.Hours != nil {
+		var v float64
+		for h, sec := range sp.Hours {
+			if h >= lo && h < hi {
+				v += sec
+			}
+		}
+		return v
+	}
+	end := sp.End
+	if end == 0 {
+		end = sp.Last
+	}
+	a, b := max(sp.Start, from.Unix()), min(end, to.Unix())
+	if b <= a || end <= sp.Start {
+		return 0
+	}
+	return float64(b-a) * sp.GPUSeconds() / float64(end-sp.Start)
+}
+
+// userLedger adds to the users each window's kWh and efficiency, and
+// to sum the last 30 days' figures per model: one pass over the hours.
+func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error {
+	from30, to := UsageSpan(30*24*time.Hour, now)
+	from7, _ := UsageSpan(7*24*time.Hour, now)
+	from24, _ := UsageSpan(24*time.Hour, now)
+	rows, err := tx.Query(`SELECT user, model,
+		sum(energy_j), sum(eff_s), sum(effk_s),
+		sum(CASE WHEN hour >= ? THEN energy_j END), sum(CASE WHEN hour >= ? THEN eff_s END), sum(CASE WHEN hour >= ? THEN effk_s END),
+		sum(CASE WHEN hour >= ? THEN energy_j END), sum(CASE WHEN hour >= ? THEN eff_s END), sum(CASE WHEN hour >= ? THEN effk_s END),
+		`+sums(figureColumns)+`
+		FROM ledger_users WHERE hour >= ? AND hour < ? GROUP BY user, model`,
+		from7.Unix(), from7.Unix(), from7.Unix(), from24.Unix(), from24.Unix(), from24.Unix(), from30.Unix(), to.Unix())
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	type acc struct{ j, eff, known float64 }
+	per := map[string]map[string]*acc{} // user → window → sums
+	sum.Models30d = map[string]Figures{}
+	for rows.Next() {
+		var user, model string
+		var w [3]struct{ j, eff, known sql.NullFloat64 }
+		var f Figures
+		if err := rows.Scan(&user, &model, &w[0].j, &w[0].eff, &w[0].known, &w[1].j, &w[1].eff, &w[1].known,
+			&w[2].j, &w[2].eff, &w[2].known, &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds, &f.MemSeconds,
+			&f.MemKnownSeconds, &f.EnergyJ, &f.EnergyKnownSeconds, &f.UnreservedSeconds); err != nil {
+			return err
+		}
+		m := sum.Models30d[model]
+		m.Add(f)
+		sum.Models30d[model] = m
+		if user == IdleJobUser { // not a user: Usage and the counters keep it apart
+			continue
+		}
+		if per[user] == nil {
+			per[user] = map[string]*acc{"30d": {}, "7d": {}, "24h": {}}
+		}
+		for i, name := range []string{"30d", "7d", "24h"} {
+			a := per[user][name]
+			a.j += w[i].j.Float64
+			a.eff += w[i].eff.Float64
+			a.known += w[i].known.Float64
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for user, ws := range per {
+		u := users.get(user)
+		for name, a := range ws {
+			u.KWh[name] = a.j / 3.6e6
+			u.Efficiency[name] = math.NaN()
+			if a.known > 0 {
+				u.Efficiency[name] = a.eff / a.known
+			}
+		}
+	}
+	return nil
+}
+
+// errBeforeKept says how far back a refused snapshot was.
+func errBeforeKept(t, newest int64, keepRaw time.Duration) error {
+	day := func(v int64) string { return time.Unix(v, 0).UTC().Format("2006-01-02 15:04 UTC") }
+	return fmt.Errorf("dated %s, more than keep_days (%d) before the newest snapshot recorded (%s): %w",
+		day(t), int(keepRaw/(24*time.Hour)), day(newest), ErrTooOld)
+}
