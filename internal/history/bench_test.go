@@ -13,7 +13,9 @@ import (
 )
 
 // fleet is hosts × 8 GPUs at minute m: a third of the GPUs busy with one of
-// 200 users, some of them idle-held, a host in a hundred down.
+// 200 users, some of them idle-held, a host in a hundred down; every GPU
+// with its power draw, and on half the hosts each held GPU a Slurm job of
+// its own in one of 20 accounts.
 func fleet(hosts int, m float64) *Snapshot {
 	s := &Snapshot{Time: at(m)}
 	for h := range hosts {
@@ -25,14 +27,23 @@ func fleet(hosts int, m float64) *Snapshot {
 		host := Host{Name: name, Up: true}
 		for g := range 8 {
 			id := fmt.Sprint(g)
+			var gpu GPU
 			switch (h + g) % 3 {
 			case 0:
-				host.GPUs = append(host.GPUs, held(id, 97, fmt.Sprintf("user%03d", (h*8+g)%200)))
+				gpu = held(id, 97, fmt.Sprintf("user%03d", (h*8+g)%200))
+				gpu.PowerW = 650
 			case 1:
-				host.GPUs = append(host.GPUs, held(id, 0, fmt.Sprintf("user%03d", (h*8+g)%200))) // idle-held
+				gpu = held(id, 0, fmt.Sprintf("user%03d", (h*8+g)%200)) // idle-held
+				gpu.PowerW = 120
 			default:
-				host.GPUs = append(host.GPUs, held(id, 0))
+				gpu = held(id, 0)
+				gpu.PowerW = 70
 			}
+			gpu.HasPower = true
+			if len(gpu.Holders) > 0 && h%2 == 0 {
+				gpu.Holders[0].Job, gpu.Holders[0].Account = fmt.Sprint(100000+h*8+g), fmt.Sprintf("lab%02d", (h*8+g)%20)
+			}
+			host.GPUs = append(host.GPUs, gpu)
 		}
 		s.Hosts = append(s.Hosts, host)
 	}

@@ -36,6 +36,11 @@ type foldState struct {
 	Hosts   map[string]*HostState `json:"h"`
 	// Health are the health episodes going on, by healthKey.
 	Health map[string]*HealthEpisode `json:"x,omitempty"`
+	// ledger is the accounting's rates of the snapshot at Time. Not
+	// saved: a checkpoint holding the rates of 1,000 hosts took longer
+	// to write and read than the snapshot takes to decode, and the store
+	// makes them again from it (writer.prevLedger).
+	ledger *ledgerRates
 }
 
 // foldVersion 1: a spell is one holder's (spellKey). Version 0 had one
@@ -54,7 +59,6 @@ type readings struct {
 	UserGPUs  map[string]int     `json:"g,omitempty"` // GPUs the user holds, shared ones whole (for peaks)
 	States    map[string]int     `json:"s,omitempty"` // GPUs per state
 	IdleJob   int                `json:"j,omitempty"` // GPUs used by idlemon's job and nobody else
-	Ledger    ledgerRates        `json:"l"`
 }
 
 // Spell is a GPU held idle by one holder: readings no further apart than
@@ -77,27 +81,57 @@ type Spell struct {
 	// spell of an older store, which counted Seconds shared among Users.
 	Share float64 `json:"f,omitempty"`
 	Held  float64 `json:"w,omitempty"`
-	// Hours are Held by the hour each part is counted to, as GPU-hours
-	// are (spanHour): so a span's idle-held hours are a part of its
-	// GPU-hours, hour by hour. nil in a spell of an older store.
-	Hours map[int64]float64 `json:"hr,omitempty"`
+	// Pending are Held by the hour each part is counted to (spanHour, as
+	// GPU-hours are), while the spell has not yet lasted idle_after; once
+	// it has (Counted), they and every later part go to the hours'
+	// idle-held figures (effects.IdleHeld), so that a span's idle-held
+	// hours are a part of its GPU-hours, hour by hour.
+	Pending map[int64]float64 `json:"hp,omitempty"`
+	Counted bool              `json:"c,omitempty"`
 	// Account, Job and Model are the holder's at the newest reading.
 	Account string `json:"a,omitempty"`
 	Job     string `json:"j,omitempty"`
 	Model   string `json:"md,omitempty"`
 }
 
+// idleKey names an hour's idle-held GPU-seconds of one holder.
+type idleKey struct {
+	Hour                      int64
+	User, Account, Job, Model string
+}
+
 // hold adds the GPU-seconds of the holder's reading before t, counted to
-// hour.
-func (s *Spell) hold(seconds float64, hour int64) {
+// hour: to the hours' figures once the spell counts, else kept pending.
+func (s *Spell) hold(seconds float64, hour int64, idle map[idleKey]float64) {
 	if seconds <= 0 {
 		return
 	}
 	s.Held += seconds
-	if s.Hours == nil {
-		s.Hours = map[int64]float64{}
+	if s.Counted {
+		idle[s.idleKey(hour)] += seconds
+		return
 	}
-	s.Hours[hour] += seconds
+	if s.Pending == nil {
+		s.Pending = map[int64]float64{}
+	}
+	s.Pending[hour] += seconds
+}
+
+// count makes the spell count once it has lasted idle_after: its pending
+// hours go to the hours' figures.
+func (s *Spell) count(idleAfter int64, idle map[idleKey]float64) {
+	if s.Counted || s.Seconds() < idleAfter {
+		return
+	}
+	s.Counted = true
+	for h, sec := range s.Pending {
+		idle[s.idleKey(h)] += sec
+	}
+	s.Pending = nil
+}
+
+func (s *Spell) idleKey(hour int64) idleKey {
+	return idleKey{Hour: hour, User: s.Users[0], Account: s.Account, Job: s.Job, Model: s.Model}
 }
 
 // Seconds is how long the spell has lasted: to its end, or while it goes
@@ -149,8 +183,10 @@ type effects struct {
 	Counts counts // this snapshot, for the fleet's plots
 	// HealthEnded are the health episodes that ended here.
 	HealthEnded []HealthEpisode
-	// Ledger is what the span adds to the accounting.
-	Ledger ledgerEffects
+	// Ledger is what the span adds to the accounting; IdleHeld the
+	// idle-held GPU-seconds by hour and holder (Spell.hold).
+	Ledger   ledgerEffects
+	IdleHeld map[idleKey]float64
 }
 
 // counts are one snapshot's totals.
@@ -196,7 +232,9 @@ func step(st *foldState, s *Snapshot, p Params) effects {
 	if st.Time != 0 {
 		span := float64(min(t-st.Time, gap))
 		eff.Span, eff.SpanHour = span, spanHour(st.Time, t, gap)
-		eff.Ledger = st.Prev.Ledger.times(span)
+		if st.ledger != nil {
+			eff.Ledger = st.ledger.times(span)
+		}
 		for u, share := range st.Prev.UserShare {
 			eff.UserSeconds[u] = share * span
 		}
@@ -205,11 +243,12 @@ func step(st *foldState, s *Snapshot, p Params) effects {
 		}
 		eff.IdleJobSeconds = float64(st.Prev.IdleJob) * span
 	}
-	eff.Ended = stepSpells(st, s, p, t, gap)
+	eff.Ended, eff.IdleHeld = stepSpells(st, s, p, t, gap)
 	stepHosts(st, s, t)
 	eff.HealthEnded = stepHealth(st, s, t, gap)
 	st.Prev = aggregate(st, s)
-	st.Time = t
+	rates := ledgerOf(s)
+	st.Time, st.ledger = t, &rates
 	eff.UserGPUs = st.Prev.UserGPUs
 	eff.Counts = counts{Hosts: len(s.Hosts), States: st.Prev.States, IdleHeld: idleHeldNow(st, p)}
 	for _, h := range s.Hosts {
@@ -221,13 +260,17 @@ func step(st *foldState, s *Snapshot, p Params) effects {
 }
 
 // stepSpells extends, starts and ends the spells; it returns those that
-// ended having lasted IdleAfter.
-func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
+// ended having lasted IdleAfter, and the idle-held GPU-seconds of the
+// spells that count, by hour.
+func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) ([]Spell, map[idleKey]float64) {
 	var ended []Spell
+	idle := map[idleKey]float64{}
+	idleAfter := int64(p.IdleAfter / time.Second)
 	end := func(sp *Spell) {
 		sp.End = sp.Last + min(t-sp.Last, gap)
-		sp.hold(float64(sp.End-sp.Last)*sp.Share, spanHour(sp.Last, t, gap))
-		if sp.End-sp.Start >= int64(p.IdleAfter/time.Second) {
+		sp.hold(float64(sp.End-sp.Last)*sp.Share, spanHour(sp.Last, t, gap), idle)
+		sp.count(idleAfter, idle)
+		if sp.End-sp.Start >= idleAfter {
 			ended = append(ended, *sp)
 		}
 	}
@@ -248,9 +291,10 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 				share := 1 / float64(len(g.Holders))
 				sp, ok := st.Spells[key]
 				if ok && t-sp.Last <= gap {
-					sp.hold(float64(t-sp.Last)*sp.Share, hourOf(t))
+					sp.hold(float64(t-sp.Last)*sp.Share, hourOf(t), idle)
 					sp.Last, sp.MemMiB, sp.Share = t, hd.MemMiB, share
 					sp.Account, sp.Job, sp.Model = hd.Account, hd.Job, g.Name
+					sp.count(idleAfter, idle)
 					continue
 				}
 				if ok {
@@ -258,6 +302,7 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 				}
 				st.Spells[key] = &Spell{Host: h.Name, GPU: g.ID, Users: []string{hd.User}, Start: t, Last: t, MemMiB: hd.MemMiB,
 					Share: share, Account: hd.Account, Job: hd.Job, Model: g.Name}
+				st.Spells[key].count(idleAfter, idle) // idle_after of 0: counted at once
 			}
 		}
 	}
@@ -271,7 +316,7 @@ func stepSpells(st *foldState, s *Snapshot, p Params, t, gap int64) []Spell {
 		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Start, b.Start),
 			slices.Compare(a.Users, b.Users))
 	})
-	return ended
+	return ended, idle
 }
 
 // stepHosts notes which hosts answered, since when the others are down,
@@ -301,7 +346,7 @@ func stepHosts(st *foldState, s *Snapshot, t int64) {
 // aggregate counts s's GPUs per state and per user; a down host's GPUs as
 // last seen count as Down.
 func aggregate(st *foldState, s *Snapshot) readings {
-	a := readings{UserShare: map[string]float64{}, UserGPUs: map[string]int{}, States: map[string]int{}, Ledger: ledgerOf(s)}
+	a := readings{UserShare: map[string]float64{}, UserGPUs: map[string]int{}, States: map[string]int{}}
 	for _, h := range s.Hosts {
 		if !h.Up {
 			if n := len(st.Hosts[h.Name].GPUs); n > 0 {

@@ -253,7 +253,8 @@ func TestUpgradeFromSchema1(t *testing.T) {
 
 	s = openStore(t, path)
 	// the accounting of schema 3 starts with the upgrade
-	noLedger := cmp.Options{cmpopts.IgnoreFields(UserHours{}, "KWh", "Efficiency"), cmpopts.IgnoreFields(Summary{}, "Models30d")}
+	noLedger := cmp.Options{cmpopts.IgnoreFields(UserHours{}, "KWh", "Efficiency"), cmpopts.IgnoreFields(Summary{}, "Models30d"),
+		cmpopts.IgnoreFields(Spell{}, "Counted", "Pending")}
 	if diff := cmp.Diff(want, outcomeOf(t, s), approx, noLedger); diff != "" {
 		t.Errorf("figures after the upgrade (-want +got):\n%s", diff)
 	}
@@ -274,12 +275,13 @@ func TestUpgradeFromSchema1(t *testing.T) {
 	}
 }
 
-// downgrade runs q on the database at path, as an older render left it.
 // undoSchema3 takes a database back to schema 2: no accounting.
 const undoSchema3 = `DROP TABLE ledger_users; DROP TABLE ledger_jobs; DROP TABLE ledger_hosts;
 	ALTER TABLE spells DROP COLUMN account; ALTER TABLE spells DROP COLUMN job; ALTER TABLE spells DROP COLUMN model;
-	ALTER TABLE spells DROP COLUMN hours; ALTER TABLE snapshots DROP COLUMN span_hour;`
+	ALTER TABLE spells DROP COLUMN counted; DROP TABLE idle_hours; ALTER TABLE snapshots DROP COLUMN span_hour;`
 
+// downgrade runs q on the database at path, and leaves its checkpoints'
+// spells as an older render did: none of them counted hour by hour.
 func downgrade(t testing.TB, path, q string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", path)
@@ -289,5 +291,34 @@ func downgrade(t testing.TB, path, q string) {
 	defer db.Close()
 	if _, err := db.Exec(q); err != nil {
 		t.Fatal(err)
+	}
+	times := map[int64][]byte{}
+	rows, err := db.Query(`SELECT t, state FROM checkpoints`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var ts int64
+		var blob []byte
+		if err := rows.Scan(&ts, &blob); err != nil {
+			t.Fatal(err)
+		}
+		times[ts] = blob
+	}
+	rows.Close()
+	for ts, blob := range times {
+		st, err := decodeState(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sp := range st.Spells {
+			sp.Counted, sp.Pending = false, nil
+		}
+		if blob, err = encodeState(st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`UPDATE checkpoints SET state = ? WHERE t = ?`, blob, ts); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

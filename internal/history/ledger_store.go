@@ -12,8 +12,11 @@ import (
 )
 
 // ledgerSchema (schema 3) keeps the accounting per hour: per holder (user,
-// Slurm account, GPU model), per Slurm job, and per host; and what the
-// spells need to be counted by those and hour by hour.
+// Slurm account, GPU model), per Slurm job, and per host; and the
+// idle-held GPU-seconds per hour and holder. idle_hours' written_hour is
+// the hour of the snapshot that wrote a row: a spell that reaches
+// idle_after counts hours before its own (Spell.count), and a replay
+// takes back exactly what the snapshots after its start wrote.
 const ledgerSchema = `
 CREATE TABLE IF NOT EXISTS ledger_users (
 	hour INTEGER NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model TEXT NOT NULL,
@@ -33,10 +36,15 @@ CREATE TABLE IF NOT EXISTS ledger_hosts (
 	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unheld_j REAL NOT NULL,
 	PRIMARY KEY (hour, host, model)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idle_hours (
+	hour INTEGER NOT NULL, written_hour INTEGER NOT NULL,
+	user TEXT NOT NULL, account TEXT NOT NULL, job TEXT NOT NULL, model TEXT NOT NULL, seconds REAL NOT NULL,
+	PRIMARY KEY (hour, written_hour, user, account, job, model)
+) WITHOUT ROWID;
 ALTER TABLE spells ADD COLUMN account TEXT;
 ALTER TABLE spells ADD COLUMN job TEXT;
 ALTER TABLE spells ADD COLUMN model TEXT;
-ALTER TABLE spells ADD COLUMN hours TEXT;
+ALTER TABLE spells ADD COLUMN counted INTEGER;
 ALTER TABLE snapshots ADD COLUMN span_hour INTEGER;
 `
 
@@ -55,6 +63,9 @@ func figureArgs(f Figures) []any {
 // applyLedger adds a span's accounting to its hour, and each user's
 // energy to the counters.
 func (w *writer) applyLedger(eff effects) error {
+	if err := w.applyIdle(eff); err != nil {
+		return err
+	}
 	l := eff.Ledger
 	if len(l.Users)+len(l.Jobs)+len(l.Hosts) == 0 {
 		return nil
@@ -110,6 +121,18 @@ func (w *writer) applyLedger(eff effects) error {
 	return nil
 }
 
+// applyIdle adds the idle-held GPU-seconds of the spells that count.
+func (w *writer) applyIdle(eff effects) error {
+	for k, sec := range eff.IdleHeld {
+		if _, err := w.tx.Exec(`INSERT INTO idle_hours VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (hour, written_hour, user, account, job, model) DO UPDATE SET seconds = seconds + excluded.seconds`,
+			k.Hour, eff.Hour, k.User, k.Account, k.Job, k.Model, sec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // undoLedger takes out what the hours after from's added: from the
 // counters, and the rows themselves.
 func (w *writer) undoLedger(from int64) error {
@@ -138,7 +161,8 @@ func (w *writer) undoLedger(from int64) error {
 			return err
 		}
 	}
-	return nil
+	_, err = w.tx.Exec(`DELETE FROM idle_hours WHERE written_hour > ?`, hourOf(from))
+	return err
 }
 
 // Ledger reads the accounting over [from, to) (whole hours: see
@@ -168,18 +192,14 @@ func (s *Store) Ledger(ctx context.Context, from, to time.Time) (*Ledger, error)
 	if err != nil {
 		return nil, err
 	}
-	spells, err := s.spellsIn(tx, st, from, to)
+	err = s.eachIdle(tx, st, from, to, func(k idleKey, sec float64) {
+		row(users, ledgerKey(k.User, k.Account, "", k.Model)).IdleHeldSeconds += sec
+		if k.Job != "" {
+			row(jobs, ledgerKey(k.User, k.Account, k.Job, k.Model)).IdleHeldSeconds += sec
+		}
+	})
 	if err != nil {
 		return nil, err
-	}
-	for _, sp := range spells {
-		for _, u := range sp.Users {
-			held := sp.heldIn(from, to) / float64(len(sp.Users))
-			row(users, ledgerKey(u, sp.Account, "", sp.Model)).IdleHeldSeconds += held
-			if sp.Job != "" {
-				row(jobs, ledgerKey(u, sp.Account, sp.Job, sp.Model)).IdleHeldSeconds += held
-			}
-		}
 	}
 	l.Users, l.Jobs = sortedRows(users), sortedRows(jobs)
 	return l, tx.Commit()
@@ -261,58 +281,81 @@ func (s *Store) newestState(tx *sql.Tx) (*foldState, error) {
 	return (&writer{tx: tx, p: s.params}).checkpoint(newest)
 }
 
-// spellsIn are the idle-held spells with a part in [from, to): those
-// that ended (the table) and those going on at st, the newest snapshot,
-// that lasted idle_after.
-func (s *Store) spellsIn(tx *sql.Tx, st *foldState, from, to time.Time) ([]Spell, error) {
-	rows, err := tx.Query(`SELECT users, start, "end", coalesce(gpu_seconds, "end" - start), coalesce(account, ''),
-		coalesce(job, ''), coalesce(model, ''), hours FROM spells WHERE "end" >= ? AND start < ?`,
-		hourOf(from.Unix()), to.Unix())
+// eachIdle calls f with the idle-held GPU-seconds in the hours that
+// start in [from, to), by holder (Hour is 0): those of idle_hours, and
+// the part in the span of each spell an older store counted as a whole
+// (ended ones from the spells table, ones going on from st).
+func (s *Store) eachIdle(tx *sql.Tx, st *foldState, from, to time.Time, f func(idleKey, float64)) error {
+	rows, err := tx.Query(`SELECT user, account, job, model, sum(seconds) FROM idle_hours
+		WHERE hour >= ? AND hour < ? GROUP BY user, account, job, model`, hourOf(from.Unix()), to.Unix())
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var k idleKey
+		var sec float64
+		if err := rows.Scan(&k.User, &k.Account, &k.Job, &k.Model, &sec); err != nil {
+			rows.Close()
+			return err
+		}
+		f(k, sec)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	old, err := s.uncountedSpells(tx, st, from, to)
+	if err != nil {
+		return err
+	}
+	for _, sp := range old {
+		if v := sp.heldIn(from, to); v > 0 {
+			for _, u := range sp.Users {
+				f(idleKey{User: u}, v/float64(len(sp.Users)))
+			}
+		}
+	}
+	return nil
+}
+
+// uncountedSpells are the idle-held spells with a part in [from, to)
+// whose hours are not in idle_hours: spells of an older store, ended (the
+// table) or going on at st, the newest snapshot, having lasted idle_after.
+func (s *Store) uncountedSpells(tx *sql.Tx, st *foldState, from, to time.Time) ([]Spell, error) {
+	rows, err := tx.Query(`SELECT users, start, "end", coalesce(gpu_seconds, "end" - start) FROM spells
+		WHERE counted IS NULL AND "end" > ? AND start < ?`, from.Unix(), to.Unix())
 	if err != nil {
 		return nil, err
 	}
 	var out []Spell
 	for rows.Next() {
 		var users string
-		var hours sql.NullString
 		var sp Spell
-		if err := rows.Scan(&users, &sp.Start, &sp.End, &sp.Held, &sp.Account, &sp.Job, &sp.Model, &hours); err != nil {
+		if err := rows.Scan(&users, &sp.Start, &sp.End, &sp.Held); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		if json.Unmarshal([]byte(users), &sp.Users) != nil || len(sp.Users) == 0 {
 			continue
 		}
-		if hours.Valid {
-			json.Unmarshal([]byte(hours.String), &sp.Hours)
-		}
 		sp.Share = 1 // Held is the spell's own (GPUSeconds)
 		out = append(out, sp)
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+	if err := rows.Err(); err != nil || st == nil {
+		return out, err
 	}
-	if st == nil {
-		return out, nil
+	for _, sp := range idleHeldSpells(st, s.params) {
+		if !sp.Counted {
+			out = append(out, sp)
+		}
 	}
-	return append(out, idleHeldSpells(st, s.params)...), nil
+	return out, nil
 }
 
-// heldIn is the spell's idle-held GPU-seconds counted to the hours that
-// start in [from, to), as GPU-hours are. A spell of an older store,
-// without hours, counts its part of the time, at its average share.
+// heldIn is the part of an uncounted spell's idle-held GPU-seconds within
+// [from, to]: its time there, at its average share.
 func (sp *Spell) heldIn(from, to time.Time) float64 {
-	lo, hi := hourOf(from.Unix()), to.Unix()
-	if sp.Hours != nil {
-		var v float64
-		for h, sec := range sp.Hours {
-			if h >= lo && h < hi {
-				v += sec
-			}
-		}
-		return v
-	}
 	end := sp.End
 	if end == 0 {
 		end = sp.Last

@@ -364,19 +364,9 @@ func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]f
 // store kept for a GPU's whole holder set. Spells going on count once
 // they have lasted idle_after.
 func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[string]float64, error) {
-	spells, err := s.spellsIn(tx, st, from, to)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]float64{}
-	for _, sp := range spells {
-		if v := sp.heldIn(from, to); v > 0 {
-			for _, u := range sp.Users {
-				out[u] += v / float64(len(sp.Users))
-			}
-		}
-	}
-	return out, nil
+	err := s.eachIdle(tx, st, from, to, func(k idleKey, sec float64) { out[k.User] += sec })
+	return out, err
 }
 
 func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {

@@ -328,6 +328,13 @@ func (w *writer) checkpoint(t sql.NullInt64) (*foldState, error) {
 // fold steps st by snap and writes what that adds; save keeps the new
 // state as a checkpoint (a replay saves only each hour's last).
 func (w *writer) fold(st *foldState, snap *Snapshot, save bool) error {
+	if st.Time != 0 && st.ledger == nil {
+		rates, err := w.ratesAt(st.Time)
+		if err != nil {
+			return err
+		}
+		st.ledger = rates
+	}
 	eff := step(st, snap, w.p)
 	if err := w.apply(eff, st.Time); err != nil {
 		return err
@@ -347,6 +354,26 @@ func (w *writer) fold(st *foldState, snap *Snapshot, save bool) error {
 		return nil
 	}
 	return w.saveCheckpoint(st)
+}
+
+// ratesAt are the accounting's rates of the snapshot at t, made again
+// from it (foldState.ledger); nil when it is no longer kept whole or is
+// damaged: its span then adds nothing to the accounting.
+func (w *writer) ratesAt(t int64) (*ledgerRates, error) {
+	var blob []byte
+	err := w.tx.QueryRow(`SELECT data FROM snapshots WHERE t = ?`, t).Scan(&blob)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && blob == nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	snap, err := decodeSnapshot(blob)
+	if err != nil {
+		return nil, nil
+	}
+	rates := ledgerOf(snap)
+	return &rates, nil
 }
 
 // saveCheckpoint keeps st as the state at its time, and drops the one of an
@@ -399,11 +426,14 @@ func (w *writer) apply(eff effects, t int64) error {
 	}
 	for _, sp := range eff.Ended {
 		users, _ := json.Marshal(sp.Users)
-		hours, _ := json.Marshal(sp.Hours)
+		var counted any // NULL: its hours are not in idle_hours (a spell going on when schema 3 came)
+		if sp.Counted {
+			counted = 1
+		}
 		if _, err := w.tx.Exec(`INSERT OR REPLACE INTO spells (host, gpu, start, "end", users, mem_mib, ended_at,
-			gpu_seconds, account, job, model, hours) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			gpu_seconds, account, job, model, counted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sp.Host, sp.GPU, sp.Start, sp.End, string(users), sp.MemMiB, t, sp.GPUSeconds(),
-			sp.Account, sp.Job, sp.Model, string(hours)); err != nil {
+			sp.Account, sp.Job, sp.Model, counted); err != nil {
 			return err
 		}
 		for _, u := range sp.Users {
@@ -707,6 +737,10 @@ func (w *writer) prune(newest int64, keepRaw time.Duration) error {
 		`DELETE FROM usage WHERE hour < ?`,
 		`DELETE FROM snapshots WHERE t < ?`,
 		`DELETE FROM spells WHERE "end" < ?`,
+		`DELETE FROM idle_hours WHERE hour < ?`,
+		`DELETE FROM ledger_users WHERE hour < ?`,
+		`DELETE FROM ledger_jobs WHERE hour < ?`,
+		`DELETE FROM ledger_hosts WHERE hour < ?`,
 		`DELETE FROM health_episodes WHERE "end" < ?`,
 	} {
 		if _, err := w.tx.Exec(q, yearCut); err != nil {

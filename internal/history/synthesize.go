@@ -35,7 +35,7 @@ func Synthesize(ctx context.Context, path string, p Params, keepRaw time.Duratio
 	}
 	w := &writer{tx: tx, p: p}
 	for h := hourOf(first) + 3600; h <= hourOf(last); h += 3600 {
-		if err := w.apply(synthHour(st.Prev, h, hosts), h); err != nil {
+		if err := w.apply(synthHour(st.Prev, st.ledger, h, hosts), h); err != nil {
 			return err
 		}
 	}
@@ -90,9 +90,9 @@ func synthSnapshots(tx *sql.Tx, sample *Snapshot, st *foldState, p Params, first
 
 // synthHour is what an hour of Synthesize's history adds: the readings of
 // agg held all hour, and every 6 hours some idle-held spells ending.
-func synthHour(agg readings, h int64, hosts int) effects {
+func synthHour(agg readings, rates *ledgerRates, h int64, hosts int) effects {
 	eff := effects{Hour: h, SpanHour: h, UserSeconds: map[string]float64{}, StateSeconds: map[string]float64{}, UserGPUs: agg.UserGPUs,
-		Ledger: agg.Ledger.times(3600)}
+		Ledger: rates.times(3600)}
 	for u, share := range agg.UserShare {
 		eff.UserSeconds[u] = share * 3600
 	}

@@ -32,7 +32,7 @@ func (s *Store) upgradeSpells() error {
 		`CREATE TABLE spells_new (
 			host TEXT NOT NULL, gpu TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
 			users TEXT NOT NULL, mem_mib REAL NOT NULL, ended_at INTEGER NOT NULL,
-			gpu_seconds REAL, account TEXT, job TEXT, model TEXT, hours TEXT,
+			gpu_seconds REAL, account TEXT, job TEXT, model TEXT, counted INTEGER,
 			` + spellsKeyed + `
 		) WITHOUT ROWID`,
 		`INSERT INTO spells_new (host, gpu, start, "end", users, mem_mib, ended_at)
