@@ -249,8 +249,9 @@ const (
 	// unknown, not read in part.
 	maxCgroupsOutput = 640 << 10
 	// MaxSqueueOutput bounds squeue's answer: up to 1,024 jobs (the script
-	// asks for no more), about 60 bytes each, their accounts and names.
-	MaxSqueueOutput = 160 << 10
+	// asks for no more), about 80 bytes each with a short account, and
+	// their names.
+	MaxSqueueOutput = 128 << 10
 	// maxContainersOutput bounds docker or podman ps, which lists every
 	// running container: about 130 bytes each, some 1,000 containers.
 	maxContainersOutput = 128 << 10
