@@ -11,11 +11,11 @@ import (
 
 // The probe prints every record of its cgroups, squeue and ps sections on
 // a line that starts with the run's secret nonce and a kind:
-// "PREFIXpid 4242", "PREFIXjob 1240 1233_5 gpu train", "PREFIXctr ID
-// NAMES", PREFIX being "@@gpumon:NONCE:" (see probe.RecordPrefix). Text a
-// user chose (a job's name) or a host printed (an error) cannot start a
-// line with a nonce it never saw, so it can add to a record, never forge
-// one.
+// "PREFIXpid 4242", "PREFIXjob 1240 1233_5 gpu account=vision train",
+// "PREFIXctr ID NAMES", PREFIX being "@@gpumon:NONCE:" (see
+// probe.RecordPrefix). Text a user chose (a job's name) or a host printed
+// (an error) cannot start a line with a nonce it never saw, so it can add
+// to a record, never forge one.
 const (
 	kindPID       = "pid" // a process's /proc/PID/cgroup follows
 	kindCut       = "cut" // the one before was longer than the probe reads
@@ -30,6 +30,7 @@ const (
 	maxContainers = 8192 // docker/podman ps records read
 	MaxName       = 128  // bytes kept of a job's or container's name
 	MaxPartition  = 128  // bytes kept of a job's partition
+	MaxAccount    = 128  // bytes kept of a job's account
 	maxSkipped    = 20   // records named as not used; the rest are counted
 	maxQuoted     = 40   // bytes of a bad field quoted in a reason
 )
@@ -90,19 +91,22 @@ func listed(jobs map[string]Job, id string) bool {
 type Job struct {
 	ID        string // as squeue prints it (%i): "1233_5" for task 5 of array job 1233
 	Partition string // %P, printable, cut at MaxPartition bytes
+	Account   string // %a, printable, cut at MaxAccount bytes; "" where squeue gave none
 	Name      string // %j, a newline in it a space, printable, cut at MaxName bytes
 }
 
 // ParseSqueue reads the squeue section, made by
 //
-//	squeue --noheader --jobs=LIST --format="PREFIXjob %A %i %P %j"
+//	squeue --noheader --jobs=LIST --format="PREFIXjob %A %i %P account=%a %j"
 //
 // and returns the jobs by %A, the numeric id a cgroup names. The name comes
 // last, so spaces in it shift no field; a newline in it makes the lines
-// after it (which hold no nonce) part of it. A record for a job not in
-// asked, or a job listed twice, is not used: squeue prints each job asked
-// for once. skipped names the records not used (at most maxSkipped, then
-// how many more).
+// after it (which hold no nonce) part of it. The account is marked
+// (accountMark) so that a record without it, as the probe printed before
+// it asked (PREFIXjob %A %i %P %j), still reads: its account is "". A
+// record for a job not in asked, or a job listed twice, is not used:
+// squeue prints each job asked for once. skipped names the records not
+// used (at most maxSkipped, then how many more).
 func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[string]Job, skipped []string) {
 	jobs = map[string]Job{}
 	var (
@@ -147,7 +151,8 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		}
 		numeric, rest, _ := strings.Cut(rest, " ")
 		display, rest, _ := strings.Cut(rest, " ")
-		partition, jobName, _ := strings.Cut(rest, " ")
+		partition, rest, _ := strings.Cut(rest, " ")
+		account, jobName := cutAccount(rest)
 		switch {
 		case !digits(numeric) || !displayID(display, numeric):
 			skip("squeue record %q is not a job", quote(numeric+" "+display))
@@ -160,7 +165,7 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 			skip("squeue listed job %s twice; neither record is used", numeric)
 		default:
 			cur = numeric
-			jobs[cur] = Job{ID: display, Partition: hosttext.Clip(hosttext.Printable(partition), MaxPartition)}
+			jobs[cur] = Job{ID: display, Partition: hosttext.Clip(hosttext.Printable(partition), MaxPartition), Account: account}
 			name.WriteString(jobName)
 		}
 	}
@@ -169,6 +174,26 @@ func ParseSqueue(body []byte, prefix string, asked map[string]bool) (jobs map[st
 		skipped = append(skipped, fmt.Sprintf("%d more squeue records not used", nSkip-maxSkipped))
 	}
 	return jobs, skipped
+}
+
+// accountMark starts the account's field of a squeue record: a name (the
+// field after it in a record without an account) rarely starts so.
+const accountMark = "account="
+
+// cutAccount splits the account, printable and cut at MaxAccount bytes,
+// off the rest of a record after its partition: "" and rest itself where
+// the record has no account. squeue prints an account it does not know
+// (a cluster without accounting) as "(null)", which is none.
+func cutAccount(rest string) (account, after string) {
+	marked, ok := strings.CutPrefix(rest, accountMark)
+	if !ok {
+		return "", rest
+	}
+	account, after, _ = strings.Cut(marked, " ")
+	if account == "(null)" {
+		return "", after
+	}
+	return hosttext.Clip(hosttext.Printable(account), MaxAccount), after
 }
 
 // displayID reports whether s is a job id as squeue's %i prints the job
@@ -235,20 +260,21 @@ func quote(s string) string {
 	return hosttext.Clip(hosttext.Printable(s), maxQuoted)
 }
 
-// Attribution is a process's six columns of load_data.csv.
+// Attribution is a process's seven columns of load_data.csv.
 type Attribution struct {
-	SlurmJob, SlurmJobName, SlurmPartition string
-	Container, ContainerName               string
-	Pod                                    string
+	SlurmJob, SlurmJobName, SlurmPartition, SlurmAccount string
+	Container, ContainerName                             string
+	Pod                                                  string
 }
 
 // Attribute names what c says: slurm_job is squeue's %i where squeue
-// answered for the job, else the numeric id from the cgroup; the
-// container's name is the first docker or podman gave for its id.
+// answered for the job, else the numeric id from the cgroup (and no name,
+// partition or account); the container's name is the first docker or
+// podman gave for its id.
 func Attribute(c Cgroup, jobs map[string]Job, containers map[string]string) Attribution {
 	a := Attribution{SlurmJob: c.SlurmJob, Container: c.Container(), Pod: c.Pod}
 	if j, ok := jobs[c.SlurmJob]; ok && c.SlurmJob != "" {
-		a.SlurmJob, a.SlurmJobName, a.SlurmPartition = j.ID, j.Name, j.Partition
+		a.SlurmJob, a.SlurmJobName, a.SlurmPartition, a.SlurmAccount = j.ID, j.Name, j.Partition, j.Account
 	}
 	if c.ContainerID != "" {
 		a.ContainerName = containers[c.ContainerID]

@@ -116,6 +116,31 @@ func TestParseSqueue(t *testing.T) {
 			want: map[string]Job{"4242": {ID: "4242+1", Partition: "gpu", Name: "<script>alert(1)</script>?[2J"}},
 		},
 		{
+			name: "accounts: a plain one, squeue's (null) and an empty one are none",
+			body: rec("1240 1233_5 gpu account=vision-lab sweep lr=3e-4") + rec("4242 4242 gpu account=(null) run") + rec("77 77 cpu account= x y"),
+			want: map[string]Job{
+				"1240": {ID: "1233_5", Partition: "gpu", Account: "vision-lab", Name: "sweep lr=3e-4"},
+				"4242": {ID: "4242", Partition: "gpu", Name: "run"},
+				"77":   {ID: "77", Partition: "cpu", Name: "x y"},
+			},
+		},
+		{
+			name: "a record without an account, as an older probe asked; a name shaped like one after the account",
+			body: rec("1240 1240 gpu account train") + rec("4242 4242 gpu account=nlp account=forged"),
+			want: map[string]Job{
+				"1240": {ID: "1240", Partition: "gpu", Name: "account train"},
+				"4242": {ID: "4242", Partition: "gpu", Account: "nlp", Name: "account=forged"},
+			},
+		},
+		{
+			name: "an account with markup and control characters; one without end is cut",
+			body: rec("1240 1240 gpu account=<b>lab</b>\x07 n") + rec("77 77 gpu account="+strings.Repeat("a", 1000)+" n"),
+			want: map[string]Job{
+				"1240": {ID: "1240", Partition: "gpu", Account: "<b>lab</b>?", Name: "n"},
+				"77":   {ID: "77", Partition: "gpu", Account: strings.Repeat("a", MaxAccount-3) + "…", Name: "n"},
+			},
+		},
+		{
 			name: "a name without end is cut",
 			body: rec("77 77 gpu "+strings.Repeat("x", 1000)) + strings.Repeat("y\n", 1000),
 			want: map[string]Job{"77": {ID: "77", Partition: "gpu", Name: strings.Repeat("x", MaxName-3) + "…"}},
@@ -190,14 +215,14 @@ func TestParseContainers(t *testing.T) {
 }
 
 func TestAttribute(t *testing.T) {
-	jobs := map[string]Job{"1240": {ID: "1233_5", Partition: "gpu", Name: "sweep"}}
+	jobs := map[string]Job{"1240": {ID: "1233_5", Partition: "gpu", Account: "nlp-lab", Name: "sweep"}}
 	names := map[string]string{id1: "trainer"}
 	tests := []struct {
 		name string
 		c    Cgroup
 		want Attribution
 	}{
-		{"squeue answered: its id", Cgroup{SlurmJob: "1240"}, Attribution{SlurmJob: "1233_5", SlurmJobName: "sweep", SlurmPartition: "gpu"}},
+		{"squeue answered: its id", Cgroup{SlurmJob: "1240"}, Attribution{SlurmJob: "1233_5", SlurmJobName: "sweep", SlurmPartition: "gpu", SlurmAccount: "nlp-lab"}},
 		{"squeue did not answer: the cgroup's", Cgroup{SlurmJob: "4242"}, Attribution{SlurmJob: "4242"}},
 		{"a named container in a pod", Cgroup{ContainerID: id1, Pod: pod}, Attribution{Container: "3f4e9a1c2b7d", ContainerName: "trainer", Pod: pod}},
 		{"a container ps did not list", Cgroup{ContainerID: id2}, Attribution{Container: "0123456789ab"}},

@@ -312,7 +312,7 @@ func (b *Builder) Add(r *loaddata.Row) {
 		p := b.procSlab.new()
 		*p = Proc{PID: r.PID, User: r.User, Command: r.Command, MemMiB: r.ProcessMemMiB, SMPct: smPct(r.ProcessSMPct),
 			ElapsedS: r.ProcessElapsedS, Preemptible: bool(r.Preemptible), Ignored: ignore.Ignored(ignore.Process{Args: r.Command, UID: ignore.Unknown, MemMiB: memOr(r.ProcessMemMiB, ignore.Unknown)}, b.o.Ignore),
-			SlurmJob: r.SlurmJob, SlurmJobName: r.SlurmJobName, SlurmPartition: r.SlurmPartition,
+			SlurmJob: r.SlurmJob, SlurmJobName: r.SlurmJobName, SlurmPartition: r.SlurmPartition, SlurmAccount: r.SlurmAccount,
 			Container: r.Container, ContainerName: r.ContainerName, Pod: r.Pod}
 		g.Procs = append(g.Procs, p)
 	}

@@ -454,12 +454,18 @@ func inJob(r loaddata.Row, job, name, partition, ctr, ctrName, pod string) loadd
 	return r
 }
 
-// The six attribution columns reach each process whole, as the CSV has
+// billed puts a process row's Slurm job in account.
+func billed(r loaddata.Row, account string) loaddata.Row {
+	r.SlurmAccount = account
+	return r
+}
+
+// The seven attribution columns reach each process whole, as the CSV has
 // them; a row of an older fetch (no such columns) leaves them empty.
 func TestProcessAttribution(t *testing.T) {
 	rows := []loaddata.Row{
-		inJob(withProc(gpuRow(t, "h", 0, 30000), "alice", "python train.py", 29000, false),
-			"1233_5", "llama <7b>", "gpu", "", "", ""),
+		billed(inJob(withProc(gpuRow(t, "h", 0, 30000), "alice", "python train.py", 29000, false),
+			"1233_5", "llama <7b>", "gpu", "", "", ""), "vision-lab"),
 		inJob(withProc(gpuRow(t, "h", 1, 30000), "root", "python serve.py", 29000, false),
 			"", "", "", "3f2a9c1e4b7d", "vllm-server", "6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11"),
 		withProc(gpuRow(t, "h", 2, 30000), "bob", "python", 29000, false),
@@ -472,12 +478,12 @@ func TestProcessAttribution(t *testing.T) {
 		}
 	}
 	want := []Proc{
-		{SlurmJob: "1233_5", SlurmJobName: "llama <7b>", SlurmPartition: "gpu"},
+		{SlurmJob: "1233_5", SlurmJobName: "llama <7b>", SlurmPartition: "gpu", SlurmAccount: "vision-lab"},
 		{Container: "3f2a9c1e4b7d", ContainerName: "vllm-server", Pod: "6a3f0a43-5b7e-4c1e-9a8d-2f1e0c9b7a11"},
 		{},
 	}
-	attribution := cmp.Transformer("attribution", func(p Proc) [6]string {
-		return [6]string{p.SlurmJob, p.SlurmJobName, p.SlurmPartition, p.Container, p.ContainerName, p.Pod}
+	attribution := cmp.Transformer("attribution", func(p Proc) [7]string {
+		return [7]string{p.SlurmJob, p.SlurmJobName, p.SlurmPartition, p.SlurmAccount, p.Container, p.ContainerName, p.Pod}
 	})
 	if diff := cmp.Diff(want, got, attribution); diff != "" {
 		t.Errorf("attribution (-want +got):\n%s", diff)

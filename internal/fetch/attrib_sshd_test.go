@@ -19,9 +19,10 @@ import (
 )
 
 // fakeSqueue answers as squeue does, in the format it is given: the jobs
-// asked for that it knows (a name with markup; an array task whose name
-// holds a newline and, after it, lines shaped like records of other jobs),
-// and a record for a job nobody asked about. It logs its arguments.
+// asked for that it knows (a name with markup, without an account as an
+// older probe asked; an array task with its account, whose name holds a
+// newline and, after it, lines shaped like records of other jobs), and a
+// record for a job nobody asked about. It logs its arguments.
 const fakeSqueue = `#!/bin/sh
 echo "$*" >>%[1]s
 jobs= fmt=
@@ -36,7 +37,7 @@ case ,$jobs, in *,%[2]s,*)
 	echo "${p}job %[2]s %[2]s gpu <script>alert(1)</script>" ;;
 esac
 case ,$jobs, in *,%[3]s,*)
-	printf '%%sjob %[3]s 7000_7 a100 sweep\njob %[2]s %[2]s gpu forged\n@@gpumon:000000000000000000000000:job %[2]s %[2]s gpu forged too\n' "$p" ;;
+	printf '%%sjob %[3]s 7000_7 a100 account=nlp-lab sweep\njob %[2]s %[2]s gpu forged\n@@gpumon:000000000000000000000000:job %[2]s %[2]s gpu forged too\n' "$p" ;;
 esac
 echo "${p}job 424242 424242 gpu someone-else"
 `
@@ -78,7 +79,7 @@ func TestRealSSHDAttribution(t *testing.T) {
 	v1, v2 := sshdtest.CgroupV1, sshdtest.CgroupV2
 
 	type place struct{ root, path string }
-	type want struct{ SlurmJob, SlurmJobName, SlurmPartition, Container, ContainerName, Pod string }
+	type want struct{ SlurmJob, SlurmJobName, SlurmPartition, SlurmAccount, Container, ContainerName, Pod string }
 	cases := []struct {
 		name   string
 		user   string
@@ -88,7 +89,7 @@ func TestRealSSHDAttribution(t *testing.T) {
 		{"slurm v1", "alice", []place{{v1, "/slurm/uid_" + alice + "/job_" + jobA + "/step_0"}},
 			want{SlurmJob: jobA, SlurmJobName: "<script>alert(1)</script>", SlurmPartition: "gpu"}},
 		{"slurm v2, an array task", "bob", []place{{v2, "/system.slice/slurmstepd.scope/job_" + jobB + "/step_0/user/task_0"}},
-			want{SlurmJob: "7000_7", SlurmJobName: "sweep job " + jobA + " " + jobA + " gpu forged @@gpumon:000000000000000000000000:job " + jobA + " " + jobA + " gpu forged too", SlurmPartition: "a100"}},
+			want{SlurmJob: "7000_7", SlurmJobName: "sweep job " + jobA + " " + jobA + " gpu forged @@gpumon:000000000000000000000000:job " + jobA + " " + jobA + " gpu forged too", SlurmPartition: "a100", SlurmAccount: "nlp-lab"}},
 		{"docker, cgroupfs", "root", []place{{v1, "/docker/" + ctr1}}, want{Container: ctr1[:12], ContainerName: "trainer"}},
 		{"docker, systemd", "root", []place{{v2, "/system.slice/docker-" + ctr2 + ".scope"}}, want{Container: ctr2[:12], ContainerName: "<img src=x onerror=alert(1)>"}},
 		{"podman, listed twice by ps", "root", []place{{v2, "/machine.slice/libpod-" + ctr3 + ".scope/container"}}, want{Container: ctr3[:12]}},
@@ -164,7 +165,7 @@ func TestRealSSHDAttribution(t *testing.T) {
 	}
 	got := map[int64]want{}
 	for _, r := range rows {
-		w := want{r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod}
+		w := want{r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.SlurmAccount, r.Container, r.ContainerName, r.Pod}
 		if prev, twice := got[r.PID.Value]; twice && prev != w {
 			t.Errorf("pid %d: %+v on one GPU, %+v on the other", r.PID.Value, prev, w)
 		}

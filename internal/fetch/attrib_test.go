@@ -24,23 +24,23 @@ var (
 		"@R@pid 5151\n0::/system.slice/docker-" + ctrID + ".scope\n" +
 		"@R@pid 6161\n0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_4a5b_8c9d_0123456789ab.slice/cri-containerd-" + ctrID[:60] + "ffff.scope\n" +
 		"@R@pid 9999\n0::/system.slice/slurmstepd.scope/job_77/step_0\n"}
-	squeueSec      = section{name: probe.SectionSqueue, body: "@R@job 1240 1233_5 gpu sweep <b>lr</b>\n"}
+	squeueSec      = section{name: probe.SectionSqueue, body: "@R@job 1240 1233_5 gpu account=nlp-lab sweep <b>lr</b>\n"}
 	dockerSec      = section{name: probe.SectionDocker, body: "@R@ctr " + ctrID + " trainer\n"}
 	attributedHost = hostOutput{gpus: twoGPUs, apps: attribApps, ps: attribPS, attrib: []section{cgroupsSec, squeueSec, dockerSec}}
 )
 
 // attribCells are a process row's attribution cells.
 type attribCells struct {
-	PID                                    int64
-	SlurmJob, SlurmJobName, SlurmPartition string
-	Container, ContainerName, Pod          string
+	PID                                                  int64
+	SlurmJob, SlurmJobName, SlurmPartition, SlurmAccount string
+	Container, ContainerName, Pod                        string
 }
 
 func attribOf(rows []loaddata.Row) []attribCells {
 	var out []attribCells
 	for _, r := range rows {
 		if r.PID.Valid {
-			out = append(out, attribCells{r.PID.Value, r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod})
+			out = append(out, attribCells{r.PID.Value, r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.SlurmAccount, r.Container, r.ContainerName, r.Pod})
 		}
 	}
 	return out
@@ -48,7 +48,7 @@ func attribOf(rows []loaddata.Row) []attribCells {
 
 func TestBuildAttribution(t *testing.T) {
 	named := []attribCells{
-		{PID: 4242, SlurmJob: "1233_5", SlurmJobName: "sweep <b>lr</b>", SlurmPartition: "gpu"},
+		{PID: 4242, SlurmJob: "1233_5", SlurmJobName: "sweep <b>lr</b>", SlurmPartition: "gpu", SlurmAccount: "nlp-lab"},
 		{PID: 5151, Container: "3f4e9a1c2b7d", ContainerName: "trainer"},
 		{PID: 6161, Container: "3f4e9a1c2b7d", Pod: podUID},
 	}
@@ -67,6 +67,12 @@ func TestBuildAttribution(t *testing.T) {
 			name:   "squeue and docker answered",
 			attrib: []section{cgroupsSec, squeueSec, dockerSec},
 			want:   named,
+		},
+		{
+			name:   "a squeue record without an account, as an older probe asked",
+			attrib: []section{cgroupsSec, {name: probe.SectionSqueue, body: "@R@job 1240 1233_5 gpu sweep <b>lr</b>\n"}},
+			want: []attribCells{{PID: 4242, SlurmJob: "1233_5", SlurmJobName: "sweep <b>lr</b>", SlurmPartition: "gpu"},
+				unnamed[1], unnamed[2]},
 		},
 		{
 			name:   "no squeue on the host, containers = none: ids only",

@@ -440,7 +440,7 @@ func FuzzBuild(f *testing.F) {
 		}
 		for _, row := range r.Rows {
 			for _, s := range []string{row.User, row.Command, row.HostError, row.GPUName, row.GPUUUID, row.GPUBusID, row.GPUError,
-				row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.Container, row.ContainerName, row.Pod,
+				row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.SlurmAccount, row.Container, row.ContainerName, row.Pod,
 				row.ECCMode, row.ClockEvents, row.XIDs, row.KernelLog} {
 				if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f }) {
 					t.Errorf("control character in %q", s)
@@ -453,9 +453,9 @@ func FuzzBuild(f *testing.F) {
 				t.Errorf("cells over their bounds: host_error %d bytes, command %d, gpu_name %d", len(row.HostError), len(row.Command), len(row.GPUName))
 			}
 			if len(row.SlurmJob) > 32 || len(row.SlurmJobName) > attrib.MaxName || len(row.SlurmPartition) > attrib.MaxPartition ||
-				len(row.Container) > 12 || len(row.ContainerName) > attrib.MaxName || len(row.Pod) > 36 {
-				t.Errorf("attribution cells over their bounds: %q %q %q %q %q %q",
-					row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.Container, row.ContainerName, row.Pod)
+				len(row.SlurmAccount) > attrib.MaxAccount || len(row.Container) > 12 || len(row.ContainerName) > attrib.MaxName || len(row.Pod) > 36 {
+				t.Errorf("attribution cells over their bounds: %q %q %q %q %q %q %q",
+					row.SlurmJob, row.SlurmJobName, row.SlurmPartition, row.SlurmAccount, row.Container, row.ContainerName, row.Pod)
 			}
 		}
 		if r.Status == hoststatus.OK {

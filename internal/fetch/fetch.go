@@ -182,7 +182,7 @@ func (p *Poller) keep(res Result) Result {
 func rowBytes(r *loaddata.Row) int64 {
 	return int64(len(r.Timestamp)+len(r.Host)+len(r.HostError)+len(r.GPUUUID)+len(r.GPUName)+
 		len(r.GPUBusID)+len(r.GPUError)+len(r.User)+len(r.Command)+len(r.SlurmJob)+len(r.SlurmJobName)+
-		len(r.SlurmPartition)+len(r.Container)+len(r.ContainerName)+len(r.Pod)+
+		len(r.SlurmPartition)+len(r.SlurmAccount)+len(r.Container)+len(r.ContainerName)+len(r.Pod)+
 		len(r.ECCMode)+len(r.ClockEvents)+len(r.XIDs)+len(r.RecoveryAction)+len(r.KernelLog)) + 200
 }
 
@@ -242,9 +242,9 @@ func (p *Poller) pollHost(ctx context.Context, host string) Result {
 // (several KiB each) until the CSV was written, and the collector, near
 // fetch's memory limit, ran without pause.
 func detach(rows []loaddata.Row) {
-	fields := func(r *loaddata.Row) [19]*string {
+	fields := func(r *loaddata.Row) [20]*string {
 		return [...]*string{&r.Timestamp, &r.Host, &r.HostError, &r.GPUUUID, &r.GPUName, &r.GPUBusID, &r.GPUError,
-			&r.User, &r.Command, &r.SlurmJob, &r.SlurmJobName, &r.SlurmPartition, &r.Container, &r.ContainerName, &r.Pod,
+			&r.User, &r.Command, &r.SlurmJob, &r.SlurmJobName, &r.SlurmPartition, &r.SlurmAccount, &r.Container, &r.ContainerName, &r.Pod,
 			&r.ECCMode, &r.ClockEvents, &r.XIDs, &r.KernelLog}
 	}
 	at := map[string]int{} // each distinct text once, at its offset
@@ -633,7 +633,7 @@ func (d processDetails) processRow(r loaddata.Row, pr nvsmi.Process) loaddata.Ro
 		r.ProcessElapsedS = loaddata.IntOf(p.ElapsedS)
 	}
 	if a, ok := d.attrib[pr.PID]; ok {
-		r.SlurmJob, r.SlurmJobName, r.SlurmPartition = a.SlurmJob, a.SlurmJobName, a.SlurmPartition
+		r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.SlurmAccount = a.SlurmJob, a.SlurmJobName, a.SlurmPartition, a.SlurmAccount
 		r.Container, r.ContainerName, r.Pod = a.Container, a.ContainerName, a.Pod
 	}
 	return r

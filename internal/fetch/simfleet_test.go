@@ -162,9 +162,9 @@ func TestFleetAttribution(t *testing.T) {
 	f.Close()
 	rows, _ := fetchRows(t, ini)
 	type cells struct {
-		User                                   string
-		SlurmJob, SlurmJobName, SlurmPartition string
-		Container, ContainerName, Pod          string
+		User                                                 string
+		SlurmJob, SlurmJobName, SlurmPartition, SlurmAccount string
+		Container, ContainerName, Pod                        string
 	}
 	got := map[string]cells{} // "host pid"
 	for _, r := range rows {
@@ -172,12 +172,12 @@ func TestFleetAttribution(t *testing.T) {
 			t.Errorf("%s: %s", r.Host, r.HostError)
 		}
 		if r.PID.Valid {
-			got[fmt.Sprintf("%s %d", r.Host, r.PID.Value)] = cells{r.User, r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod}
+			got[fmt.Sprintf("%s %d", r.Host, r.PID.Value)] = cells{r.User, r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.SlurmAccount, r.Container, r.ContainerName, r.Pod}
 		}
 	}
 	want := map[string]cells{
-		"h100-a01 401233": {User: "alice", SlurmJob: "7310", SlurmJobName: "alice-7b-pretrain", SlurmPartition: "h100"},
-		"h100-a03 51200":  {User: "bob", SlurmJob: "7400_3", SlurmJobName: "lr-sweep", SlurmPartition: "h100"},
+		"h100-a01 401233": {User: "alice", SlurmJob: "7310", SlurmJobName: "alice-7b-pretrain", SlurmPartition: "h100", SlurmAccount: "vision-lab"},
+		"h100-a03 51200":  {User: "bob", SlurmJob: "7400_3", SlurmJobName: "lr-sweep", SlurmPartition: "h100", SlurmAccount: "nlp-lab"},
 		"h100-a03 51388":  {User: "carol"},
 		"h200-b01 70001":  {User: "root", Container: got["h200-b01 70001"].Container, ContainerName: "frank-vllm-70b"},
 		"h100-a05 61500":  {User: "erin", Container: got["h100-a05 61500"].Container, Pod: "7c1e9b52-4d3a-4f0e-9a61-2b8d5e3f1c07"},

@@ -97,13 +97,14 @@ type Row struct {
 
 	// Who the process runs for, from its cgroup (empty when not known):
 	// the Slurm job (as squeue prints it: "1233_5" for an array task) with
-	// its name and partition where squeue answered, and the container
-	// (12 hex digits), its name where docker/podman ps answered, and the
-	// Kubernetes pod's uid. Files written before these columns existed
-	// read as empty.
+	// its name, partition and account where squeue answered, and the
+	// container (12 hex digits), its name where docker/podman ps answered,
+	// and the Kubernetes pod's uid. Files written before these columns
+	// existed read as empty.
 	SlurmJob       string `csv:"slurm_job"`
 	SlurmJobName   string `csv:"slurm_job_name"`
 	SlurmPartition string `csv:"slurm_partition"`
+	SlurmAccount   string `csv:"slurm_account"`
 	Container      string `csv:"container"`
 	ContainerName  string `csv:"container_name"`
 	Pod            string `csv:"pod"`

@@ -23,7 +23,7 @@ func sampleRows() []Row {
 			GPUUtilPct: Number{}, MemUtilPct: Num(0), MemUsedMiB: Num(11052), MemTotalMiB: Num(81559),
 			TempC: Num(35), PowerW: Num(71.15), PowerLimitW: Num(700), FanPct: Number{},
 			PID: IntOf(21198), User: "alice", Command: `python train.py --name "a, b"`, ProcessMemMiB: Num(7484),
-			SlurmJob: "1233_5", SlurmJobName: "train, \"big\"", SlurmPartition: "gpu", Container: "0123456789ab", ContainerName: "trainer", Pod: "6f1d2c3b-aaaa-4bbb-8ccc-0123456789ab",
+			SlurmJob: "1233_5", SlurmJobName: "train, \"big\"", SlurmPartition: "gpu", SlurmAccount: "vision-lab", Container: "0123456789ab", ContainerName: "trainer", Pod: "6f1d2c3b-aaaa-4bbb-8ccc-0123456789ab",
 			ProcessElapsedS: IntOf(3600), CPUs: IntOf(64), Load1: Num(3.5), HostMemUsedMiB: Num(1000), HostMemTotalMiB: Num(2000)},
 		{Timestamp: "2026-11-22T14:00:00Z", Host: "gpu02", HostStatus: hoststatus.Timeout, HostError: "no answer within 20s"},
 	}
@@ -76,7 +76,7 @@ func TestColumnsAreTheDocumentedOnes(t *testing.T) {
 		"gpu_util_pct,mem_util_pct,mem_used_mib,mem_total_mib,temperature_c,power_w,power_limit_w,fan_pct," +
 		"pstate,ecc_mode,ecc_uncorrected,retired_pages_pending,remapped_rows_pending,remapped_rows_failure,clock_events,xids,recovery_action," +
 		"pid,user,command,process_mem_mib,process_elapsed_s,preemptible,process_sm_pct," +
-		"slurm_job,slurm_job_name,slurm_partition,container,container_name,pod," +
+		"slurm_job,slurm_job_name,slurm_partition,slurm_account,container,container_name,pod," +
 		"cpus,load1,host_mem_used_mib,host_mem_total_mib,kernel_log"
 	if got := strings.Join(columnNames(), ","); got != want {
 		t.Errorf("columns changed; update the README too.\n got %s\nwant %s", got, want)

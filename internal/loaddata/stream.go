@@ -243,7 +243,7 @@ func headerColumns(header []string) ([]*column, error) {
 // a file from an older fetch (or an old one given to render -import) reads
 // with them empty.
 var optional = map[string]bool{
-	"slurm_job": true, "slurm_job_name": true, "slurm_partition": true,
+	"slurm_job": true, "slurm_job_name": true, "slurm_partition": true, "slurm_account": true,
 	"container": true, "container_name": true, "pod": true,
 	"pstate": true, "ecc_mode": true, "ecc_uncorrected": true, "retired_pages_pending": true,
 	"remapped_rows_pending": true, "remapped_rows_failure": true, "clock_events": true, "xids": true, "recovery_action": true,

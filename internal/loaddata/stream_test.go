@@ -63,7 +63,7 @@ func TestStreamErrors(t *testing.T) {
 		{"bad number", header + strings.Replace(line, ",11052,", ",lots,", 1), `line 2 (column mem_used_mib): "lots" is not a number`},
 		{"bad pid", header + strings.Replace(line, ",21198,", ",21x,", 1), `line 2 (column pid): "21x" is not a whole number`},
 		{"bad flag", header + strings.Replace(line, ",3600,,", ",3600,maybe,", 1), `line 2 (column preemptible): "maybe" is not yes or empty`},
-		{"short row", header + line + "x,y\n", "line 3: 2 fields, the header has 45"},
+		{"short row", header + line + "x,y\n", "line 3: 2 fields, the header has 46"},
 		{"twice", strings.TrimSuffix(header, "\n") + ",host\n", "line 1: column host appears twice"},
 		{"bare quote in the third cell", header + `a,b,c"d` + "\n", `line 2, byte 6: bare " in non-quoted-field`},
 		{"unclosed quote", header + "x,\"y\nz\n", `line 3, byte 3 (in the record from line 2): extraneous or missing " in quoted-field`},
@@ -278,8 +278,8 @@ func TestStreamOlderFile(t *testing.T) {
 					keep = append(keep, j)
 				}
 			}
-			if len(keep) != len(rec)-18 {
-				t.Fatalf("header %v: want 18 optional columns", rec)
+			if len(keep) != len(rec)-19 {
+				t.Fatalf("header %v: want 19 optional columns", rec)
 			}
 		}
 		var out []string
@@ -296,7 +296,7 @@ func TestStreamOlderFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range rows {
-		rows[i].SlurmJob, rows[i].SlurmJobName, rows[i].SlurmPartition = "", "", ""
+		rows[i].SlurmJob, rows[i].SlurmJobName, rows[i].SlurmPartition, rows[i].SlurmAccount = "", "", "", ""
 		rows[i].Container, rows[i].ContainerName, rows[i].Pod = "", "", ""
 	}
 	if diff := cmp.Diff(rows, got); diff != "" {

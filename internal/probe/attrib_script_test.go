@@ -41,10 +41,10 @@ func TestScriptAttributionInRealShell(t *testing.T) {
 --query-gpu=*) echo "index, uuid"; echo "0, GPU-a"; echo "1, GPU-b" ;;
 --query-compute-apps=*) echo "pid, gpu_uuid, used_gpu_memory [MiB]"; echo "%d, GPU-a, 10"; echo "%d, GPU-a, 10"; echo "%d, GPU-b, 10"; echo "%d, GPU-b, 10"; echo "%d, GPU-b, 10" ;;
 esac`, inJob, inCtr, inJob, inOwn, gone))
+	// squeue fills in each field of the format it is given, as the real one
 	writeScript(t, bin, "squeue", fmt.Sprintf(`echo "squeue $*" >>%s
 fmt=; for a in "$@"; do case $a in --format=*) fmt=${a#--format=} ;; esac; done
-p=${fmt%%%%job *}
-echo "${p}job %s %s_3 gpu sweep"`, calls, job, job))
+printf '%%s\n' "$fmt" | sed -e 's/%%A/%s/' -e 's/%%i/%s_3/' -e 's/%%P/gpu/' -e 's/%%a/vision-lab/' -e 's/%%j/sweep/'`, calls, job, job))
 	writeScript(t, bin, "docker", fmt.Sprintf(`echo "docker $*" >>%s
 p=${4%%%%ctr *}
 echo "${p}ctr %s trainer"`, calls, ctr))
@@ -70,10 +70,10 @@ echo "${p}ctr %s trainer"`, calls, ctr))
 				t.Errorf("%d pid records, want 4 (one a process)", n)
 			}
 			jobs, _ := attrib.ParseSqueue(o.Sections[probe.SectionSqueue].Body, prefix, map[string]bool{job: true})
-			if got := jobs[job]; got != (attrib.Job{ID: job + "_3", Partition: "gpu", Name: "sweep"}) {
+			if got := jobs[job]; got != (attrib.Job{ID: job + "_3", Partition: "gpu", Account: "vision-lab", Name: "sweep"}) {
 				t.Errorf("squeue: %+v\n%s", jobs, o.Sections[probe.SectionSqueue].Body)
 			}
-			wantCalls := []string{fmt.Sprintf("squeue --noheader --jobs=%s --format=%sjob %%A %%i %%P %%j", job, prefix)}
+			wantCalls := []string{fmt.Sprintf("squeue --noheader --jobs=%s --format=%sjob %%A %%i %%P account=%%a %%j", job, prefix)}
 			if ct == probe.ContainersDocker {
 				wantCalls = append(wantCalls, fmt.Sprintf("docker ps --no-trunc --format %sctr {{.ID}} {{.Names}}", prefix))
 				names, _ := attrib.ParseContainers(o.Sections[probe.SectionDocker].Body, prefix)

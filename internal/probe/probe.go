@@ -249,7 +249,8 @@ const (
 	// unknown, not read in part.
 	maxCgroupsOutput = 640 << 10
 	// MaxSqueueOutput bounds squeue's answer: up to 1,024 jobs (the script
-	// asks for no more), about 60 bytes each and their names.
+	// asks for no more), about 80 bytes each with a short account, and
+	// their names.
 	MaxSqueueOutput = 128 << 10
 	// maxContainersOutput bounds docker or podman ps, which lists every
 	// running container: about 130 bytes each, some 1,000 containers.
@@ -339,7 +340,8 @@ const (
 // are picked out of that text with parameter expansion and case only,
 // anchored where slurmstepd makes its folders (a user's own folder named
 // job_42 asks nothing), and asked of ONE squeue, whose format starts every
-// record with the nonce and puts the name last. docker or podman ps runs
+// record with the nonce and puts the name last (after the partition and
+// the account, which the billing reports need). docker or podman ps runs
 // once, only where Request.Containers names it and a cgroup names a
 // container.
 //
@@ -629,7 +631,7 @@ if [ -n "$pids" ]; then
 $out
 EOF
   if [ -n "$jobs" ] && command -v squeue >/dev/null 2>&1; then
-    run @SQUEUE@ squeue $TO squeue --noheader --jobs="$jobs" --format="$N:job %A %i %P %j"
+    run @SQUEUE@ squeue $TO squeue --noheader --jobs="$jobs" --format="$N:job %A %i %P account=%a %j"
     printf '%s begin squeue\n%s\n%s end squeue %d\n' "$N" "$out" "$N" "$rc"
   fi
   if [ -n "$ctr" ] && command -v "$CT" >/dev/null 2>&1; then

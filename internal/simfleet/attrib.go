@@ -18,6 +18,7 @@ type SlurmJob struct {
 	// job 7400; "" for JobID itself.
 	Display   string
 	Partition string
+	Account   string // %a: the account the job bills
 	Name      string
 }
 
@@ -65,7 +66,8 @@ type attribAnswer struct {
 
 // renderAttrib answers as the script does for the pids of apps, in the
 // order it lists them, each once: their cgroups; one squeue for the jobs
-// those name, where the host is a Slurm node; and whether a cgroup names
+// those name, in the script's format (job %A %i %P account=%a %j), where
+// the host is a Slurm node; and whether a cgroup names
 // a container of docker's or podman's (then their ps runs, if asked for).
 func (h *host) renderAttrib(apps []byte) attribAnswer {
 	a := attribAnswer{names: map[string]bool{}}
@@ -123,7 +125,7 @@ func (h *host) renderAttrib(apps []byte) attribAnswer {
 		if display == "" {
 			display = strconv.Itoa(j.JobID)
 		}
-		fmt.Fprintf(&b, "%sjob %d %s %s %s\n", recordMark, j.JobID, display, j.Partition, j.Name)
+		fmt.Fprintf(&b, "%sjob %d %s %s account=%s %s\n", recordMark, j.JobID, display, j.Partition, j.Account, j.Name)
 	}
 	if b.Len() == 0 {
 		a.squeue = rendered{[]byte("slurm_load_jobs error: Invalid job id specified\n"), 1}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -138,6 +139,15 @@ func generatedHealth(capName string, i int) []GPUHealth {
 	return out
 }
 
+// slurmAccount is the Slurm account user's jobs bill, as in the demo: a
+// user bills one account (alice vision-lab, bob nlp-lab, and so on).
+func slurmAccount(user string) string {
+	if slices.Index(Users, user)%2 == 0 {
+		return "vision-lab"
+	}
+	return "nlp-lab"
+}
+
 // attribute puts the processes of host i into Slurm jobs (i%3 == 0) or
 // Docker containers (i%3 == 1), one each, by pid: a process on two GPUs
 // is one process.
@@ -155,7 +165,7 @@ func attribute(s *HostSpec, i int) {
 		switch n := len(byPID); i % 3 {
 		case 0:
 			id := 100000 + i*16 + n
-			j := SlurmJob{JobID: id, Partition: "gpu", Name: "job-" + p.User}
+			j := SlurmJob{JobID: id, Partition: "gpu", Account: slurmAccount(p.User), Name: "job-" + p.User}
 			if n%4 == 3 {
 				j.Display = fmt.Sprintf("%d_%d", id-n, n)
 			}
@@ -224,7 +234,7 @@ func Demo() []HostSpec {
 		// alice's 8-GPU pretraining is Slurm job 7310
 		{Name: "h100-a01", Capture: h100, State: "load", CPUs: 192, Load1: 24.3, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1210 * 1024,
 			Processes: in(slurmCgroup(7310), eight(401233, "alice", 71234, 3*day+1800, "/opt/conda/bin/python -u pretrain.py --nodes 4 --run alice-7b")...),
-			Slurm:     []SlurmJob{{JobID: 7310, Partition: "h100", Name: "alice-7b-pretrain"}}},
+			Slurm:     []SlurmJob{{JobID: 7310, Partition: "h100", Account: "vision-lab", Name: "alice-7b-pretrain"}}},
 		// idle but for idlemon's idle-time job, which fetch marks preemptible
 		{Name: "h100-a02", Capture: h100, State: "idle", CPUs: 192, Load1: 8.12, MemTotalMiB: 2048 * 1024, MemUsedMiB: 41 * 1024,
 			Processes: eight(30001, "idlejob", 6100, 5*3600, "python eval_sweep.py --queue nightly"),
@@ -237,7 +247,7 @@ func Demo() []HostSpec {
 				p(51388, "carol", 2, 18104, 650, "julia --project=. --threads=8 simulate.jl"),
 				p(52011, "dave", 5, 2296, 90, "/root/tools/memhog 2048"),
 			},
-			Slurm: []SlurmJob{{JobID: 7403, Display: "7400_3", Partition: "h100", Name: "lr-sweep"}}},
+			Slurm: []SlurmJob{{JobID: 7403, Display: "7400_3", Partition: "h100", Account: "nlp-lab", Name: "lr-sweep"}}},
 		{Name: "h100-a04", Capture: h100, Failure: DriverNotLoaded, CPUs: 192, Load1: 0.4, MemTotalMiB: 2048 * 1024, MemUsedMiB: 12 * 1024},
 		{Name: "h200-b01", Capture: h200, State: "load", CPUs: 224, Load1: 31.0, MemTotalMiB: 2048 * 1024, MemUsedMiB: 1700 * 1024,
 			// frank's vLLM server runs in a Docker container: as root, as
@@ -308,7 +318,7 @@ func Demo() []HostSpec {
 					k.Idle = true
 					return k
 				}()),
-			Slurm: []SlurmJob{{JobID: 7520, Partition: "mi100", Name: "heidi-rocm-bench"}}},
+			Slurm: []SlurmJob{{JobID: 7520, Partition: "mi100", Account: "nlp-lab", Name: "heidi-rocm-bench"}}},
 		// a Radeon workstation with amd-smi (ROCm 6)
 		{Name: "ws-c05", AMD: "amd-smi/rx6600", CPUs: 16, Load1: 1.2, MemTotalMiB: 64 * 1024, MemUsedMiB: 20 * 1024,
 			Processes: []Process{p(31002, "grace", 0, 6100, 3*3600, "/opt/conda/bin/python -u finetune.py --lr 3e-5 --epochs 3 --output /scratch/ft-run7")}},

@@ -546,10 +546,13 @@ func TestGenerate(t *testing.T) {
 		t.Error("seed makes no difference")
 	}
 	var gpus, busy, shared, comma, slurm, docker, degraded, xids int
-	users, caps := map[string]bool{}, map[string]bool{}
+	users, caps, accounts := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, s := range a {
 		if len(s.Slurm) > 0 {
 			slurm++
+		}
+		for _, j := range s.Slurm {
+			accounts[j.Account] = true
 		}
 		if s.ContainerEngine == "docker" {
 			docker++
@@ -594,6 +597,9 @@ func TestGenerate(t *testing.T) {
 	}
 	if slurm < 300 || docker < 300 {
 		t.Errorf("%d Slurm nodes, %d Docker hosts of 1000", slurm, docker)
+	}
+	if diff := cmp.Diff(map[string]bool{"vision-lab": true, "nlp-lab": true}, accounts); diff != "" {
+		t.Errorf("the Slurm jobs' accounts (-want +got):\n%s", diff)
 	}
 	// and Demo launches
 	f := testenv.StartFleet(t, simfleet.Demo())
@@ -714,7 +720,7 @@ func TestAttribution(t *testing.T) {
 	if got := a.cgroups[51388]; got != (attrib.Cgroup{}) || len(a.cgroups) != 3 {
 		t.Errorf("carol's cgroup %+v, %d processes: %v", got, len(a.cgroups), a.cgroups)
 	}
-	if diff := cmp.Diff(map[string]attrib.Job{"7403": {ID: "7400_3", Partition: "h100", Name: "lr-sweep"}}, a.jobs); diff != "" {
+	if diff := cmp.Diff(map[string]attrib.Job{"7403": {ID: "7400_3", Partition: "h100", Account: "nlp-lab", Name: "lr-sweep"}}, a.jobs); diff != "" {
 		t.Errorf("squeue (-want +got):\n%s", diff)
 	}
 
