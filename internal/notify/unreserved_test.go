@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumon/gpumon/internal/inifile"
 )
 
 // unreservedRun is one render run for unreserved_use: the clock, the
@@ -271,4 +273,61 @@ func mailText(t testing.TB, raw []byte) string {
 		t.Fatal(err)
 	}
 	return string(decoded)
+}
+
+// [notify] unreserved_after: 0 unless set, 0 to 30d.
+func TestConfigUnreservedAfter(t *testing.T) {
+	tests := []struct {
+		ini  string
+		want time.Duration
+		err  string
+	}{
+		{"[notify]\n", 0, ""},
+		{"[notify]\nunreserved_after = 10m\n", 10 * time.Minute, ""},
+		{"[notify]\nunreserved_after = 31d\n", 0, "unreserved_after"},
+		{"[notify]\nunreserved_after = soon\n", 0, "unreserved_after"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.ini, func(t *testing.T) {
+			f, err := inifile.Read(strings.NewReader(tt.ini), "config.ini")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := DefaultConfig()
+			err = ReadConfig(f, &c, true)
+			switch {
+			case tt.err != "":
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("error %v, want one naming %q", err, tt.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case c.Params.UnreservedAfter != tt.want:
+				t.Errorf("unreserved_after %s, want %s", c.Params.UnreservedAfter, tt.want)
+			}
+		})
+	}
+}
+
+// A reservation's owner and comment, and the holder, cannot ping a Slack
+// channel, nor add a mail header or recipient.
+func TestUnreservedHostileNames(t *testing.T) {
+	e := Event{Episode: Episode{Kind: unreservedUse, Host: "gpu01", GPU: "3", Users: []string{"<!here>"}, Since: at(-5),
+		Reservation: &Reserved{Owner: "alice\r\nBcc: x@evil.example", Comment: "<!channel> <https://evil.example|click>"}},
+		State: Firing, At: at(0)}
+	var body struct{ Text string }
+	if err := json.Unmarshal(WebhookBody(e, Targets{}, time.UTC), &body); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(body.Text, "<>") {
+		t.Errorf("webhook text holds < or >: %s", body.Text)
+	}
+	items, _ := Route([]Event{e}, Targets{MailTo: []string{"admins@example.org"}}, at(0), time.UTC, "monitor")
+	msg, err := mail.ReadMessage(strings.NewReader(string(items[0].Body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.Header["Bcc"]) > 0 || strings.Contains(msg.Header.Get("To"), "evil") {
+		t.Errorf("a name added a header or recipient: %v", msg.Header)
+	}
 }
