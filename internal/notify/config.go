@@ -101,6 +101,10 @@ func ReadConfig(f *inifile.File, c *Config, historyOn bool) error {
 		Want: "a duration from 0 to 30d (e.g. 1h)"}, &c.Params.DegradedAfter); err != nil {
 		return err
 	}
+	if err := sec.Duration("unreserved_after", inifile.Limits[time.Duration]{Min: 0, Max: 30 * day,
+		Want: "a duration from 0 to 30d (e.g. 10m), or 0 to tell the first snapshot that shows it"}, &c.Params.UnreservedAfter); err != nil {
+		return err
+	}
 	if c.Params.RemindAfter > 0 && c.Params.RemindAfter < 10*time.Minute {
 		return sec.ErrorAt("remind_after", "%s is a reminder every few runs: want 10m or more, or 0 for never", c.Params.RemindAfter)
 	}

@@ -18,7 +18,7 @@ const (
 )
 
 // kinds are the kinds of episodes, as [notify] events names them.
-var kinds = []Kind{idleHeld, hostDown, allDown, gpuFailed, gpuDegraded}
+var kinds = []Kind{idleHeld, hostDown, allDown, gpuFailed, gpuDegraded, unreservedUse}
 
 // GPUHealth is a GPU that is failed or degraded at the newest snapshot.
 type GPUHealth struct {

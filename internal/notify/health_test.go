@@ -263,8 +263,9 @@ func TestConfigEvents(t *testing.T) {
 	}{
 		{"gpu_failed, host_down, all_down", []Kind{gpuFailed, hostDown, allDown}, ""},
 		{"GPU_Failed,gpu_failed", []Kind{gpuFailed}, ""},
-		{"gpu_broken", nil, `"gpu_broken" is not a kind of event: want idle_held, host_down, all_down, gpu_failed, gpu_degraded`},
-		{"", nil, "no kind: want one or more of idle_held, host_down, all_down, gpu_failed, gpu_degraded (leave the key out for all)"},
+		{"unreserved_use, idle_held", []Kind{unreservedUse, idleHeld}, ""},
+		{"gpu_broken", nil, `"gpu_broken" is not a kind of event: want idle_held, host_down, all_down, gpu_failed, gpu_degraded, unreserved_use`},
+		{"", nil, "no kind: want one or more of idle_held, host_down, all_down, gpu_failed, gpu_degraded, unreserved_use (leave the key out for all)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {

@@ -92,9 +92,10 @@ const maxWebhookEvents = 20
 
 // Route turns a run's events into messages: each event to each webhook
 // (or one digest of them all, past maxWebhookEvents);
-// all of them in one mail to the admins; to each holder of an idle-held
-// GPU, one mail about their GPUs (fired or reminded, not resolved). A
-// holder that cannot be mailed (no user name, one that is not a mail
+// all of them in one mail to the admins; to each user mail_users reaches
+// (see userRecipients: the holder of an idle-held GPU, the holder of a GPU
+// in someone else's reservation and that reservation's owner), one mail
+// about their GPUs. A user that cannot be mailed (no user name, one that is not a mail
 // local part, root) is a problem, returned for the caller to report; the
 // admins are told anyway.
 func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender string) (items []Item, problems []string) {
@@ -121,10 +122,7 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 	if t.UserDomain != "" {
 		mine := map[string][]Event{}
 		for _, e := range events {
-			if e.Kind != idleHeld || e.State != Firing {
-				continue
-			}
-			for _, u := range e.Users {
+			for _, u := range userRecipients(e) {
 				if why := notMailable(u); why != "" {
 					problems = append(problems, fmt.Sprintf("%s is not mailed about GPU %s on %s: %s",
 						quoteUser(u), e.GPU, e.Host, why))
@@ -140,7 +138,7 @@ func Route(events []Event, t Targets, now time.Time, loc *time.Location, sender 
 		slices.Sort(users)
 		for _, u := range users {
 			to := []string{u + "@" + t.UserDomain}
-			subject, body := userMail(mine[u], loc, t.Commands)
+			subject, body := userMail(u, mine[u], loc, t.Commands)
 			items = append(items, Item{Target: MailTarget(to), Summary: subject,
 				Body: Mail(to, t.MailFrom, subject, body, t.PageURL, sender, now), created: now})
 		}
@@ -213,6 +211,8 @@ func (e Event) title() string {
 	switch {
 	case isHealthKind(e.Kind):
 		return healthTitle(e)
+	case e.Kind == unreservedUse:
+		return unreservedTitle(e)
 	case e.Kind == idleHeld && e.State == Firing && len(e.Working) > 0:
 		return fmt.Sprintf("GPU %s on %s idle-held by %s for %s%s", gpu, host, users(e.Users), hours(e.Duration()), e.whileWorking())
 	case e.Kind == idleHeld && e.State == Firing:
@@ -244,6 +244,8 @@ func (e Event) Text(loc *time.Location, commands bool) string {
 	switch {
 	case isHealthKind(e.Kind):
 		s = healthText(e, loc)
+	case e.Kind == unreservedUse:
+		s = unreservedText(e, loc, commands)
 	case e.Kind == idleHeld && e.State == Firing:
 		model := ""
 		if e.Model != "" {
@@ -373,6 +375,9 @@ type webhookBody struct {
 
 	// gpu_failed and gpu_degraded: the conditions found
 	Findings []webhookFinding `json:"findings,omitempty"`
+
+	// unreserved_use: the reservation its holder (users) uses the GPU in
+	Reservation *webhookReservation `json:"reservation,omitempty"`
 }
 
 // webhookDigest is a run's events in one POST: the text lists the first
@@ -438,9 +443,12 @@ func WebhookBody(e Event, t Targets, loc *time.Location) []byte {
 	if !e.At.IsZero() {
 		b.At = e.At.UTC().Format(time.RFC3339)
 	}
-	if e.Kind == idleHeld {
+	if e.Kind == idleHeld || e.Kind == unreservedUse {
 		m := e.MemMiB
 		b.MemMiB = &m
+	}
+	if e.Kind == unreservedUse {
+		b.Reservation = webhookReservationOf(e.Reservation)
 	}
 	if isHealthKind(e.Kind) {
 		b.Findings = webhookFindings(e.Findings)
@@ -492,7 +500,9 @@ func digestSubject(events []Event) string {
 		"all_down firing": {"no host answers", "no host answers"}, "all_down resolved": {"hosts answer again", "hosts answer again"},
 		"gpu_failed firing": {"GPU failed", "GPUs failed"}, "gpu_failed resolved": {"GPU no longer failed", "GPUs no longer failed"},
 		"gpu_degraded firing": {"GPU degraded", "GPUs degraded"}, "gpu_degraded resolved": {"GPU no longer degraded", "GPUs no longer degraded"},
-		"test firing": {"test", "tests"},
+		"unreserved_use firing":   {"GPU used in another's reservation", "GPUs used in others' reservations"},
+		"unreserved_use resolved": {"reserved GPU no longer used by another", "reserved GPUs no longer used by others"},
+		"test firing":             {"test", "tests"},
 	}
 	var parts []string
 	for _, k := range keys {
@@ -518,21 +528,64 @@ func eventLines(b *strings.Builder, events []Event, loc *time.Location, commands
 	}
 }
 
-// userMail is the mail to one holder about their idle-held GPUs.
-func userMail(events []Event, loc *time.Location, commands bool) (subject, body string) {
-	switch {
-	case len(events) == 1 && len(events[0].Working) > 0:
-		subject = fmt.Sprintf("[gpumon] your processes on GPU %s on %s have been idle for %s", name(events[0].GPU), name(events[0].Host), hours(events[0].Duration()))
-	case len(events) == 1:
-		subject = fmt.Sprintf("[gpumon] your GPU %s on %s has been idle for %s", name(events[0].GPU), name(events[0].Host), hours(events[0].Duration()))
-	default:
-		subject = fmt.Sprintf("[gpumon] %d of your GPUs have been idle for hours", len(events))
+// userMail is the mail to one user about their GPUs: those they hold
+// idle, those they use in someone else's reservation, and those reserved
+// for them that someone else uses.
+func userMail(user string, events []Event, loc *time.Location, commands bool) (subject, body string) {
+	var idle, using, theirs []Event
+	for _, e := range events {
+		switch {
+		case e.Kind == idleHeld:
+			idle = append(idle, e)
+		case e.Reservation.owner() == user:
+			theirs = append(theirs, e)
+		default:
+			using = append(using, e)
+		}
 	}
 	var b strings.Builder
-	b.WriteString("Hello,\n\nyour processes hold GPUs that have done (almost) no work for a while:\n\n")
-	eventLines(&b, events, loc, commands)
-	b.WriteString("\nOthers are waiting for GPUs. If you no longer need these, please end the\nprocesses that hold them. If they are about to work again, ignore this mail.\n")
-	return subject, b.String()
+	b.WriteString("Hello,\n")
+	if len(idle) > 0 {
+		b.WriteString("\nyour processes hold GPUs that have done (almost) no work for a while:\n\n")
+		eventLines(&b, idle, loc, commands)
+		b.WriteString("\nOthers are waiting for GPUs. If you no longer need these, please end the\nprocesses that hold them. If they are about to work again, ignore this mail.\n")
+	}
+	if len(using) > 0 {
+		b.WriteString("\nyour processes use GPUs reserved for someone else:\n\n")
+		eventLines(&b, using, loc, commands)
+		b.WriteString("\nPlease end them, or ask the reservation's owner, named above, whether you may\ngo on. The owner is told too.\n")
+	}
+	if len(theirs) > 0 {
+		b.WriteString("\nGPUs reserved for you are, or were, used by someone else:\n\n")
+		eventLines(&b, theirs, loc, commands)
+		b.WriteString("\nThe holder is told too, until they leave the GPU or your reservation ends.\n")
+	}
+	return userSubject(idle, using, theirs), b.String()
+}
+
+// userSubject names a user's mail (see userMail).
+func userSubject(idle, using, theirs []Event) string {
+	if len(using)+len(theirs) == 0 {
+		switch {
+		case len(idle) == 1 && len(idle[0].Working) > 0:
+			return fmt.Sprintf("[gpumon] your processes on GPU %s on %s have been idle for %s", name(idle[0].GPU), name(idle[0].Host), hours(idle[0].Duration()))
+		case len(idle) == 1:
+			return fmt.Sprintf("[gpumon] your GPU %s on %s has been idle for %s", name(idle[0].GPU), name(idle[0].Host), hours(idle[0].Duration()))
+		}
+		return fmt.Sprintf("[gpumon] %d of your GPUs have been idle for hours", len(idle))
+	}
+	if len(idle)+len(using)+len(theirs) > 1 {
+		return fmt.Sprintf("[gpumon] %d notices about your GPUs and reservations", len(idle)+len(using)+len(theirs))
+	}
+	if len(using) == 1 {
+		e := using[0]
+		return fmt.Sprintf("[gpumon] GPU %s on %s, which you use, is reserved for %s", name(e.GPU), name(e.Host), name(e.Reservation.owner()))
+	}
+	e := theirs[0]
+	if e.State == Firing {
+		return fmt.Sprintf("[gpumon] %s uses GPU %s on %s, reserved for you", users(e.Users), name(e.GPU), name(e.Host))
+	}
+	return fmt.Sprintf("[gpumon] %s no longer uses GPU %s on %s, reserved for you", users(e.Users), name(e.GPU), name(e.Host))
 }
 
 // Mail is a whole message for `sendmail -t -i`: the recipients are in To.

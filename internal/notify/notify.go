@@ -32,7 +32,7 @@ const (
 )
 
 // order is the kinds' order in a batch of events: the widest first.
-var order = map[Kind]int{allDown: 0, hostDown: 1, gpuFailed: 2, gpuDegraded: 3, idleHeld: 4, Test: 5}
+var order = map[Kind]int{allDown: 0, hostDown: 1, gpuFailed: 2, gpuDegraded: 3, idleHeld: 4, unreservedUse: 5, Test: 6}
 
 // State is an event's state, in Alertmanager's words.
 type State string
@@ -56,6 +56,10 @@ type Params struct {
 	// DegradedAfter is how long a GPU must have been degraded before it
 	// is told: a clock slowdown that comes and goes is not news.
 	DegradedAfter time.Duration
+	// UnreservedAfter is how long a holder must have been seen on a GPU
+	// reserved for someone else before it is told; 0 tells the first
+	// snapshot that shows it.
+	UnreservedAfter time.Duration
 }
 
 // DefaultParams are the documented defaults.
@@ -77,6 +81,9 @@ type Observations struct {
 	Down     []DownHost
 	// Health are the GPUs failed or degraded at it, on hosts that answered.
 	Health []GPUHealth
+	// Unreserved are the holders of GPUs reserved for someone else at it,
+	// one per holder and GPU, on hosts that answered.
+	Unreserved []UnreservedGPU
 }
 
 // IdleGPU is a holder who holds a GPU idle at the newest snapshot.
@@ -110,14 +117,20 @@ type Episode struct {
 	Notified time.Time `json:"t"`           // when it was last told (fired or reminded)
 	// Findings are a failed or degraded GPU's conditions, as last seen.
 	Findings []health.Finding `json:"f,omitempty"`
+	// Reservation is, for unreserved_use, the reservation its holder
+	// (Users) uses the GPU in, as last seen.
+	Reservation *Reserved `json:"r,omitempty"`
 }
 
-// key names an episode: one per holder of a GPU, per host, or for the
-// fleet.
+// key names an episode: one per holder of a GPU (and, for unreserved_use,
+// per reservation owner), per GPU, per host, or for the fleet.
 func (e Episode) key() string {
 	k := string(e.Kind) + "\x00" + e.Host + "\x00" + e.GPU
-	if e.Kind == idleHeld {
+	switch e.Kind {
+	case idleHeld:
 		k += "\x00" + strings.Join(e.Users, "\x00")
+	case unreservedUse:
+		k += "\x00" + strings.Join(e.Users, "\x00") + "\x00" + e.Reservation.owner()
 	}
 	return k
 }
@@ -161,6 +174,8 @@ func (e Event) Duration() time.Duration {
 //     starts again.
 //   - gpu_failed and gpu_degraded: one per GPU while it is in that state
 //     (see healthGPUs).
+//   - unreserved_use: one per holder of a GPU reserved for someone else,
+//     and that someone (see unreservedGPUs).
 //
 // Kinds that p.Events leaves out are neither told nor kept open.
 func step(open map[string]Episode, obs Observations, p Params) (map[string]Episode, []Event) {
@@ -180,10 +195,13 @@ func step(open map[string]Episode, obs Observations, p Params) (map[string]Episo
 	}
 	s.idleGPUs(func(host string) bool { return noneUp || down[host] })
 	s.healthGPUs(func(host string) bool { return noneUp || down[host] })
+	s.unreservedGPUs(func(host string) bool { return noneUp || down[host] })
 	s.untold()
 	slices.SortStableFunc(s.events, func(a, b Event) int {
 		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Host, b.Host),
-			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
+			compareGPU(a.GPU, b.GPU), cmp.Compare(stateOrder(a.State), stateOrder(b.State)),
+			// two holders of one GPU, whose resolutions come from a map
+			slices.Compare(a.Users, b.Users), cmp.Compare(a.Reservation.owner(), b.Reservation.owner()))
 	})
 	return s.next, s.events
 }

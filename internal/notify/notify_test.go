@@ -305,7 +305,7 @@ func TestEventTextShared(t *testing.T) {
 		{"text", e.Text(time.UTC, false),
 			"GPU 2 on gpu03 (NVIDIA H100 80GB HBM3) has been held idle by alice for 6.0 h (since 2026-11-25 02:00 UTC), 30.0 GiB in use, while bob uses it."},
 		{"subject", digestSubject([]Event{e}), "[gpumon] GPU 2 on gpu03 idle-held by alice for 6.0 h, while bob uses it"},
-		{"the holder's mail", func() string { s, _ := userMail([]Event{e}, time.UTC, false); return s }(),
+		{"the holder's mail", func() string { s, _ := userMail("alice", []Event{e}, time.UTC, false); return s }(),
 			"[gpumon] your processes on GPU 2 on gpu03 have been idle for 6.0 h"},
 		{"two at work", func() string { e := e; e.Working = []string{"bob", "carol"}; return e.Text(time.UTC, false) }(),
 			"GPU 2 on gpu03 (NVIDIA H100 80GB HBM3) has been held idle by alice for 6.0 h (since 2026-11-25 02:00 UTC), 30.0 GiB in use, while bob, carol use it."},

@@ -114,7 +114,8 @@ func Senders(nc notify.Config) notify.Senders {
 
 // observations are the run's snapshot as notify sees it, with each
 // idle-held GPU's model and its holder's commands from the cluster, and
-// the GPU's other holders who use it (from the history's snapshot).
+// the GPU's other holders who use it (from the history's snapshot); and
+// the holders of GPUs reserved for someone else, from the cluster.
 func observations(run Run, rec *recording, idleLimitPct float64) notify.Observations {
 	sum := rec.summary
 	obs := notify.Observations{Now: run.Now, DataTime: sum.Newest, Hosts: len(run.Cluster.Hosts)}
@@ -147,6 +148,7 @@ func observations(run Run, rec *recording, idleLimitPct float64) notify.Observat
 	}
 	obs.HeldIdle = heldIdleNow(rec.snap, idleLimitPct)
 	obs.Health = healthNow(rec.snap, sum.Health)
+	obs.Unreserved = unreservedNow(run.Cluster)
 	for name, h := range sum.Down {
 		obs.Down = append(obs.Down, notify.DownHost{Host: name, Since: time.Unix(h.DownSince, 0)})
 	}

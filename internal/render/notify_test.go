@@ -280,7 +280,7 @@ func TestNotifyTestFlag(t *testing.T) {
 	want := fmt.Sprintf(`webhook %s/…: accepted
 webhook %s/…: failed: answered 404 Not Found: no such hook
 mail nfyadmin@localhost: handed to /usr/sbin/sendmail -t -i -odi
-mail_users: the holder of an idle-held GPU is mailed as USER@example.org (not tried here)
+mail_users: the holder of an idle-held GPU, and a reservation's owner and its other holders, are mailed as USER@example.org (not tried here)
 `, good.URL, bad.URL)
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("output (-want +got):\n%s", diff)

@@ -58,7 +58,7 @@ func notifyTest(ctx context.Context, cfg *Config, now time.Time, stdout io.Write
 		fmt.Fprintf(stdout, "%s: %s\n", notify.TargetName(it.Target), how)
 	}
 	if d := nc.Targets.UserDomain; d != "" {
-		fmt.Fprintf(stdout, "mail_users: the holder of an idle-held GPU is mailed as USER@%s (not tried here)\n", hosttext.Printable(d))
+		fmt.Fprintf(stdout, "mail_users: the holder of an idle-held GPU, and a reservation's owner and its other holders, are mailed as USER@%s (not tried here)\n", hosttext.Printable(d))
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d notification targets failed", failed, len(items))

@@ -602,6 +602,9 @@ func writeNotes(w *bufio.Writer, g *cluster.GPU, r *Report, noUtil bool) {
 		note(n)
 	}
 	if s := pageReservation(g.Reservation, r.Loc); s != "" {
+		if used := usedByWords(unreservedUsers(g)); used != "" {
+			s += " · " + used
+		}
 		note(s)
 	}
 }
@@ -720,8 +723,9 @@ const whoMax = 4
 // writeWho writes a cell's second line, which says who holds it: "alice
 // 62G", "alice, bob 58G" (the biggest holder first, and the memory their
 // processes hold together; root in a container is the container,
-// "vllm-server 70G", see cluster.Proc.Holder), or for whom it is reserved
-// ("carol: ICML"), or that idlemon's idle-time job runs on it. A Slurm job
+// "vllm-server 70G", see cluster.Proc.Holder) and, when they hold it in
+// someone else's reservation, whose ("reserved: carol"), or for whom it is
+// reserved ("carol: ICML"), or that idlemon's idle-time job runs on it. A Slurm job
 // is not named here but in the detail: a job id beside each name would
 // push the names out of an 8rem cell, and cost 8 bytes a process.
 func writeWho(w *bufio.Writer, g *cluster.GPU) {
@@ -730,6 +734,7 @@ func writeWho(w *bufio.Writer, g *cluster.GPU) {
 	case cluster.Busy:
 		hs := holdersOf(g.Procs) // a value: 4,000 busy cells allocate nothing
 		writeHolders(w, &hs)
+		writeReservedTag(w, g)
 		open = true
 	case cluster.Reserved:
 		open = writeReservedFor(w, g.Reservation)

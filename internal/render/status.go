@@ -132,7 +132,10 @@ type statusGPU struct {
 	PowerLimitW *float64           `json:"power_limit_w"`
 	FanPct      *float64           `json:"fan_pct"`
 	Reservation *statusReservation `json:"reservation,omitempty"`
-	Processes   []statusProcess    `json:"processes,omitempty"`
+	// UnreservedUsers hold the GPU while its reservation is someone else's
+	// (publish.UnreservedHolders).
+	UnreservedUsers []string        `json:"unreserved_users,omitempty"`
+	Processes       []statusProcess `json:"processes,omitempty"`
 }
 
 // statusProcess is one process on a GPU. Preemptible and ignored processes
@@ -292,7 +295,7 @@ func fillStatusHost(sh *statusHost, h *cluster.Host, hist *history.Summary, nums
 			State: g.State, Health: healthOf(g.Health), Notes: g.Notes, Error: g.Error,
 			UtilPct: nums.float(g.Util), MemUtilPct: nums.float(g.MemUtil), MemUsedMiB: nums.float(g.MemUsed), MemTotalMiB: nums.float(g.MemTotal),
 			TempC: nums.float(g.Temp), PowerW: nums.float(g.Power), PowerLimitW: nums.float(g.PowerLimit), FanPct: nums.float(g.Fan),
-			Reservation: resvOf(g.Reservation), Processes: procs}
+			Reservation: resvOf(g.Reservation), UnreservedUsers: unreservedUsers(g), Processes: procs}
 		if g.HasIndex {
 			i := g.Index
 			sg.Index = &i
@@ -560,7 +563,7 @@ var statusKeys = map[reflect.Type][]string{
 		"down_since,omitempty", "last_known_gpus,omitzero"},
 	reflect.TypeFor[statusGPU](): {"index", "uuid", "name,omitempty", "short_name,omitempty", "vendor,omitempty", "bus_id", "state", "health", "notes,omitempty",
 		"error,omitempty", "util_pct", "mem_util_pct", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w",
-		"power_limit_w", "fan_pct", "reservation,omitempty", "processes,omitempty"},
+		"power_limit_w", "fan_pct", "reservation,omitempty", "unreserved_users,omitempty", "processes,omitempty"},
 	reflect.TypeFor[statusProcess](): {"pid", "user", "command", "mem_mib", "sm_pct,omitempty", "elapsed_s", "preemptible,omitempty", "ignored,omitempty",
 		"slurm_job,omitempty", "slurm_job_name,omitempty", "slurm_partition,omitempty", "container,omitempty",
 		"container_name,omitempty", "pod,omitempty"},
@@ -715,6 +718,16 @@ func appendStatusGPU(b []byte, g *statusGPU, ok *bool) []byte {
 	if g.Reservation != nil {
 		b = append(b, `,"reservation":`...)
 		b = appendStatusReservation(b, g.Reservation)
+	}
+	if len(g.UnreservedUsers) > 0 {
+		b = append(b, `,"unreserved_users":[`...)
+		for i, u := range g.UnreservedUsers {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, u)
+		}
+		b = append(b, ']')
 	}
 	if len(g.Processes) > 0 {
 		b = append(b, `,"processes":[`...)

@@ -81,7 +81,7 @@ func leanRows() []loaddata.Row {
 // are: on a host, a GPU or a process.
 var leanKeys = map[string][]string{
 	"host":    {"error", "reservation", "gpu_name", "gpu_short_name", "gpu_vendor", "down_since", "last_known_gpus"},
-	"gpu":     {"name", "short_name", "vendor", "notes", "error", "reservation", "processes"},
+	"gpu":     {"name", "short_name", "vendor", "notes", "error", "reservation", "unreserved_users", "processes"},
 	"process": {"preemptible", "ignored", "slurm_job", "slurm_job_name", "slurm_partition", "container", "container_name", "pod"},
 }
 
@@ -183,6 +183,11 @@ func TestStatusOmittedKeysReappear(t *testing.T) {
 			"gpu.name": {h100[0], "AMD Instinct MI300X"}, "gpu.short_name": {"H100 80GB HBM3", "MI300X"}, "gpu.vendor": {"nvidia", "amd"}}},
 		{name: "GPU reservation", resv: `{"gpu01": [{"name": "carol", "comment": "ICML", "gpus": [1]}]}`,
 			want: map[string][]any{"gpu.reservation": {map[string]any{"name": "carol", "comment": "ICML", "until": nil}}}},
+		{name: "GPU reservation used by another", resv: `{"gpu01": [{"name": "carol", "gpus": [0]}]}`,
+			want: map[string][]any{"gpu.reservation": {map[string]any{"name": "carol", "comment": "", "until": nil}},
+				"gpu.unreserved_users": {[]any{"alice"}}}},
+		{name: "GPU reservation used by its owner", resv: `{"gpu01": [{"name": "alice", "gpus": [0]}]}`,
+			want: map[string][]any{"gpu.reservation": {map[string]any{"name": "alice", "comment": "", "until": nil}}}},
 		{name: "host down", edit: down("gpu02", "no complete answer in 20s"),
 			want: map[string][]any{"host.error": {"no complete answer in 20s"}}},
 		{name: "host reservation", edit: down("gpu03", "no route to host"), resv: `{"gpu03": [{"name": "frank"}]}`,

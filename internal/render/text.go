@@ -379,7 +379,8 @@ func newGPULine(g *cluster.GPU, r *Report) gpuLine {
 
 // gpuTail says who holds the GPU, in its state's colour, then its notes:
 // "alice(62G) bob(3G)", "free · idle job: sweep(20G)", "reserved by carol
-// until ...", "failed: GPU is lost; ...". Ignored processes are not named.
+// until ...", "bob(3G) · reserved by carol until ... · used by bob",
+// "failed: GPU is lost; ...". Ignored processes are not named.
 func gpuTail(g *cluster.GPU, r *Report) []seg {
 	users, idle := gpuUsers(g, idleShares(g, r.idlePct()))
 	var main string
@@ -423,6 +424,9 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 	}
 	if g.State == cluster.Busy && g.Reservation != nil {
 		notes = append(notes, clean(reservationText(g.Reservation, r.Loc), reasonMax))
+		if used := usedByWords(unreservedUsers(g)); used != "" {
+			notes = append(notes, clean(used, reasonMax))
+		}
 	}
 	segs := []seg{{main, stateColor[g.State]}}
 	if len(notes) > 0 {
