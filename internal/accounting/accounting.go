@@ -6,6 +6,7 @@
 package accounting
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -35,16 +36,13 @@ type Config struct {
 	HasDefaultPrice bool
 	// Teams in the file's order; a user is in one team at most.
 	Teams []Team
-
-	teamOf map[string]string // user -> team
 }
 
 // ModelPrice is one line of [gpu_hour_prices]: the price of a GPU-hour
 // on GPUs whose name holds Model's words.
 type ModelPrice struct {
-	Model   string // as written in the file, lower-cased
+	Model   string // its words, lower-case, one space between
 	PerHour float64
-	words   []string
 }
 
 // Team is one line of [teams] with its lead from [team_leads].
@@ -61,7 +59,27 @@ func DefaultConfig() Config {
 }
 
 // TeamOf is the team user is in, "" when in none.
-func (c *Config) TeamOf(user string) string { return c.teamOf[user] }
+func (c *Config) TeamOf(user string) string {
+	for _, t := range c.Teams {
+		if slices.Contains(t.Members, user) {
+			return t.Name
+		}
+	}
+	return ""
+}
+
+// teamIndex is TeamOf of every member, for a loop over many users.
+func (c *Config) teamIndex() map[string]string {
+	m := map[string]string{}
+	for _, t := range c.Teams {
+		for _, u := range t.Members {
+			if _, ok := m[u]; !ok { // as TeamOf: the first team wins
+				m[u] = t.Name
+			}
+		}
+	}
+	return m
+}
 
 // LeadOf is the lead of the named team, "" when it has none.
 func (c *Config) LeadOf(team string) string {
@@ -85,7 +103,7 @@ func (c *Config) Priced() bool {
 func (c *Config) PriceOf(model string) (price float64, ok bool) {
 	name := words(model)
 	for _, p := range c.GPUHourPrices {
-		if containsRun(name, p.words) {
+		if containsRun(name, words(p.Model)) {
 			return p.PerHour, true
 		}
 	}

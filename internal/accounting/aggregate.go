@@ -118,8 +118,9 @@ func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 			s.addRow(r, c)
 		}
 	default:
+		teams := c.teamIndex()
 		for _, r := range l.Users {
-			get(keyOf(r, by, c)).addRow(r, c)
+			get(keyOf(r, by, teams)).addRow(r, c)
 		}
 	}
 	out := make([]Line, 0, len(keys))
@@ -142,13 +143,13 @@ func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 }
 
 // keyOf is the line a row of l.Users goes to.
-func keyOf(r history.LedgerRow, by By, c *Config) string {
+func keyOf(r history.LedgerRow, by By, teams map[string]string) string {
 	switch by {
 	case ByTeam:
 		if r.User == history.IdleJobUser {
 			return r.User
 		}
-		return c.TeamOf(r.User)
+		return teams[r.User]
 	case ByAccount:
 		return r.Account
 	case ByModel:

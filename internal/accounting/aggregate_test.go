@@ -54,9 +54,8 @@ func testLedger() *history.Ledger {
 func pricedConfig() *Config {
 	return &Config{
 		Currency: "EUR", KWhPrice: 0.5, HasKWhPrice: true, CO2GPerKWh: 400, HasCO2: true,
-		GPUHourPrices: []ModelPrice{{Model: "h100", PerHour: 2, words: []string{"h100"}}},
+		GPUHourPrices: []ModelPrice{{Model: "h100", PerHour: 2}},
 		Teams:         []Team{{Name: "vision", Members: []string{"alice", "dave"}}, {Name: "nlp", Members: []string{"bob"}}},
-		teamOf:        map[string]string{"alice": "vision", "dave": "vision", "bob": "nlp"},
 	}
 }
 

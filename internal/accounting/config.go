@@ -12,17 +12,13 @@ import (
 	"github.com/gpumon/gpumon/internal/inifile"
 )
 
-// The sections Read reads.
+// The sections Read reads (configini.Layout lists their keys).
 const (
 	SectionAccounting = "accounting"
 	SectionPrices     = "gpu_hour_prices"
 	SectionTeams      = "teams"
 	SectionLeads      = "team_leads"
 )
-
-// ConfigKeys are the keys of [accounting]; the other three sections take
-// any key (model, team names).
-var ConfigKeys = []string{"currency", "kwh_price", "co2_g_per_kwh", "low_efficiency_pct"}
 
 // defaultKey is the key of [gpu_hour_prices] for the models no other key
 // matches.
@@ -105,12 +101,12 @@ func readPrices(sec inifile.Section, c *Config) error {
 		if len(w) == 0 {
 			return sec.ErrorAt(k, "%q in [%s] is not a GPU model: want its name or part of it (e.g. H100)", k, SectionPrices)
 		}
-		c.GPUHourPrices = append(c.GPUHourPrices, ModelPrice{Model: k, PerHour: price, words: w})
+		c.GPUHourPrices = append(c.GPUHourPrices, ModelPrice{Model: strings.Join(w, " "), PerHour: price})
 	}
 	// the longest key wins: "h100 nvl" is tried before "h100"; keys of
 	// the same length keep the file's order
 	slices.SortStableFunc(c.GPUHourPrices, func(a, b ModelPrice) int {
-		return cmp.Compare(len(strings.Join(b.words, " ")), len(strings.Join(a.words, " ")))
+		return cmp.Compare(len(b.Model), len(a.Model))
 	})
 	return nil
 }
@@ -151,7 +147,7 @@ func currencyName(s string) bool {
 // readTeams reads [teams]: team = users and @unix-groups. A user already
 // in an earlier team stays there: the first team in the file wins.
 func readTeams(sec inifile.Section, groups GroupLookup, c *Config) error {
-	c.teamOf = map[string]string{}
+	teamOf := map[string]string{} // user -> team
 	for _, team := range sec.Keys() {
 		if !plainName(team) || strings.HasPrefix(team, "@") {
 			return sec.ErrorAt(team, "%q in [%s] is not a team's name: want printable characters without spaces, not starting with @", team, SectionTeams)
@@ -167,8 +163,8 @@ func readTeams(sec inifile.Section, groups GroupLookup, c *Config) error {
 				return err
 			}
 			for _, u := range users {
-				if _, taken := c.teamOf[u]; !taken {
-					c.teamOf[u] = team
+				if _, taken := teamOf[u]; !taken {
+					teamOf[u] = team
 					t.Members = append(t.Members, u)
 				}
 			}
