@@ -44,7 +44,7 @@ func ParseBy(s string) (By, error) {
 type Line struct {
 	// Key is the user, team, job id, account, model or host; "" for
 	// no team or no account. history.IdleJobUser's rows keep that name
-	// whatever the lines are per, except model and host.
+	// by user, team and account.
 	Key string
 	// User and Account of a job (ByJob only).
 	User, Account string
@@ -144,11 +144,11 @@ func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 
 // keyOf is the line a row of l.Users goes to.
 func keyOf(r history.LedgerRow, by By, teams map[string]string) string {
+	if r.User == history.IdleJobUser && (by == ByTeam || by == ByAccount) {
+		return r.User // the lab's own job: no team's, no account's
+	}
 	switch by {
 	case ByTeam:
-		if r.User == history.IdleJobUser {
-			return r.User
-		}
 		return teams[r.User]
 	case ByAccount:
 		return r.Account

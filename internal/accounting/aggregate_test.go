@@ -91,11 +91,12 @@ func TestAggregate(t *testing.T) {
 		{ByUser, []Line{alice, carol, idle, bob}},
 		// carol is in no team; idlemon's job in none either, under its name
 		{ByTeam, []Line{rekey(alice, "vision"), rekey(carol, ""), idle, rekey(bob, "nlp")}},
+		// carol's account is none; idlemon's job is no account's either
 		{ByAccount, []Line{
 			line(Line{Key: "proj1", GPUHours: 2.5, EffHours: 1.25, Efficiency: 0.5, IdleHeldHours: 0.5, UnreservedHours: 0.25,
 				MemShare: 0.25, KWh: 1.25, KWhCoverage: 1, Cost: 2.5*2 + 1.25*0.5, CO2Kg: 0.5}),
-			line(Line{Key: "", GPUHours: 2, EffHours: 2, Efficiency: 1, MemShare: nan, KWh: 3, KWhCoverage: 1,
-				Cost: 2*2 + 3*0.5, CO2Kg: 1.2}),
+			rekey(carol, ""),
+			idle, // no account's
 			line(Line{Key: "proj2", GPUHours: 1, Efficiency: nan, MemShare: nan, KWh: 0.5, KWhCoverage: 0.5,
 				Cost: 0.25, UnpricedGPUHours: 1, CO2Kg: 0.2}),
 		}},
