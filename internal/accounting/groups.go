@@ -84,7 +84,8 @@ func getent(ctx context.Context, args ...string) ([]byte, error) {
 func parseGroup(out []byte, group string) (gid string, members []string, err error) {
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Split(line, ":")
-		if len(f) != 4 || f[0] != group {
+		// a directory may match names without regard to case
+		if len(f) != 4 || !strings.EqualFold(f[0], group) {
 			continue
 		}
 		for _, m := range strings.Split(f[3], ",") {
