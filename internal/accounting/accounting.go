@@ -116,6 +116,12 @@ func (c *Config) PriceOf(model string) (price float64, ok bool) {
 // then holds the energy's part only, and a report says how many
 // GPU-hours it leaves out. Without any price, cost is 0 and ok false.
 func (c *Config) CostOf(model string, gpuHours, kwh float64) (cost float64, ok bool) {
+	price, priced := c.PriceOf(model)
+	return c.cost(price, priced, gpuHours, kwh)
+}
+
+// cost is CostOf of a model whose price PriceOf gave.
+func (c *Config) cost(price float64, priced bool, gpuHours, kwh float64) (cost float64, ok bool) {
 	if !c.Priced() {
 		return 0, false
 	}
@@ -125,8 +131,25 @@ func (c *Config) CostOf(model string, gpuHours, kwh float64) (cost float64, ok b
 	if !c.HasDefaultPrice && len(c.GPUHourPrices) == 0 {
 		return cost, true // priced by energy only
 	}
-	price, ok := c.PriceOf(model)
-	return cost + gpuHours*price, ok
+	return cost + gpuHours*price, priced
+}
+
+// costCache is CostOf with each model's price looked up once: a month's
+// ledger has a row per job, on a few models.
+func (c *Config) costCache() func(model string, gpuHours, kwh float64) (float64, bool) {
+	type modelPrice struct {
+		price float64
+		ok    bool
+	}
+	seen := map[string]modelPrice{}
+	return func(model string, gpuHours, kwh float64) (float64, bool) {
+		p, found := seen[model]
+		if !found {
+			p.price, p.ok = c.PriceOf(model)
+			seen[model] = p
+		}
+		return c.cost(p.price, p.ok, gpuHours, kwh)
+	}
 }
 
 // words splits a GPU name into lower-case words: runs of letters and

@@ -93,6 +93,7 @@ type sums struct {
 // in no team are under the team "".
 func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 	acc := map[string]*sums{}
+	cost := c.costCache()
 	var keys []string
 	get := func(key string) *sums {
 		s := acc[key]
@@ -107,7 +108,7 @@ func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 	case ByHost:
 		for _, h := range l.Hosts {
 			s := get(h.Host)
-			s.addHost(h, c)
+			s.addHost(h, cost)
 		}
 	case ByJob:
 		for _, r := range l.Jobs {
@@ -115,12 +116,12 @@ func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 			if !s.named { // a job has one user and account: its first row's
 				s.line.User, s.line.Account, s.named = r.User, r.Account, true
 			}
-			s.addRow(r, c)
+			s.addRow(r, cost)
 		}
 	default:
 		teams := c.teamIndex()
 		for _, r := range l.Users {
-			get(keyOf(r, by, teams)).addRow(r, c)
+			get(keyOf(r, by, teams)).addRow(r, cost)
 		}
 	}
 	out := make([]Line, 0, len(keys))
@@ -158,25 +159,29 @@ func keyOf(r history.LedgerRow, by By, teams map[string]string) string {
 	return r.User
 }
 
-func (s *sums) addRow(r history.LedgerRow, c *Config) {
+// costFunc is Config.CostOf.
+type costFunc func(model string, gpuHours, kwh float64) (float64, bool)
+
+func (s *sums) addRow(r history.LedgerRow, cost costFunc) {
 	s.fig.Add(r.Figures)
 	s.held += r.GPUSeconds
-	s.price(c, r.Model, r.GPUSeconds, r.EnergyJ)
+	s.price(cost, r.Model, r.GPUSeconds, r.EnergyJ)
 }
 
-func (s *sums) addHost(h history.HostRow, c *Config) {
+func (s *sums) addHost(h history.HostRow, cost costFunc) {
 	s.fig.Add(history.Figures{GPUSeconds: h.GPUSeconds, EffSeconds: h.EffSeconds, EffKnownSeconds: h.EffKnownSeconds,
 		EnergyJ: h.EnergyJ, EnergyKnownSeconds: h.EnergyKnownSeconds})
 	s.held += h.HeldSeconds
 	s.unheldJ += h.UnheldEnergyJ
-	s.price(c, h.Model, h.GPUSeconds, h.EnergyJ)
+	s.price(cost, h.Model, h.GPUSeconds, h.EnergyJ)
 }
 
 // price adds the cost of gpuSeconds of the model that drew joules.
-func (s *sums) price(c *Config, model string, gpuSeconds, joules float64) {
-	cost, ok := c.CostOf(model, gpuSeconds/3600, joules/joulesPerKWh)
-	s.cost += cost
-	if !ok && c.Priced() {
+// (Without any price every GPU-second is unpriced: finish says no cost.)
+func (s *sums) price(cost costFunc, model string, gpuSeconds, joules float64) {
+	v, ok := cost(model, gpuSeconds/3600, joules/joulesPerKWh)
+	s.cost += v
+	if !ok {
 		s.unpriced += gpuSeconds
 	}
 }
@@ -201,7 +206,9 @@ func (s *sums) finish(c *Config, by By) Line {
 		l.UnheldKWh = s.unheldJ / joulesPerKWh
 	}
 	l.Cost, l.HasCost = s.cost, c.Priced()
-	l.UnpricedGPUHours = s.unpriced / 3600
+	if l.HasCost {
+		l.UnpricedGPUHours = s.unpriced / 3600
+	}
 	if c.HasCO2 {
 		l.CO2Kg, l.HasCO2 = l.KWh*c.CO2GPerKWh/1000, true
 	}

@@ -1,7 +1,9 @@
 package accounting
 
 import (
+	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -170,5 +172,37 @@ func TestParseBy(t *testing.T) {
 	_, err := ParseBy("users")
 	if err == nil || !strings.Contains(err.Error(), "want user, team, job, account, model, host") {
 		t.Errorf("ParseBy(users): %v; want the choices", err)
+	}
+}
+
+// A month of a big lab's ledger: 2,000 users in 50 teams on 3 models, and
+// 100,000 jobs. Aggregate's part of -usage 30d -by team must be small
+// beside the database's.
+func BenchmarkAggregate(b *testing.B) {
+	l := &history.Ledger{}
+	c := pricedConfig()
+	c.Teams = nil
+	models := []string{h100, a100, "AMD Instinct MI300X"}
+	for u := range 2000 {
+		user := fmt.Sprintf("user%04d", u)
+		if u%40 == 0 {
+			c.Teams = append(c.Teams, Team{Name: fmt.Sprintf("team%02d", u/40)})
+		}
+		c.Teams[len(c.Teams)-1].Members = append(c.Teams[len(c.Teams)-1].Members, user)
+		for _, m := range models {
+			l.Users = append(l.Users, history.LedgerRow{User: user, Account: fmt.Sprintf("acct%d", u%30), Model: m,
+				Figures: history.Figures{GPUSeconds: 3600, EffSeconds: 1800, EffKnownSeconds: 3600, EnergyJ: 1e6, EnergyKnownSeconds: 3600}})
+		}
+	}
+	for j := range 100000 {
+		l.Jobs = append(l.Jobs, history.LedgerRow{User: fmt.Sprintf("user%04d", j%2000), Job: strconv.Itoa(j), Model: models[j%3],
+			Figures: history.Figures{GPUSeconds: 3600, EnergyJ: 1e6, EnergyKnownSeconds: 3600}})
+	}
+	for _, by := range []By{ByTeam, ByJob} {
+		b.Run(string(by), func(b *testing.B) {
+			for b.Loop() {
+				Aggregate(l, by, c)
+			}
+		})
 	}
 }
