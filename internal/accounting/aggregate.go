@@ -90,7 +90,7 @@ type sums struct {
 
 // Aggregate adds the ledger's figures up per by, sorted by cost (when a
 // price is set), else GPU-hours, the largest first, then by key. Users
-// in no team are under the team "".
+// in no team are under the team "". A By that is none of Bys is ByUser.
 func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 	acc := map[string]*sums{}
 	cost := c.costCache()
@@ -107,8 +107,7 @@ func Aggregate(l *history.Ledger, by By, c *Config) []Line {
 	switch by {
 	case ByHost:
 		for _, h := range l.Hosts {
-			s := get(h.Host)
-			s.addHost(h, cost)
+			get(h.Host).addHost(h, cost)
 		}
 	case ByJob:
 		for _, r := range l.Jobs {
