@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/gpumon/gpumon/internal/inifile"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // fakeGroups is a GroupLookup over a fixed table.
@@ -229,7 +230,7 @@ func TestCostOf(t *testing.T) {
 // (the passwd part) on any Linux; a group that does not exist is an error.
 func TestSystemGroups(t *testing.T) {
 	if _, err := exec.LookPath("getent"); err != nil {
-		t.Skip("no getent on this machine")
+		testenv.Need(t, "needs getent (glibc's)")
 	}
 	users, err := SystemGroups("root")
 	if err != nil || !slices.Contains(users, "root") {
