@@ -38,8 +38,13 @@ var NotifyKeys = []string{
 	"events", "degraded_after",
 }
 
-// Layout is config.ini's layout. [host_names], [gpu_names] and [groups]
-// take any key: their keys are host, GPU and group names, not settings.
+// AccountingKeys are the keys of [accounting] (render's reports; package
+// accounting reads them).
+var AccountingKeys = []string{"currency", "kwh_price", "co2_g_per_kwh", "low_efficiency_pct"}
+
+// Layout is config.ini's layout. [host_names], [gpu_names], [groups],
+// [gpu_hour_prices], [teams] and [team_leads] take any key: their keys are
+// host, GPU, group, model and team names, not settings.
 var Layout = inifile.Layout{
 	Sections: []inifile.SectionRule{
 		{Name: "common", Keys: CommonKeys},
@@ -50,6 +55,10 @@ var Layout = inifile.Layout{
 		{Name: "host_names", AnyKey: true},
 		{Name: "gpu_names", AnyKey: true},
 		{Name: "groups", AnyKey: true},
+		{Name: "accounting", Keys: AccountingKeys},
+		{Name: "gpu_hour_prices", AnyKey: true},
+		{Name: "teams", AnyKey: true},
+		{Name: "team_leads", AnyKey: true},
 	},
 	Home: "common",
 }

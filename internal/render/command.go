@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
@@ -26,7 +27,7 @@ import (
 
 const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
        render -text [-free] [-color auto|always|never]
-       render -usage SPAN [-format text|csv|json]
+       render -usage SPAN [-by user|team|job|account|model|host] [-format text|csv|json]
        render -health SPAN [-format text|csv|json]
        render -import FILE...
        render -notify-test
@@ -49,6 +50,9 @@ does not parse leaves every previous file as it was.
   -usage SPAN
              print each user's GPU-hours, idle-held GPU-hours, peak GPUs
              and share of the fleet over the last SPAN (24h, 7d, 1d12h)
+  -by B      with -usage: a line per user, team, job, account, model or
+             host, with effective and idle-held GPU-hours, kWh, and cost
+             and CO2 where [accounting] sets them
   -health SPAN
              print each GPU with health problems over the last SPAN (30d):
              its conditions, how often, how long, first and last seen,
@@ -84,6 +88,8 @@ func mainAt(ctx context.Context, args []string, stdout, stderr io.Writer, clock 
 	}
 	now := clock()
 	switch {
+	case opts.usage != "" && opts.by != "":
+		return usageByReport(ctx, cfg, opts.usage, opts.by, opts.format, now, stdout)
 	case opts.usage != "":
 		return usageReport(ctx, cfg, opts.usage, opts.format, now, stdout)
 	case opts.health != "":
@@ -180,6 +186,9 @@ type options struct {
 	files                     []string
 	color                     string // auto, always or never
 	version                   bool
+
+	// -by, with -usage: "" for the lines per user -usage always printed
+	by accounting.By
 }
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
@@ -194,6 +203,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.usage, "usage", "", "")
 	fs.StringVar(&o.health, "health", "", "")
 	fs.StringVar(&o.format, "format", "text", "")
+	by := fs.String("by", "", "")
 	fs.BoolVar(&o.imports, "import", false, "")
 	fs.BoolVar(&o.notifyTest, "notify-test", false, "")
 	fs.StringVar(&o.color, "color", "auto", "")
@@ -226,6 +236,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	if modes > 1 {
 		return nil, &cli.UsageError{Msg: "-text (or -free), -usage, -health, -import and -notify-test do different things: use one of them"}
 	}
+	if err := o.parseBy(*by); err != nil {
+		return nil, err
+	}
 	switch o.format {
 	case "text", "csv", "json":
 	default:
@@ -237,6 +250,21 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("-color %q: want auto, always or never", o.color)}
 	}
 	return &o, nil
+}
+
+// parseBy reads -by, which goes with -usage only.
+func (o *options) parseBy(by string) error {
+	if by == "" {
+		return nil
+	}
+	if o.usage == "" {
+		return &cli.UsageError{Msg: "-by goes with -usage: render -usage SPAN -by " + by}
+	}
+	var err error
+	if o.by, err = accounting.ParseBy(by); err != nil {
+		return &cli.UsageError{Msg: "-by " + err.Error()}
+	}
+	return nil
 }
 
 // loadConfig reads the config; without -c a missing config.ini means

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/configini"
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
@@ -54,6 +55,9 @@ type Config struct {
 	History history.Config
 	Notify  notify.Config
 	Health  health.Policy // [health]: what makes a GPU failed or degraded
+	// Accounting is [accounting], [gpu_hour_prices], [teams] and
+	// [team_leads]: prices, CO2 and teams of the reports.
+	Accounting accounting.Config
 
 	Groups []groupRule // [groups], in the file's order
 
@@ -80,10 +84,14 @@ func DefaultConfig() *Config {
 		History:    history.DefaultConfig(),
 		Notify:     notify.DefaultConfig(),
 		Health:     health.DefaultPolicy(),
+		Accounting: accounting.DefaultConfig(),
 		HostNames:  map[string]string{},
 		GPUNames:   map[string]string{},
 	}
 }
+
+// groupLookup resolves [teams]' @unix-groups; tests replace it.
+var groupLookup accounting.GroupLookup = accounting.SystemGroups
 
 // LoadConfig reads render's settings from the file at path.
 func LoadConfig(path string) (*Config, error) { return inifile.Decode(path, configFrom) }
@@ -117,6 +125,11 @@ func configFrom(f *inifile.File) (*Config, error) {
 	if err := health.ReadConfig(f, &c.Health); err != nil {
 		return nil, err
 	}
+	acc, err := accounting.Read(f, groupLookup)
+	if err != nil {
+		return nil, err
+	}
+	c.Accounting = acc
 	if err := readNames(f.Section("host_names"), c.HostNames); err != nil {
 		return nil, err
 	}

@@ -1,14 +1,17 @@
 package render
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/ignore"
@@ -89,6 +92,7 @@ page_url = https://gpus.example.org/
 		Reservations: "/etc/gpumon/reservations.json",
 		PromDetail:   promHost,
 		Health:       health.DefaultPolicy(),
+		Accounting:   accounting.DefaultConfig(),
 		Groups:       []groupRule{{Name: "lab a", Hosts: []string{"gpu01", "gpu02"}}},
 		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
 		GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100",
@@ -183,5 +187,87 @@ func TestLoadRenderExample(t *testing.T) {
 	}
 	if _, err := LoadConfig(filepath.Join(t.TempDir(), "none.ini")); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// fakeGroupLookup makes [teams]' @groups those of table while t runs.
+func fakeGroupLookup(t testing.TB, table map[string][]string) {
+	t.Helper()
+	old := groupLookup
+	t.Cleanup(func() { groupLookup = old })
+	groupLookup = func(group string) ([]string, error) {
+		if m, ok := table[group]; ok {
+			return m, nil
+		}
+		return nil, errors.New("no such group")
+	}
+}
+
+// render reads the accounting's sections (package accounting tests the
+// rules): the layout takes them, and their errors name the file and line.
+func TestRenderAccounting(t *testing.T) {
+	fakeGroupLookup(t, map[string][]string{"nlp-lab": {"erin"}})
+	c, err := ParseConfig(strings.NewReader(`[accounting]
+currency = EUR
+kwh_price = 0.25
+[gpu_hour_prices]
+H100 = 2.10
+[teams]
+nlp = @nlp-lab
+[team_leads]
+nlp = carol
+`), "c.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := accounting.Config{Currency: "EUR", KWhPrice: 0.25, HasKWhPrice: true, LowEfficiencyPct: 30,
+		GPUHourPrices: []accounting.ModelPrice{{Model: "h100", PerHour: 2.1}},
+		Teams:         []accounting.Team{{Name: "nlp", Members: []string{"erin"}, Lead: "carol"}}}
+	if diff := cmp.Diff(want, c.Accounting); diff != "" {
+		t.Errorf("-want +got:\n%s", diff)
+	}
+	for _, tt := range []struct{ name, src, want string }{
+		{"unknown key", "[accounting]\ncurrency = EUR\nprice = 1\n", "c.ini:3: price: unknown key in [accounting]"},
+		{"a negative price", "[accounting]\ncurrency = EUR\n[gpu_hour_prices]\nA100 = -1\n", `c.ini:4: a100: "-1" is not a price`},
+		{"a group that does not exist", "[teams]\nnlp = @nlp\n", "c.ini:2: nlp: team nlp: unix group nlp: no such group"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig(strings.NewReader(tt.src), "c.ini")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v\nwant %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// exampleKey is a commented key in config.example.ini.
+var exampleKey = regexp.MustCompile(`^# [A-Za-z0-9_ ]+ = \S`)
+
+// config.example.ini's accounting sections, uncommented, load: every key
+// it shows is one render reads.
+func TestRenderExampleAccounting(t *testing.T) {
+	fakeGroupLookup(t, map[string][]string{"nlp-lab": {"erin", "frank"}})
+	b, err := os.ReadFile("../../config.example.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tail, ok := strings.Cut(string(b), "\n[accounting]\n")
+	if !ok {
+		t.Fatal("config.example.ini has no [accounting]")
+	}
+	var src strings.Builder
+	src.WriteString("[accounting]\n")
+	for _, line := range strings.Split(tail, "\n") {
+		if exampleKey.MatchString(line) {
+			line = strings.TrimPrefix(line, "# ")
+		}
+		src.WriteString(line + "\n")
+	}
+	c, err := ParseConfig(strings.NewReader(src.String()), "example.ini")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src.String())
+	}
+	if !c.Accounting.Priced() || !c.Accounting.HasCO2 || len(c.Accounting.Teams) != 2 || c.Accounting.LeadOf("vision") != "carol" {
+		t.Errorf("the example's accounting: %+v", c.Accounting)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/inifile"
@@ -247,4 +248,322 @@ func usageText(w io.Writer, rows []history.Usage, from, to time.Time) error {
 		fmt.Fprintf(b, "%s  %9.2f  %9.2f  %9s  %6s\n", pad(names[i], width), u.GPUHours, u.IdleHeldHours, peak, share)
 	}
 	return b.Flush()
+}
+
+// usageByReport prints the accounting over the span back from now, a line
+// per by (render -usage SPAN -by ...).
+func usageByReport(ctx context.Context, cfg *Config, span string, by accounting.By, format string, now time.Time, stdout io.Writer) error {
+	d, store, err := spanHistory(cfg, "-usage", span, "24h, 7d or 1d12h")
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	from, to := history.UsageSpan(d, now)
+	l, err := store.Ledger(ctx, from, to)
+	if err != nil {
+		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
+	}
+	lines := accounting.Aggregate(l, by, &cfg.Accounting)
+	if format == "text" && len(lines) == 0 {
+		return noUsage(ctx, stdout, store, from, to, now)
+	}
+	return writeLedger(stdout, l, lines, by, &cfg.Accounting, format)
+}
+
+// writeLedger writes the lines of l per by in format (text, csv or json).
+func writeLedger(w io.Writer, l *history.Ledger, lines []accounting.Line, by accounting.By, c *accounting.Config, format string) error {
+	switch format {
+	case "csv":
+		return ledgerCSV(w, lines, by, c)
+	case "json":
+		return ledgerJSON(w, l, lines, by, c)
+	}
+	return ledgerText(w, l, lines, by, c)
+}
+
+// ledgerColumn is a column of -usage -by's csv and text: its name in each
+// and its cell of a line; text "" leaves it out of the text.
+type ledgerColumn struct {
+	csv, text string
+	number    bool // right-aligned in the text
+	cell      func(accounting.Line) (csv, text string)
+}
+
+// ledgerColumns are the columns of a report per by: the key, a job's user
+// and account, the figures, a host's held hours and unheld energy, the
+// cost when a price is set and CO2 when its figure is.
+func ledgerColumns(lines []accounting.Line, by accounting.By, c *accounting.Config) []ledgerColumn {
+	cols := []ledgerColumn{{csv: string(by), text: string(by), cell: func(l accounting.Line) (string, string) {
+		return csvCell(l.Key), shownKey(l.Key, by)
+	}}}
+	if by == accounting.ByJob {
+		cols = append(cols,
+			ledgerColumn{csv: "user", text: "user", cell: func(l accounting.Line) (string, string) {
+				return csvCell(l.User), shownKey(l.User, accounting.ByUser)
+			}},
+			ledgerColumn{csv: "account", text: "account", cell: func(l accounting.Line) (string, string) {
+				return csvCell(l.Account), shownKey(l.Account, accounting.ByAccount)
+			}})
+	}
+	hours := func(csvName, textName string, v func(accounting.Line) float64) ledgerColumn {
+		return ledgerColumn{csv: csvName, text: textName, number: true, cell: func(l accounting.Line) (string, string) {
+			return csvNumber(v(l)), fmt.Sprintf("%.2f", v(l))
+		}}
+	}
+	cols = append(cols, hours("gpu_hours", "GPU-hours", func(l accounting.Line) float64 { return l.GPUHours }))
+	if by == accounting.ByHost {
+		cols = append(cols, hours("held_gpu_hours", "held", func(l accounting.Line) float64 { return l.HeldHours }))
+	}
+	cols = append(cols,
+		hours("effective_gpu_hours", "effective", func(l accounting.Line) float64 { return l.EffHours }),
+		ledgerColumn{csv: "efficiency", text: "eff.", number: true, cell: func(l accounting.Line) (string, string) {
+			return csvNumber(l.Efficiency), efficiencyCell(l.Efficiency) + markSpace(lines, lowEfficiency(c), l, "!")
+		}},
+		hours("idle_held_gpu_hours", "idle-held", func(l accounting.Line) float64 { return l.IdleHeldHours }))
+	unreserved := hours("unreserved_gpu_hours", "", func(l accounting.Line) float64 { return l.UnreservedHours })
+	if slices.ContainsFunc(lines, func(l accounting.Line) bool { return l.UnreservedHours > 0 }) {
+		unreserved.text = "unreserved"
+	}
+	cols = append(cols, unreserved)
+	if by != accounting.ByHost {
+		cols = append(cols, ledgerColumn{csv: "mem_share", cell: func(l accounting.Line) (string, string) {
+			return csvNumber(l.MemShare), ""
+		}})
+	}
+	cols = append(cols,
+		ledgerColumn{csv: "kwh", text: "kWh", number: true, cell: func(l accounting.Line) (string, string) {
+			return csvNumber(l.KWh), kwhCell(l)
+		}},
+		ledgerColumn{csv: "kwh_coverage", cell: func(l accounting.Line) (string, string) { return csvNumber(l.KWhCoverage), "" }})
+	if by == accounting.ByHost {
+		cols = append(cols, hours("unheld_kwh", "", func(l accounting.Line) float64 { return l.UnheldKWh }))
+	}
+	return append(cols, costColumns(lines, c)...)
+}
+
+// markSpace is mark when marked(l), else, when some line is marked, a
+// space, so that the figures stay aligned; "" when no line is.
+func markSpace(lines []accounting.Line, marked func(accounting.Line) bool, l accounting.Line, mark string) string {
+	switch {
+	case marked(l):
+		return mark
+	case slices.ContainsFunc(lines, marked):
+		return " "
+	}
+	return ""
+}
+
+// lowEfficiency tells a line whose efficiency is under low_efficiency_pct.
+func lowEfficiency(c *accounting.Config) func(accounting.Line) bool {
+	return func(l accounting.Line) bool { return l.Efficiency*100 < c.LowEfficiencyPct }
+}
+
+// unpriced tells a line whose cost leaves GPU-hours out.
+func unpriced(l accounting.Line) bool { return l.HasCost && l.UnpricedGPUHours > 0 }
+
+// costColumns are the cost's and CO2's columns, when their figures are set.
+func costColumns(lines []accounting.Line, c *accounting.Config) []ledgerColumn {
+	var cols []ledgerColumn
+	if c.Priced() {
+		cols = append(cols,
+			ledgerColumn{csv: "cost", text: "cost " + c.Currency, number: true, cell: func(l accounting.Line) (string, string) {
+				return csvNumber(l.Cost), fmt.Sprintf("%.2f", l.Cost) + markSpace(lines, unpriced, l, "*")
+			}},
+			ledgerColumn{csv: "currency", cell: func(accounting.Line) (string, string) { return csvCell(c.Currency), "" }},
+			ledgerColumn{csv: "unpriced_gpu_hours", cell: func(l accounting.Line) (string, string) {
+				return csvNumber(l.UnpricedGPUHours), ""
+			}})
+	}
+	if c.HasCO2 {
+		cols = append(cols, ledgerColumn{csv: "co2_kg", text: "CO2 kg", number: true, cell: func(l accounting.Line) (string, string) {
+			return csvNumber(l.CO2Kg), fmt.Sprintf("%.2f", l.CO2Kg)
+		}})
+	}
+	return cols
+}
+
+// shownKey is a key as the text shows it: terminal-safe, an empty one
+// said in words.
+func shownKey(key string, by accounting.By) string {
+	if key != "" {
+		return clean(key, 40)
+	}
+	switch by {
+	case accounting.ByTeam:
+		return "(no team)"
+	case accounting.ByAccount:
+		return "(no account)"
+	}
+	return "(unknown)"
+}
+
+// efficiencyCell is a percentage, "-" when unknown.
+func efficiencyCell(eff float64) string {
+	if math.IsNaN(eff) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", eff*100)
+}
+
+// kwhCell is the energy, with the share of the GPU-hours it covers when
+// under 100 % (rounded down: 99.9 % is not all).
+func kwhCell(l accounting.Line) string {
+	if l.KWhCoverage < 1 {
+		return fmt.Sprintf("%.2f (%d%% known)", l.KWh, int(l.KWhCoverage*100))
+	}
+	return fmt.Sprintf("%.2f", l.KWh)
+}
+
+// csvNumber is a figure as a spreadsheet reads it: plain, to 6 places; ""
+// when unknown.
+func csvNumber(v float64) string {
+	if math.IsNaN(v) {
+		return ""
+	}
+	return strconv.FormatFloat(round(v, 6), 'f', -1, 64)
+}
+
+// ledgerCSV writes a header line and a line per key.
+func ledgerCSV(w io.Writer, lines []accounting.Line, by accounting.By, c *accounting.Config) error {
+	cols := ledgerColumns(lines, by, c)
+	cw := csv.NewWriter(w)
+	row := make([]string, len(cols))
+	for i, col := range cols {
+		row[i] = col.csv
+	}
+	cw.Write(row)
+	for _, l := range lines {
+		for i, col := range cols {
+			row[i], _ = col.cell(l)
+		}
+		cw.Write(row)
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// ledgerText is a table: names to the left, figures to the right, and the
+// notes its marks call for.
+func ledgerText(w io.Writer, l *history.Ledger, lines []accounting.Line, by accounting.By, c *accounting.Config) error {
+	var cols []ledgerColumn
+	for _, col := range ledgerColumns(lines, by, c) {
+		if col.text != "" {
+			cols = append(cols, col)
+		}
+	}
+	table := make([][]string, 0, len(lines)+1)
+	head := make([]string, len(cols))
+	for i, col := range cols {
+		head[i] = col.text
+	}
+	table = append(table, head)
+	for _, line := range lines {
+		row := make([]string, len(cols))
+		for i, col := range cols {
+			_, row[i] = col.cell(line)
+		}
+		table = append(table, row)
+	}
+	widths := make([]int, len(cols))
+	for _, row := range table {
+		for i, cell := range row {
+			widths[i] = max(widths[i], strWidth(cell))
+		}
+	}
+	b := bufio.NewWriter(w)
+	fmt.Fprintf(b, "GPU-hours by %s from %s to %s UTC (whole hours)\n", by,
+		l.From.UTC().Format("2006-01-02 15:04"), l.To.UTC().Format("2006-01-02 15:04"))
+	for _, row := range table {
+		var line strings.Builder
+		for i, cell := range row {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			if cols[i].number {
+				line.WriteString(lpad(cell, widths[i]))
+			} else {
+				line.WriteString(pad(cell, widths[i]))
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+	ledgerNotes(b, lines, c)
+	return b.Flush()
+}
+
+// ledgerNotes explain the text's marks: GPU-hours without a price, low
+// efficiency.
+func ledgerNotes(w io.Writer, lines []accounting.Line, c *accounting.Config) {
+	hours := 0.0
+	for _, l := range lines {
+		if unpriced(l) {
+			hours += l.UnpricedGPUHours
+		}
+	}
+	if hours > 0 {
+		fmt.Fprintf(w, "* the cost leaves out %.2f GPU-hours of models without a price ([gpu_hour_prices] has no default)\n", hours)
+	}
+	if slices.ContainsFunc(lines, lowEfficiency(c)) {
+		fmt.Fprintf(w, "! efficiency under %g %% ([accounting] low_efficiency_pct)\n", c.LowEfficiencyPct)
+	}
+}
+
+// ledgerLine is one line of -usage -by's json; figures that are not
+// always there are pointers (null when unknown, left out when not set).
+type ledgerLine struct {
+	Key              string   `json:"key"`
+	User             *string  `json:"user,omitempty"`
+	Account          *string  `json:"account,omitempty"`
+	GPUHours         float64  `json:"gpu_hours"`
+	HeldHours        *float64 `json:"held_gpu_hours,omitempty"`
+	EffHours         float64  `json:"effective_gpu_hours"`
+	Efficiency       *float64 `json:"efficiency"`
+	IdleHeldHours    float64  `json:"idle_held_gpu_hours"`
+	UnreservedHours  float64  `json:"unreserved_gpu_hours"`
+	MemShare         *float64 `json:"mem_share"`
+	KWh              float64  `json:"kwh"`
+	KWhCoverage      float64  `json:"kwh_coverage"`
+	UnheldKWh        *float64 `json:"unheld_kwh,omitempty"`
+	Cost             *float64 `json:"cost,omitempty"`
+	UnpricedGPUHours *float64 `json:"unpriced_gpu_hours,omitempty"`
+	CO2Kg            *float64 `json:"co2_kg,omitempty"`
+}
+
+func ledgerJSON(w io.Writer, l *history.Ledger, lines []accounting.Line, by accounting.By, c *accounting.Config) error {
+	known := func(v float64) *float64 {
+		if math.IsNaN(v) {
+			return nil
+		}
+		v = round(v, 6)
+		return &v
+	}
+	out := make([]ledgerLine, 0, len(lines))
+	for _, line := range lines {
+		j := ledgerLine{Key: line.Key, GPUHours: round(line.GPUHours, 6), EffHours: round(line.EffHours, 6),
+			Efficiency: known(line.Efficiency), IdleHeldHours: round(line.IdleHeldHours, 6),
+			UnreservedHours: round(line.UnreservedHours, 6), MemShare: known(line.MemShare),
+			KWh: round(line.KWh, 6), KWhCoverage: round(line.KWhCoverage, 6)}
+		if by == accounting.ByJob {
+			j.User, j.Account = &line.User, &line.Account
+		}
+		if by == accounting.ByHost {
+			j.HeldHours, j.UnheldKWh = known(line.HeldHours), known(line.UnheldKWh)
+		}
+		if line.HasCost {
+			j.Cost, j.UnpricedGPUHours = known(line.Cost), known(line.UnpricedGPUHours)
+		}
+		if line.HasCO2 {
+			j.CO2Kg = known(line.CO2Kg)
+		}
+		out = append(out, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		From     string       `json:"from"`
+		To       string       `json:"to"`
+		By       string       `json:"by"`
+		Currency string       `json:"currency"`
+		Lines    []ledgerLine `json:"lines"`
+	}{l.From.UTC().Format(time.RFC3339), l.To.UTC().Format(time.RFC3339), string(by), c.Currency, out})
 }
