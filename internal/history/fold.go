@@ -189,6 +189,16 @@ type effects struct {
 	IdleHeld map[idleKey]float64
 }
 
+// earliest is the earliest hour e writes to: SpanHour, or an hour before
+// it that a spell reaching idle_after counts (Spell.count).
+func (e *effects) earliest() int64 {
+	h := e.SpanHour
+	for k := range e.IdleHeld {
+		h = min(h, k.Hour)
+	}
+	return h
+}
+
 // counts are one snapshot's totals.
 type counts struct {
 	Hosts, HostsDown int

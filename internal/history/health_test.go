@@ -278,7 +278,7 @@ func TestUpgradeFromSchema1(t *testing.T) {
 // undoSchema3 takes a database back to schema 2: no accounting.
 const undoSchema3 = `DROP TABLE ledger_users; DROP TABLE ledger_jobs; DROP TABLE ledger_hosts;
 	ALTER TABLE spells DROP COLUMN account; ALTER TABLE spells DROP COLUMN job; ALTER TABLE spells DROP COLUMN model;
-	ALTER TABLE spells DROP COLUMN counted; DROP TABLE idle_hours; ALTER TABLE snapshots DROP COLUMN span_hour;`
+	ALTER TABLE spells DROP COLUMN counted; ALTER TABLE snapshots DROP COLUMN span_hour;`
 
 // downgrade runs q on the database at path, and leaves its checkpoints'
 // spells as an older render did: none of them counted hour by hour.

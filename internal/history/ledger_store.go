@@ -12,22 +12,21 @@ import (
 )
 
 // ledgerSchema (schema 3) keeps the accounting per hour: per holder (user,
-// Slurm account, GPU model), per Slurm job, and per host; and the
-// idle-held GPU-seconds per hour and holder. idle_hours' written_hour is
-// the hour of the snapshot that wrote a row: a spell that reaches
-// idle_after counts hours before its own (Spell.count), and a replay
-// takes back exactly what the snapshots after its start wrote.
+// Slurm account, GPU model), per Slurm job, and per host. A snapshot's
+// span_hour is the earliest hour its fold wrote to (a span after a gap,
+// a spell that reached idle_after counting the hours before: see
+// replayStart).
 const ledgerSchema = `
 CREATE TABLE IF NOT EXISTS ledger_users (
 	hour INTEGER NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model TEXT NOT NULL,
 	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, mem_s REAL NOT NULL, memk_s REAL NOT NULL,
-	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL,
+	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL, idle_s REAL NOT NULL,
 	PRIMARY KEY (hour, user, account, model)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger_jobs (
 	hour INTEGER NOT NULL, job TEXT NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model TEXT NOT NULL,
 	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, mem_s REAL NOT NULL, memk_s REAL NOT NULL,
-	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL,
+	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL, idle_s REAL NOT NULL,
 	PRIMARY KEY (hour, job, user, account, model)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger_hosts (
@@ -35,11 +34,6 @@ CREATE TABLE IF NOT EXISTS ledger_hosts (
 	gpu_s REAL NOT NULL, held_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL,
 	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unheld_j REAL NOT NULL,
 	PRIMARY KEY (hour, host, model)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS idle_hours (
-	hour INTEGER NOT NULL, written_hour INTEGER NOT NULL,
-	user TEXT NOT NULL, account TEXT NOT NULL, job TEXT NOT NULL, model TEXT NOT NULL, seconds REAL NOT NULL,
-	PRIMARY KEY (hour, written_hour, user, account, job, model)
 ) WITHOUT ROWID;
 ALTER TABLE spells ADD COLUMN account TEXT;
 ALTER TABLE spells ADD COLUMN job TEXT;
@@ -49,15 +43,15 @@ ALTER TABLE snapshots ADD COLUMN span_hour INTEGER;
 `
 
 // figureColumns are a holder row's figures, in Figures' order.
-const figureColumns = `gpu_s, eff_s, effk_s, mem_s, memk_s, energy_j, energyk_s, unres_s`
+const figureColumns = `gpu_s, eff_s, effk_s, mem_s, memk_s, energy_j, energyk_s, unres_s, idle_s`
 
 const addFigures = `gpu_s = gpu_s + excluded.gpu_s, eff_s = eff_s + excluded.eff_s, effk_s = effk_s + excluded.effk_s,
 	mem_s = mem_s + excluded.mem_s, memk_s = memk_s + excluded.memk_s, energy_j = energy_j + excluded.energy_j,
-	energyk_s = energyk_s + excluded.energyk_s, unres_s = unres_s + excluded.unres_s`
+	energyk_s = energyk_s + excluded.energyk_s, unres_s = unres_s + excluded.unres_s, idle_s = idle_s + excluded.idle_s`
 
 func figureArgs(f Figures) []any {
 	return []any{f.GPUSeconds, f.EffSeconds, f.EffKnownSeconds, f.MemSeconds, f.MemKnownSeconds, f.EnergyJ,
-		f.EnergyKnownSeconds, f.UnreservedSeconds}
+		f.EnergyKnownSeconds, f.UnreservedSeconds, f.IdleHeldSeconds}
 }
 
 // applyLedger adds a span's accounting to its hour, and each user's
@@ -70,7 +64,7 @@ func (w *writer) applyLedger(eff effects) error {
 	if len(l.Users)+len(l.Jobs)+len(l.Hosts) == 0 {
 		return nil
 	}
-	users, err := w.tx.Prepare(`INSERT INTO ledger_users VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	users, err := w.tx.Prepare(`INSERT INTO ledger_users VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (hour, user, account, model) DO UPDATE SET ` + addFigures)
 	if err != nil {
 		return err
@@ -90,7 +84,7 @@ func (w *writer) applyLedger(eff effects) error {
 		}
 	}
 	if len(l.Jobs) > 0 {
-		jobs, err := w.tx.Prepare(`INSERT INTO ledger_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		jobs, err := w.tx.Prepare(`INSERT INTO ledger_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (hour, job, user, account, model) DO UPDATE SET ` + addFigures)
 		if err != nil {
 			return err
@@ -121,12 +115,21 @@ func (w *writer) applyLedger(eff effects) error {
 	return nil
 }
 
-// applyIdle adds the idle-held GPU-seconds of the spells that count.
+// applyIdle adds the idle-held GPU-seconds of the spells that count to
+// their hours' holder and job rows.
 func (w *writer) applyIdle(eff effects) error {
 	for k, sec := range eff.IdleHeld {
-		if _, err := w.tx.Exec(`INSERT INTO idle_hours VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (hour, written_hour, user, account, job, model) DO UPDATE SET seconds = seconds + excluded.seconds`,
-			k.Hour, eff.Hour, k.User, k.Account, k.Job, k.Model, sec); err != nil {
+		if _, err := w.tx.Exec(`INSERT INTO ledger_users VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 0, ?)
+			ON CONFLICT (hour, user, account, model) DO UPDATE SET idle_s = idle_s + excluded.idle_s`,
+			k.Hour, k.User, k.Account, k.Model, sec); err != nil {
+			return err
+		}
+		if k.Job == "" {
+			continue
+		}
+		if _, err := w.tx.Exec(`INSERT INTO ledger_jobs VALUES (?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 0, ?)
+			ON CONFLICT (hour, job, user, account, model) DO UPDATE SET idle_s = idle_s + excluded.idle_s`,
+			k.Hour, k.Job, k.User, k.Account, k.Model, sec); err != nil {
 			return err
 		}
 	}
@@ -161,8 +164,7 @@ func (w *writer) undoLedger(from int64) error {
 			return err
 		}
 	}
-	_, err = w.tx.Exec(`DELETE FROM idle_hours WHERE written_hour > ?`, hourOf(from))
-	return err
+	return nil
 }
 
 // Ledger reads the accounting over [from, to) (whole hours: see
@@ -192,11 +194,8 @@ func (s *Store) Ledger(ctx context.Context, from, to time.Time) (*Ledger, error)
 	if err != nil {
 		return nil, err
 	}
-	err = s.eachIdle(tx, st, from, to, func(k idleKey, sec float64) {
-		row(users, ledgerKey(k.User, k.Account, "", k.Model)).IdleHeldSeconds += sec
-		if k.Job != "" {
-			row(jobs, ledgerKey(k.User, k.Account, k.Job, k.Model)).IdleHeldSeconds += sec
-		}
+	err = s.eachUncounted(tx, st, from, to, func(user string, sec float64) {
+		row(users, ledgerKey(user, "", "", "")).IdleHeldSeconds += sec
 	})
 	if err != nil {
 		return nil, err
@@ -232,7 +231,8 @@ func scanLedger(tx *sql.Tx, q string, into map[string]*LedgerRow, args ...any) e
 		var user, account, job, model string
 		var f Figures
 		if err := rows.Scan(&user, &account, &job, &model, &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds,
-			&f.MemSeconds, &f.MemKnownSeconds, &f.EnergyJ, &f.EnergyKnownSeconds, &f.UnreservedSeconds); err != nil {
+			&f.MemSeconds, &f.MemKnownSeconds, &f.EnergyJ, &f.EnergyKnownSeconds, &f.UnreservedSeconds,
+			&f.IdleHeldSeconds); err != nil {
 			return err
 		}
 		row(into, ledgerKey(user, account, job, model)).Figures.Add(f)
@@ -281,29 +281,10 @@ func (s *Store) newestState(tx *sql.Tx) (*foldState, error) {
 	return (&writer{tx: tx, p: s.params}).checkpoint(newest)
 }
 
-// eachIdle calls f with the idle-held GPU-seconds in the hours that
-// start in [from, to), by holder (Hour is 0): those of idle_hours, and
-// the part in the span of each spell an older store counted as a whole
-// (ended ones from the spells table, ones going on from st).
-func (s *Store) eachIdle(tx *sql.Tx, st *foldState, from, to time.Time, f func(idleKey, float64)) error {
-	rows, err := tx.Query(`SELECT user, account, job, model, sum(seconds) FROM idle_hours
-		WHERE hour >= ? AND hour < ? GROUP BY user, account, job, model`, hourOf(from.Unix()), to.Unix())
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var k idleKey
-		var sec float64
-		if err := rows.Scan(&k.User, &k.Account, &k.Job, &k.Model, &sec); err != nil {
-			rows.Close()
-			return err
-		}
-		f(k, sec)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
+// eachUncounted calls f with each user's part in [from, to) of the
+// idle-held spells whose hours are not in the ledger: spells of an older
+// store, counted as a whole (see heldIn).
+func (s *Store) eachUncounted(tx *sql.Tx, st *foldState, from, to time.Time, f func(user string, sec float64)) error {
 	old, err := s.uncountedSpells(tx, st, from, to)
 	if err != nil {
 		return err
@@ -311,7 +292,7 @@ func (s *Store) eachIdle(tx *sql.Tx, st *foldState, from, to time.Time, f func(i
 	for _, sp := range old {
 		if v := sp.heldIn(from, to); v > 0 {
 			for _, u := range sp.Users {
-				f(idleKey{User: u}, v/float64(len(sp.Users)))
+				f(u, v/float64(len(sp.Users)))
 			}
 		}
 	}
@@ -319,7 +300,7 @@ func (s *Store) eachIdle(tx *sql.Tx, st *foldState, from, to time.Time, f func(i
 }
 
 // uncountedSpells are the idle-held spells with a part in [from, to)
-// whose hours are not in idle_hours: spells of an older store, ended (the
+// whose hours are not in the ledger (idle_s): spells of an older store, ended (the
 // table) or going on at st, the newest snapshot, having lasted idle_after.
 func (s *Store) uncountedSpells(tx *sql.Tx, st *foldState, from, to time.Time) ([]Spell, error) {
 	rows, err := tx.Query(`SELECT users, start, "end", coalesce(gpu_seconds, "end" - start) FROM spells
@@ -393,7 +374,7 @@ func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error 
 		var f Figures
 		if err := rows.Scan(&user, &model, &w[0].j, &w[0].eff, &w[0].known, &w[1].j, &w[1].eff, &w[1].known,
 			&w[2].j, &w[2].eff, &w[2].known, &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds, &f.MemSeconds,
-			&f.MemKnownSeconds, &f.EnergyJ, &f.EnergyKnownSeconds, &f.UnreservedSeconds); err != nil {
+			&f.MemKnownSeconds, &f.EnergyJ, &f.EnergyKnownSeconds, &f.UnreservedSeconds, &f.IdleHeldSeconds); err != nil {
 			return err
 		}
 		m := sum.Models30d[model]

@@ -340,8 +340,20 @@ func maxUsage(tx *sql.Tx, kind int, from, to time.Time) (map[string]float64, err
 // usageBy is agg (an SQL aggregate: sum or max, never user input) of one
 // kind of the hourly figures per name.
 func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]float64, error) {
-	rows, err := tx.Query(`SELECT name, `+agg+`(value) FROM usage WHERE kind = ? AND hour >= ? AND hour < ? GROUP BY name`,
+	return namedSums(tx, `SELECT name, `+agg+`(value) FROM usage WHERE kind = ? AND hour >= ? AND hour < ? GROUP BY name`,
 		kind, hourOf(from.Unix()), to.Unix())
+}
+
+// idleByUser is each user's idle-held GPU-seconds counted to the hours
+// that start in [from, to).
+func idleByUser(tx *sql.Tx, from, to time.Time) (map[string]float64, error) {
+	return namedSums(tx, `SELECT user, sum(idle_s) FROM ledger_users WHERE hour >= ? AND hour < ?
+		GROUP BY user HAVING sum(idle_s) > 0`, hourOf(from.Unix()), to.Unix())
+}
+
+// namedSums is the rows of q: a name and a number.
+func namedSums(tx *sql.Tx, q string, args ...any) (map[string]float64, error) {
+	rows, err := tx.Query(q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -364,8 +376,11 @@ func usageBy(tx *sql.Tx, agg string, kind int, from, to time.Time) (map[string]f
 // store kept for a GPU's whole holder set. Spells going on count once
 // they have lasted idle_after.
 func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[string]float64, error) {
-	out := map[string]float64{}
-	err := s.eachIdle(tx, st, from, to, func(k idleKey, sec float64) { out[k.User] += sec })
+	out, err := idleByUser(tx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	err = s.eachUncounted(tx, st, from, to, func(user string, sec float64) { out[user] += sec })
 	return out, err
 }
 

@@ -343,11 +343,11 @@ func (w *writer) fold(st *foldState, snap *Snapshot, save bool) error {
 		return err
 	}
 	c := eff.Counts
-	// span_hour: where the span this snapshot ended was counted, for a
+	// span_hour: the earliest hour this snapshot's fold wrote to, for a
 	// replay to know how far back it must start (replayStart)
 	if _, err := w.tx.Exec(`UPDATE snapshots SET hosts = ?, hosts_down = ?, free = ?, busy = ?, reserved = ?,
 		failed = ?, down = ?, idle_held = ?, span_hour = ? WHERE t = ?`, c.Hosts, c.HostsDown, c.States[Free], c.States[Busy],
-		c.States[Reserved], c.States[Failed], c.States[Down], c.IdleHeld, eff.SpanHour, st.Time); err != nil {
+		c.States[Reserved], c.States[Failed], c.States[Down], c.IdleHeld, eff.earliest(), st.Time); err != nil {
 		return err
 	}
 	if !save {
@@ -426,7 +426,7 @@ func (w *writer) apply(eff effects, t int64) error {
 	}
 	for _, sp := range eff.Ended {
 		users, _ := json.Marshal(sp.Users)
-		var counted any // NULL: its hours are not in idle_hours (a spell going on when schema 3 came)
+		var counted any // NULL: its hours are not in the ledger (a spell going on when schema 3 came)
 		if sp.Counted {
 			counted = 1
 		}
@@ -540,8 +540,9 @@ func (w *writer) replayStart(t int64) (from sql.NullInt64, ok bool, err error) {
 		if !from.Valid {
 			break
 		}
-		// a snapshot after from that came after a gap counted the span
-		// before it to from's hour (spanHour): count that hour again too
+		// a snapshot after from that wrote to from's hour or before (a
+		// span after a gap, a spell reaching idle_after): the replay must
+		// count those hours again too
 		var first sql.NullInt64
 		if err := w.tx.QueryRow(`SELECT min(span_hour) FROM snapshots WHERE t > ?`, from.Int64).Scan(&first); err != nil {
 			return from, false, err
@@ -737,7 +738,6 @@ func (w *writer) prune(newest int64, keepRaw time.Duration) error {
 		`DELETE FROM usage WHERE hour < ?`,
 		`DELETE FROM snapshots WHERE t < ?`,
 		`DELETE FROM spells WHERE "end" < ?`,
-		`DELETE FROM idle_hours WHERE hour < ?`,
 		`DELETE FROM ledger_users WHERE hour < ?`,
 		`DELETE FROM ledger_jobs WHERE hour < ?`,
 		`DELETE FROM ledger_hosts WHERE hour < ?`,

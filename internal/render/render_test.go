@@ -648,7 +648,7 @@ func TestOlderCSVRenders(t *testing.T) {
 	if err := loaddata.WriteFile(current, rows); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(header(current), ",slurm_job,slurm_job_name,slurm_partition,container,container_name,pod,") {
+	if !strings.Contains(header(current), ",slurm_job,slurm_job_name,slurm_partition,slurm_account,container,container_name,pod,") {
 		t.Fatalf("today's header lacks the attribution columns: %s", header(current))
 	}
 	a := testReport(t, readRows(t, older), "testdata/reservations.json")
@@ -712,7 +712,7 @@ func TestMetricsHaveNoJobs(t *testing.T) {
 	bare := slices.Clone(rows)
 	for i := range bare {
 		r := &bare[i]
-		r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.Container, r.ContainerName, r.Pod = "", "", "", "", "", ""
+		r.SlurmJob, r.SlurmJobName, r.SlurmPartition, r.SlurmAccount, r.Container, r.ContainerName, r.Pod = "", "", "", "", "", "", ""
 	}
 	var got, want bytes.Buffer
 	if err := writeProm(&got, testReport(t, rows, "")); err != nil {
