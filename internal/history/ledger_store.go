@@ -54,86 +54,128 @@ func figureArgs(f Figures) []any {
 		f.EnergyKnownSeconds, f.UnreservedSeconds, f.IdleHeldSeconds}
 }
 
-// applyLedger adds a span's accounting to its hour, and each user's
-// energy to the counters.
+// applyLedger adds a span's accounting to its hours (the idle-held
+// GPU-seconds of spells that count, to theirs), and each user's energy to
+// the counters.
 func (w *writer) applyLedger(eff effects) error {
-	if err := w.applyIdle(eff); err != nil {
-		return err
-	}
-	l := eff.Ledger
-	if len(l.Users)+len(l.Jobs)+len(l.Hosts) == 0 {
-		return nil
-	}
-	users, err := w.tx.Prepare(`INSERT INTO ledger_users VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (hour, user, account, model) DO UPDATE SET ` + addFigures)
-	if err != nil {
-		return err
-	}
-	defer users.Close()
-	energy := map[string]float64{}
-	for key, f := range l.Users {
+	users, jobs := map[idleKey]Figures{}, map[idleKey]Figures{}
+	for key, f := range eff.Ledger.Users {
 		user, account, _, model := splitKey(key)
-		if _, err := users.Exec(append([]any{eff.SpanHour, user, account, model}, figureArgs(f)...)...); err != nil {
+		users[idleKey{eff.SpanHour, user, account, "", model}] = f
+	}
+	for key, f := range eff.Ledger.Jobs {
+		user, account, job, model := splitKey(key)
+		jobs[idleKey{eff.SpanHour, user, account, job, model}] = f
+	}
+	for k, sec := range eff.IdleHeld {
+		uk := idleKey{k.Hour, k.User, k.Account, "", k.Model}
+		f := users[uk]
+		f.IdleHeldSeconds += sec
+		users[uk] = f
+		if k.Job != "" {
+			f := jobs[k]
+			f.IdleHeldSeconds += sec
+			jobs[k] = f
+		}
+	}
+	energy := map[string]float64{}
+	b := w.upserts(`INSERT INTO ledger_users VALUES `, 13, ` ON CONFLICT (hour, user, account, model) DO UPDATE SET `+addFigures)
+	for k, f := range users {
+		if err := b.add(append([]any{k.Hour, k.User, k.Account, k.Model}, figureArgs(f)...)...); err != nil {
 			return err
 		}
-		energy[user] += f.EnergyJ
+		energy[k.User] += f.EnergyJ
+	}
+	if err := b.flush(); err != nil {
+		return err
 	}
 	for user, j := range energy {
 		if err := w.addTotal(kindEnergy, user, j); err != nil {
 			return err
 		}
 	}
-	if len(l.Jobs) > 0 {
-		jobs, err := w.tx.Prepare(`INSERT INTO ledger_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (hour, job, user, account, model) DO UPDATE SET ` + addFigures)
-		if err != nil {
+	b = w.upserts(`INSERT INTO ledger_jobs VALUES `, 14, ` ON CONFLICT (hour, job, user, account, model) DO UPDATE SET `+addFigures)
+	for k, f := range jobs {
+		if err := b.add(append([]any{k.Hour, k.Job, k.User, k.Account, k.Model}, figureArgs(f)...)...); err != nil {
 			return err
 		}
-		defer jobs.Close()
-		for key, f := range l.Jobs {
-			user, account, job, model := splitKey(key)
-			if _, err := jobs.Exec(append([]any{eff.SpanHour, job, user, account, model}, figureArgs(f)...)...); err != nil {
-				return err
-			}
-		}
 	}
-	hosts, err := w.tx.Prepare(`INSERT INTO ledger_hosts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (hour, host, model) DO UPDATE SET gpu_s = gpu_s + excluded.gpu_s, held_s = held_s + excluded.held_s,
-		eff_s = eff_s + excluded.eff_s, effk_s = effk_s + excluded.effk_s, energy_j = energy_j + excluded.energy_j,
-		energyk_s = energyk_s + excluded.energyk_s, unheld_j = unheld_j + excluded.unheld_j`)
-	if err != nil {
+	if err := b.flush(); err != nil {
 		return err
 	}
-	defer hosts.Close()
-	for key, r := range l.Hosts {
+	b = w.upserts(`INSERT INTO ledger_hosts VALUES `, 10, ` ON CONFLICT (hour, host, model) DO UPDATE SET
+		gpu_s = gpu_s + excluded.gpu_s, held_s = held_s + excluded.held_s, eff_s = eff_s + excluded.eff_s,
+		effk_s = effk_s + excluded.effk_s, energy_j = energy_j + excluded.energy_j,
+		energyk_s = energyk_s + excluded.energyk_s, unheld_j = unheld_j + excluded.unheld_j`)
+	for key, r := range eff.Ledger.Hosts {
 		host, _, _, model := splitKey(key)
-		if _, err := hosts.Exec(eff.SpanHour, host, model, r.GPUSeconds, r.HeldSeconds, r.EffSeconds, r.EffKnownSeconds,
+		if err := b.add(eff.SpanHour, host, model, r.GPUSeconds, r.HeldSeconds, r.EffSeconds, r.EffKnownSeconds,
 			r.EnergyJ, r.EnergyKnownSeconds, r.UnheldEnergyJ); err != nil {
 			return err
 		}
 	}
+	return b.flush()
+}
+
+// upsertBatch writes many rows a statement: a statement a row cost three
+// times as much, most of it outside SQLite, at the 7,000 rows a snapshot
+// of 1,000 hosts in Slurm jobs adds.
+type upsertBatch struct {
+	w          *writer
+	head, tail string
+	cols, rows int
+	args       []any
+}
+
+// batchRows is how many rows go in one statement: 200 × 14 values stay
+// far under SQLite's limit of 32,766.
+const batchRows = 200
+
+// prepared is q prepared in w's transaction, once.
+func (w *writer) prepared(q string) (*sql.Stmt, error) {
+	if stmt := w.stmts[q]; stmt != nil {
+		return stmt, nil
+	}
+	stmt, err := w.tx.Prepare(q)
+	if err != nil {
+		return nil, err
+	}
+	if w.stmts == nil {
+		w.stmts = map[string]*sql.Stmt{}
+	}
+	w.stmts[q] = stmt
+	return stmt, nil
+}
+
+func (w *writer) upserts(head string, cols int, tail string) *upsertBatch {
+	return &upsertBatch{w: w, head: head, tail: tail, cols: cols}
+}
+
+func (b *upsertBatch) add(values ...any) error {
+	b.args = append(b.args, values...)
+	if b.rows++; b.rows == batchRows {
+		return b.flush()
+	}
 	return nil
 }
 
-// applyIdle adds the idle-held GPU-seconds of the spells that count to
-// their hours' holder and job rows.
-func (w *writer) applyIdle(eff effects) error {
-	for k, sec := range eff.IdleHeld {
-		if _, err := w.tx.Exec(`INSERT INTO ledger_users VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 0, ?)
-			ON CONFLICT (hour, user, account, model) DO UPDATE SET idle_s = idle_s + excluded.idle_s`,
-			k.Hour, k.User, k.Account, k.Model, sec); err != nil {
-			return err
-		}
-		if k.Job == "" {
-			continue
-		}
-		if _, err := w.tx.Exec(`INSERT INTO ledger_jobs VALUES (?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 0, ?)
-			ON CONFLICT (hour, job, user, account, model) DO UPDATE SET idle_s = idle_s + excluded.idle_s`,
-			k.Hour, k.Job, k.User, k.Account, k.Model, sec); err != nil {
-			return err
-		}
+func (b *upsertBatch) flush() error {
+	if b.rows == 0 {
+		return nil
 	}
-	return nil
+	row := "(?" + strings.Repeat(", ?", b.cols-1) + ")"
+	q := b.head + row + strings.Repeat(", "+row, b.rows-1) + b.tail
+	var err error
+	if b.rows == batchRows { // the same statement many times: parsed once
+		var stmt *sql.Stmt
+		if stmt, err = b.w.prepared(q); err == nil {
+			_, err = stmt.Exec(b.args...)
+		}
+	} else {
+		_, err = b.w.tx.Exec(q, b.args...)
+	}
+	b.rows, b.args = 0, b.args[:0]
+	return err
 }
 
 // undoLedger takes out what the hours after from's added: from the

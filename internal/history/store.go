@@ -305,8 +305,9 @@ func (s *Store) Record(ctx context.Context, snap *Snapshot) (recorded bool, err 
 
 // writer does the work of one Record, in its transaction.
 type writer struct {
-	tx *sql.Tx
-	p  Params
+	tx    *sql.Tx
+	p     Params
+	stmts map[string]*sql.Stmt // prepared: closed with the transaction
 }
 
 // checkpoint is the state saved at time t, or nil if there is none.
