@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/configini"
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
@@ -54,6 +55,9 @@ type Config struct {
 	History history.Config
 	Notify  notify.Config
 	Health  health.Policy // [health]: what makes a GPU failed or degraded
+	// Accounting: [accounting]'s prices and [teams], for the page's cost
+	// line and team plots and metrics.prom's team and price series.
+	Accounting accounting.Config
 
 	Groups []groupRule // [groups], in the file's order
 
