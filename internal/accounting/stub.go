@@ -27,11 +27,12 @@ type Config struct {
 	Currency string
 	Teams    []Team
 
-	gpuHourPrice map[string]float64 // by model
-	defaultPrice float64
-	kwhPrice     float64
-	hasDefault   bool
-	hasKWh       bool
+	// exported only so that cmp.Diff can compare a render.Config
+	GPUHourPrice map[string]float64 // by lower-case model
+	DefaultPrice float64
+	KWhPrice     float64
+	HasDefault   bool
+	HasKWh       bool
 }
 
 // Read reads [accounting] (currency, default, kwh, a price per GPU-hour
@@ -52,14 +53,14 @@ func Read(f *inifile.File, _ GroupLookup) (Config, error) {
 		}
 		switch k {
 		case "default":
-			c.defaultPrice, c.hasDefault = n, true
+			c.DefaultPrice, c.HasDefault = n, true
 		case "kwh":
-			c.kwhPrice, c.hasKWh = n, true
+			c.KWhPrice, c.HasKWh = n, true
 		default:
-			if c.gpuHourPrice == nil {
-				c.gpuHourPrice = map[string]float64{}
+			if c.GPUHourPrice == nil {
+				c.GPUHourPrice = map[string]float64{}
 			}
-			c.gpuHourPrice[strings.ToLower(k)] = n
+			c.GPUHourPrice[strings.ToLower(k)] = n
 		}
 	}
 	teams := f.Section("teams")
@@ -94,21 +95,21 @@ func (c *Config) LeadOf(team string) string {
 
 // Priced reports whether any price is set.
 func (c *Config) Priced() bool {
-	return c.hasDefault || c.hasKWh || len(c.gpuHourPrice) > 0
+	return c.HasDefault || c.HasKWh || len(c.GPUHourPrice) > 0
 }
 
 // CostOf is the cost of gpuHours on model and kwh; ok is false when no
 // price applies.
 func (c *Config) CostOf(model string, gpuHours, kwh float64) (cost float64, ok bool) {
-	p, priced := c.gpuHourPrice[strings.ToLower(model)]
-	if !priced && c.hasDefault {
-		p, priced = c.defaultPrice, true
+	p, priced := c.GPUHourPrice[strings.ToLower(model)]
+	if !priced && c.HasDefault {
+		p, priced = c.DefaultPrice, true
 	}
 	if priced {
 		cost += p * gpuHours
 	}
-	if c.hasKWh {
-		cost += c.kwhPrice * kwh
+	if c.HasKWh {
+		cost += c.KWhPrice * kwh
 	}
-	return cost, priced || c.hasKWh
+	return cost, priced || c.HasKWh
 }

@@ -141,7 +141,7 @@ func TestUsersTableHistory(t *testing.T) {
 		{"bob", false, "3.0", "0.0", "–", "–"},
 		{"dave", false, "0.0", "0.0", "0.0", "–"}, // new: in no window yet
 		{"alice", true, "12,345", "2.3", "4,322", "43%"},
-		{"<b>", true, "9.0", "0.0", "1.0", "–"}, // no idle-held hours: none; no efficiency: unknown
+		{"<b>", true, "9.0", "0.0", "1.0", "–"},    // no idle-held hours: none; no efficiency: unknown
 		{"carol", true, "5.0", "0.0", "–", "100%"}, // no kWh: unknown
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -110,7 +110,7 @@ func TestGoldenHistory(t *testing.T) {
 		`<a href="#idle">1 idle-held</a>`,                                                                // the summary links the table
 		`data-util-from="2026-11-22 15:00 UTC" data-util-to="2026-11-23 14:00 UTC" data-util-hours="24"`, // the sparklines' span
 		`>2026-11-22 14:05 UTC</text>`,                                                                   // the plots' time axis in the page's format
-		`<p id="cost">Last 30 days: <b>`, // the cost line (TestCostLine checks its figures)
+		`<p id="cost">Last 30 days: <b>`,                                                                 // the cost line (TestCostLine checks its figures)
 		`<figcaption>GPU-hours per team, last 30 days</figcaption>`,
 	} {
 		if !strings.Contains(page, s) {
