@@ -153,7 +153,8 @@
   var rows = document.querySelectorAll("#users tbody tr");
   for (var i = 0; i < rows.length; i++) {
     var c = rows[i].cells;
-    if (c.length < 2) continue;
+    // not the "nobody" row, nor those who hold no GPU now
+    if (c.length < 2 || rows[i].classList.contains("past")) continue;
     var o = document.createElement("option");
     o.value = c[0].textContent;
     o.textContent = c[0].textContent;

@@ -141,12 +141,16 @@ func openableFile(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		// O_EXCL|O_NOFOLLOW: never through a link, never someone's file
-		// made in between
+		// made in between; made in between by another render, it is
+		// checked as any file found
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-		if err != nil {
+		if err == nil {
+			return f.Close()
+		}
+		if !errors.Is(err, fs.ErrExist) {
 			return err
 		}
-		return f.Close()
+		fi, err = os.Lstat(path)
 	}
 	if err != nil {
 		return err

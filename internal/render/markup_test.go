@@ -120,6 +120,7 @@ func markupSummary(s string) *history.Summary {
 		Start: testNow.Unix() - 7200, Last: testNow.Unix(), MemMiB: 100})
 	sum.Down["d"+s] = &history.HostState{DownSince: testNow.Unix() - 600, GPUs: []history.KnownGPU{{ID: s, Name: s}}}
 	sum.Util[history.GPURef{Host: "h" + s, GPU: "0"}] = slices.Repeat([]float64{50}, 24)
+	sum.Models30d[s] = history.Figures{GPUSeconds: 3600} // the cost line names a model without a price
 	return sum
 }
 
@@ -128,6 +129,7 @@ func pageOf(t testing.TB, rows []loaddata.Row, s string) string {
 	var b bytes.Buffer
 	rep := testReport(t, rows, "")
 	rep.History = markupSummary(s)
+	rep.Config.Accounting = testAccounting(t, "[accounting]\ncurrency = EUR\nnvidia a100-sxm4-80gb = 1\n[teams]\nvision = alice, user00\n")
 	if err := HTML(&b, rep); err != nil {
 		t.Fatal(err)
 	}

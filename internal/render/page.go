@@ -73,6 +73,9 @@ type moreModels struct {
 type userView struct {
 	Name, Mem, Hosts, Jobs string
 	GPUs, Procs            int
+	// the history's last 30 days (acctview.go), where the table has them
+	GPUHours30d, IdleHours30d, KWh30d, Efficiency30d string
+	Past                                             bool // holds no GPU now
 }
 
 // HTML writes the status page.
@@ -135,6 +138,8 @@ type pageView struct {
 	PromLink       string
 	Users          []userView
 	UserJobs       bool // the users table's jobs column, only where someone has one
+	UserHistory    bool // the users table's 30-day columns, only with history
+	Cost           *costView
 
 	// the overview's and a group page's (pages.go)
 	Overview  bool
@@ -181,7 +186,8 @@ func pageViewOf(r *Report) *pageView {
 	}
 	v.historyView(r)
 	v.Models, v.MoreModels = modelsView(c.Models)
-	v.Users, v.UserJobs = usersView(c.Users, 0)
+	v.Users, v.UserJobs, v.UserHistory = usersWithHistory(c.Users, r.History, 0)
+	v.Cost = costViewOf(r.History, &cfg.Accounting)
 	return v
 }
 

@@ -334,6 +334,10 @@ func templateViews(t testing.TB) map[string]*pageView {
 	group.DownGPUs, group.IdleHeld, group.Degraded = 2, 1, 1
 	group.UtilFrom, group.UtilTo, group.UtilHours = "from", "to", 24
 	group.UserJobs = true
+	group.UserHistory = true
+	group.Users = append(group.Users, userView{Name: "carol", Past: true, GPUHours30d: "12", IdleHours30d: "1.0", KWh30d: "3.5", Efficiency30d: "40%"})
+	group.Cost = &costView{Total: "12.00 EUR", GPUHours: "10", KWh: "2.0", EnergyShare: "energy known for 50% of them",
+		Unpriced: "not counting 1.0 GPU-hours of T4, without a price", Teams: []teamView{{Name: "vision", GPUHours: "10", KWh: "2.0"}}}
 	group.Up, group.GroupName, group.IdleLink = "../index.html", "gpu", "../index.html#idle"
 	group.Nav = []navLink{{N: 1, Href: "gpu.html", Here: true}, {N: 2, Href: "gpu-2.html"}}
 	overview := pageViewOf(rep)
@@ -409,7 +413,7 @@ func TestPageViewFieldsAreUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, typ := range []reflect.Type{reflect.TypeFor[pageView](), reflect.TypeFor[userView](), reflect.TypeFor[modelView](),
-		reflect.TypeFor[moreModels](), reflect.TypeFor[navLink]()} {
+		reflect.TypeFor[moreModels](), reflect.TypeFor[navLink](), reflect.TypeFor[costView](), reflect.TypeFor[teamView]()} {
 		for i := range typ.NumField() {
 			f := typ.Field(i).Name
 			if !regexp.MustCompile(`\.` + f + `\b`).Match(src) {

@@ -237,6 +237,7 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 		v.Nav = append(v.Nav, navLink{N: i, Href: url.PathEscape(pagePath(pg.group.file, i)) + ".html", Here: i == pg.n})
 	}
 	v.Users, _ = usersView(sub.Cluster.Users, userHostsMax)
+	v.UserHistory, v.Cost = false, nil // the fleet's figures stay on the overview
 	// the page around the cards first, then the page in one piece: the
 	// cards are megabytes
 	var head, tail bytes.Buffer
@@ -286,7 +287,7 @@ const (
 func overviewHTML(r *Report, p *pagePlan) []byte {
 	v := pageViewOf(r)
 	v.Overview = true
-	v.Users, _ = usersView(r.Cluster.Users, userHostsMax)
+	v.Users, _, _ = usersWithHistory(r.Cluster.Users, r.History, userHostsMax)
 	var head, tail bytes.Buffer
 	hw := bufio.NewWriter(&head)
 	if err := pageTmpl.ExecuteTemplate(hw, "head", v); err != nil {

@@ -229,8 +229,8 @@ type userBar struct {
 }
 
 // userBars is each user's GPU-hours over the last `days` days (the same
-// rolling window as status.json's gpu_hours, not calendar days), most first
-// (then by name), the users past usersMax as one "N others" bar.
+// rolling window as status.json's gpu_hours, not calendar days), ranked by
+// rankBars.
 func userBars(s *history.Summary, days int) (bars []userBar, others int) {
 	window := strconv.Itoa(days) + "d"
 	for _, u := range s.Users {
@@ -238,6 +238,12 @@ func userBars(s *history.Summary, days int) (bars []userBar, others int) {
 			bars = append(bars, userBar{u.User, h})
 		}
 	}
+	return rankBars(bars)
+}
+
+// rankBars puts the most hours first (then by name), the bars past
+// usersMax as one "N others" bar.
+func rankBars(bars []userBar) ([]userBar, int) {
 	slices.SortFunc(bars, func(a, b userBar) int {
 		if a.hours != b.hours {
 			if a.hours > b.hours {
@@ -252,23 +258,22 @@ func userBars(s *history.Summary, days int) (bars []userBar, others int) {
 		for _, b := range bars[usersMax:] {
 			rest.hours += b.hours
 		}
-		others = len(bars) - usersMax
-		bars = append(bars[:usersMax], rest)
+		return append(bars[:usersMax], rest), len(bars) - usersMax
 	}
-	return bars, others
+	return bars, 0
 }
 
 // barNameMax is how much of a name a bar's label shows; the bar's title
 // (a tooltip) has it whole.
 const barNameMax = 18
 
-// writeUserPlot draws GPU-hours per user over the last days of the
-// history as horizontal bars, each labelled with its name and hours.
-func writeUserPlot(w *bufio.Writer, title string, s *history.Summary, days int) {
+// writeBarPlot draws GPU-hours per user (or team) as horizontal bars,
+// each labelled with its name and hours; others is how many the last bar
+// stands for (0: it is one name).
+func writeBarPlot(w *bufio.Writer, title string, bars []userBar, others int) {
 	w.WriteString("\n<figure class=plot><figcaption>")
 	esc(w, title)
 	w.WriteString("</figcaption>")
-	bars, others := userBars(s, days)
 	if len(bars) == 0 {
 		w.WriteString("<p class=nodata>No GPU-hours in this span.</p></figure>")
 		return
@@ -309,16 +314,7 @@ func writeUserPlot(w *bufio.Writer, title string, s *history.Summary, days int) 
 }
 
 // hoursText is GPU-hours for the page: "0.4 GPU-h", "12 GPU-h", "1,234 GPU-h".
-func hoursText(h float64) string {
-	if h < 9.95 {
-		return strconv.FormatFloat(h, 'f', 1, 64) + " GPU-h"
-	}
-	s := strconv.FormatFloat(math.Round(h), 'f', 0, 64)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s + " GPU-h"
-}
+func hoursText(h float64) string { return groupedText(h) + " GPU-h" }
 
 // The utilization sparklines are drawn by page.js from a compact string:
 // at 8,000 GPUs × 24 hours, an SVG for each would be megabytes. Each
@@ -450,8 +446,9 @@ func writeIdleHeld(w *bufio.Writer, s *history.Summary, r *Report) {
 
 // writeHistory writes the history's part of the page, after the users
 // table: the idle-held GPUs, the fleet over 24 hours and 7 days, and
-// GPU-hours per user over 7 and 30 days. Without history it says so in
-// one line when it is off; when it failed, the page's warning says why.
+// GPU-hours per user (and per team, where [teams] names any) over 7 and
+// 30 days. Without history it says so in one line when it is off; when
+// it failed, the page's warning says why.
 func writeHistory(w *bufio.Writer, r *Report) {
 	s := r.History
 	if s == nil {
@@ -481,8 +478,16 @@ func writeHistory(w *bufio.Writer, r *Report) {
 	}
 	writeFleetPlot(w, "GPUs by state, last 24 hours", s.Fleet24h, newest.Add(-24*time.Hour), newest, 3*time.Duration(r.Config.History.Params.MaxGap), r.Loc)
 	writeFleetPlot(w, "GPUs by state, last 7 days (hourly averages)", s.Fleet7d, newest.Add(-7*24*time.Hour), newest, 3*time.Hour, r.Loc)
-	writeUserPlot(w, "GPU-hours per user, last 7 days", s, 7)
-	writeUserPlot(w, "GPU-hours per user, last 30 days", s, 30)
+	for _, days := range []int{7, 30} {
+		bars, others := userBars(s, days)
+		writeBarPlot(w, "GPU-hours per user, last "+strconv.Itoa(days)+" days", bars, others)
+	}
+	if acc := &r.Config.Accounting; len(acc.Teams) > 0 {
+		for _, days := range []int{7, 30} {
+			bars, others := teamBars(s, acc, days)
+			writeBarPlot(w, "GPU-hours per team, last "+strconv.Itoa(days)+" days", bars, others)
+		}
+	}
 	w.WriteString("\n</div>")
 }
 

@@ -56,6 +56,25 @@ func testSummary(user string) *history.Summary {
 		s.UserDays[name] = hs
 	}
 	s.Users = s.UsersFromDays(now)
+	for i := range s.Users { // 0.35 kWh a GPU-hour; efficiency 0, 25, 50, 75 %, unknown for every fifth
+		u := &s.Users[i]
+		u.KWh, u.Efficiency = map[string]float64{}, map[string]float64{}
+		for w, h := range u.GPUHours {
+			u.KWh[w] = h * 0.35
+			u.Efficiency[w] = float64(i%4) / 4
+			if i%5 == 4 {
+				u.Efficiency[w] = math.NaN()
+			}
+		}
+	}
+	var held float64 // the users' GPU-hours, 50 of them on a model of unknown power
+	for _, u := range s.Users {
+		held += u.GPUHours["30d"]
+	}
+	s.Models30d = map[string]history.Figures{
+		"NVIDIA A100-SXM4-80GB": {GPUSeconds: (held - 50) * 3600, EnergyJ: (held - 50) * 0.35 * 3.6e6, EnergyKnownSeconds: (held - 50) * 3600},
+		"n" + user:              {GPUSeconds: 50 * 3600},
+	}
 	for i := 23; i >= 0; i-- {
 		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
 	}
@@ -74,6 +93,7 @@ func testSummary(user string) *history.Summary {
 func TestGoldenHistory(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/load_data.csv"), "testdata/reservations.json")
 	rep.History = testSummary("bob")
+	rep.Config.Accounting = testAccounting(t, "[accounting]\ncurrency = EUR\nnvidia a100-sxm4-80gb = 2.10\nkwh = 0.30\n[teams]\nvision = user00, bob\nnlp = user01, user02\n")
 	var b bytes.Buffer
 	if err := HTML(&b, rep); err != nil {
 		t.Fatal(err)
@@ -90,6 +110,8 @@ func TestGoldenHistory(t *testing.T) {
 		`<a href="#idle">1 idle-held</a>`,                                                                // the summary links the table
 		`data-util-from="2026-11-22 15:00 UTC" data-util-to="2026-11-23 14:00 UTC" data-util-hours="24"`, // the sparklines' span
 		`>2026-11-22 14:05 UTC</text>`,                                                                   // the plots' time axis in the page's format
+		`<p id="cost">Last 30 days: <b>`,                                                                 // the cost line (TestCostLine checks its figures)
+		`<figcaption>GPU-hours per team, last 30 days</figcaption>`,
 	} {
 		if !strings.Contains(page, s) {
 			t.Errorf("page lacks %q", s)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/loaddata"
@@ -254,6 +255,9 @@ func promUsers(pw *promWriter, r *Report) {
 	pw.family("gpumon_render_warnings", "gauge", "Problems render found besides the data (a bad reservations file).")
 	pw.sample("gpumon_render_warnings", nil, float64(len(r.Warnings)))
 	promHistory(pw, r.History)
+	if r.Config != nil {
+		promAccounting(pw, &r.Config.Accounting, r.History)
+	}
 }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
@@ -271,6 +275,10 @@ func promHistory(pw *promWriter, h *history.Summary) {
 	pw.family("gpumon_user_idle_held_gpu_seconds_total", "counter", "GPU-seconds the user held a GPU idle (utilization at or under idle_util_pct for idle_after or longer).")
 	for _, u := range slices.Sorted(maps.Keys(t.IdleHeld)) {
 		pw.sample("gpumon_user_idle_held_gpu_seconds_total", []string{"user", u}, t.IdleHeld[u])
+	}
+	pw.family("gpumon_user_energy_joules_total", "counter", "Joules the user's share of their GPUs drew since history began (a GPU's power split among its holders; GPU-seconds of unknown power count none).")
+	for _, u := range slices.Sorted(maps.Keys(t.UserEnergyJ)) {
+		pw.sample("gpumon_user_energy_joules_total", []string{"user", u}, t.UserEnergyJ[u])
 	}
 	pw.family("gpumon_gpu_state_seconds_total", "counter", "GPU-seconds in each state since history began (down: the last known GPUs of hosts that did not answer).")
 	for _, s := range history.States {
@@ -292,4 +300,55 @@ func promHistory(pw *promWriter, h *history.Summary) {
 			pw.sample("gpumon_gpu_idle_held_by_user_seconds", []string{"host", sp.Host, "gpu", sp.GPU, "user", u}, float64(sp.Seconds()))
 		}
 	}
+}
+
+// promAccounting writes what Prometheus needs to add the users' counters
+// up by team and price them (dist/prometheus's gpumon:team_* rules): each
+// team member's team, where [teams] names any, and the prices, where
+// [accounting] sets them. Prometheus knows no team and no price itself.
+func promAccounting(pw *promWriter, acc *accounting.Config, h *history.Summary) {
+	if len(acc.Teams) > 0 {
+		pw.family("gpumon_user_team", "gauge", "1 for each user in a team of [teams], labelled with it (a user in two teams: the one the accounting gives them).")
+		seen := map[string]bool{}
+		for _, t := range acc.Teams {
+			for _, m := range t.Members {
+				if !seen[m] && acc.TeamOf(m) == t.Name {
+					seen[m] = true
+					pw.sample("gpumon_user_team", []string{"user", m, "team", t.Name}, 1)
+				}
+			}
+		}
+	}
+	if !acc.Priced() {
+		return
+	}
+	gpuHour, kwh := prices(acc, h)
+	if len(gpuHour) > 0 {
+		pw.family("gpumon_gpu_hour_price", "gauge", "The price of a GPU-hour of the model, in [accounting] currency; models the history saw in 30 days that have one.")
+		for _, m := range slices.Sorted(maps.Keys(gpuHour)) {
+			pw.sample("gpumon_gpu_hour_price", []string{"model", m}, gpuHour[m])
+		}
+	}
+	if kwh > 0 {
+		pw.family("gpumon_kwh_price", "gauge", "The price of a kWh, in [accounting] currency.")
+		pw.sample("gpumon_kwh_price", nil, kwh)
+	}
+}
+
+// prices are the GPU-hour price of each model the history saw in the last
+// 30 days and the kWh price. A price of 0 is left out, as one not set is:
+// it adds nothing.
+func prices(acc *accounting.Config, h *history.Summary) (gpuHour map[string]float64, kwh float64) {
+	gpuHour = map[string]float64{}
+	if h != nil {
+		for m := range h.Models30d {
+			if p, ok := acc.PriceOf(m); ok && p > 0 {
+				gpuHour[m] = p
+			}
+		}
+	}
+	if acc.HasKWhPrice && acc.KWhPrice > 0 {
+		kwh = acc.KWhPrice
+	}
+	return gpuHour, kwh
 }

@@ -62,10 +62,12 @@ func TestAlertmanagerExample(t *testing.T) {
 
 // Every gpumon metric the rules in dist/prometheus name is one render
 // writes (a rename in prom.go would leave an alert that never fires), with
-// the health fixture and a history, as prom_detail = gpu writes them.
+// the health fixture, a history, teams and prices, as prom_detail = gpu
+// writes them.
 func TestPromRulesNameWrittenMetrics(t *testing.T) {
 	rep := testReport(t, readRows(t, "testdata/health.csv"), "")
 	rep.History = markupSummary("alice")
+	rep.Config.Accounting = testAccounting(t, "[accounting]\nkwh = 0.25\ndefault = 1\n[teams]\nvision = alice\n")
 	var b strings.Builder
 	if err := writeProm(&b, rep); err != nil {
 		t.Fatal(err)
