@@ -78,21 +78,23 @@ func (w *writer) applyLedger(eff effects) error {
 			jobs[k] = f
 		}
 	}
-	energy := map[string]float64{}
+	energy, byModel := map[string]float64{}, map[string]float64{}
 	b := w.upserts(`INSERT INTO ledger_users VALUES `, 13, ` ON CONFLICT (hour, user, account, model) DO UPDATE SET `+addFigures)
 	for k, f := range users {
 		if err := b.add(append([]any{k.Hour, k.User, k.Account, k.Model}, figureArgs(f)...)...); err != nil {
 			return err
 		}
 		energy[k.User] += f.EnergyJ
+		byModel[userModel(k.User, k.Model)] += f.GPUSeconds
 	}
 	if err := b.flush(); err != nil {
 		return err
 	}
-	for user, j := range energy {
-		if err := w.addTotal(kindEnergy, user, j); err != nil {
-			return err
-		}
+	if err := w.addTotals(kindEnergy, energy); err != nil {
+		return err
+	}
+	if err := w.addTotals(kindUserModel, byModel); err != nil {
+		return err
 	}
 	b = w.upserts(`INSERT INTO ledger_jobs VALUES `, 14, ` ON CONFLICT (hour, job, user, account, model) DO UPDATE SET `+addFigures)
 	for k, f := range jobs {
@@ -178,27 +180,53 @@ func (b *upsertBatch) flush() error {
 	return err
 }
 
+// userModel names a user's GPU-seconds on a model in the totals.
+func userModel(user, model string) string { return user + "\x00" + model }
+
+// addTotals adds each of values to a total (addTotal), many a statement.
+func (w *writer) addTotals(kind int, values map[string]float64) error {
+	b := w.upserts(`INSERT INTO totals VALUES `, 4, ` ON CONFLICT (kind, name) DO UPDATE SET
+		value = value + max(0, excluded.value - debt), debt = max(0, debt - excluded.value)`)
+	for name, v := range values {
+		if v < 0 {
+			if err := w.addTotal(kind, name, v); err != nil {
+				return err
+			}
+			continue
+		}
+		if v > 0 {
+			if err := b.add(kind, name, v, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return b.flush()
+}
+
 // undoLedger takes out what the hours after from's added: from the
 // counters, and the rows themselves.
 func (w *writer) undoLedger(from int64) error {
-	energy := map[string]float64{}
-	rows, err := w.tx.Query(`SELECT user, sum(energy_j) FROM ledger_users WHERE hour > ? GROUP BY user`, hourOf(from))
+	energy, byModel := map[string]float64{}, map[string]float64{}
+	rows, err := w.tx.Query(`SELECT user, model, sum(energy_j), sum(gpu_s) FROM ledger_users WHERE hour > ? GROUP BY user, model`, hourOf(from))
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var user string
-		var j float64
-		if err := rows.Scan(&user, &j); err != nil {
+		var user, model string
+		var j, sec float64
+		if err := rows.Scan(&user, &model, &j, &sec); err != nil {
 			rows.Close()
 			return err
 		}
-		energy[user] = j
+		energy[user] -= j
+		byModel[userModel(user, model)] -= sec
 	}
 	rows.Close()
-	for user, j := range energy {
-		if err := w.addTotal(kindEnergy, user, -j); err != nil {
-			return err
+	for kind, m := range map[int]map[string]float64{kindEnergy: energy, kindUserModel: byModel} {
+		for name, v := range m {
+			if err := w.addTotal(kind, name, v); err != nil {
+				return err
+			}
 		}
 	}
 	for _, table := range []string{"ledger_users", "ledger_jobs", "ledger_hosts"} {
@@ -409,7 +437,7 @@ func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error 
 	defer rows.Close()
 	type acc struct{ j, eff, known float64 }
 	per := map[string]map[string]*acc{} // user → window → sums
-	sum.Models30d = map[string]Figures{}
+	sum.Models30d, sum.UserModels30d = map[string]Figures{}, map[string]map[string]Figures{}
 	for rows.Next() {
 		var user, model string
 		var w [3]struct{ j, eff, known sql.NullFloat64 }
@@ -425,6 +453,12 @@ func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error 
 		if user == IdleJobUser { // not a user: Usage and the counters keep it apart
 			continue
 		}
+		if sum.UserModels30d[user] == nil {
+			sum.UserModels30d[user] = map[string]Figures{}
+		}
+		um := sum.UserModels30d[user][model]
+		um.Add(f)
+		sum.UserModels30d[user][model] = um
 		if per[user] == nil {
 			per[user] = map[string]*acc{"30d": {}, "7d": {}, "24h": {}}
 		}

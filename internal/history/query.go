@@ -52,8 +52,10 @@ type Summary struct {
 	UtilHours []time.Time
 	Util      map[GPURef][]float64
 	// Models30d are the last 30 days' figures per GPU model (whole hours,
-	// as UsageSpan), every holder together: for the page's cost line.
-	Models30d map[string]Figures
+	// as UsageSpan), every holder together: for the page's cost line;
+	// UserModels30d the same per user and model (idlemon's job left out).
+	Models30d     map[string]Figures
+	UserModels30d map[string]map[string]Figures
 }
 
 // GPURef names a GPU: its host and the page's id.
@@ -86,8 +88,11 @@ type Totals struct {
 	IdleHeld map[string]float64 // idle-held GPU-seconds, the spells going on included
 	State    map[string]float64
 	IdleJob  float64
-	// UserEnergyJ: the joules each user's share of their GPUs drew.
-	UserEnergyJ map[string]float64
+	// UserEnergyJ: the joules each user's share of their GPUs drew;
+	// UserModelGPU the GPU-seconds each user held of each model, by user
+	// then model (for prices per model).
+	UserEnergyJ  map[string]float64
+	UserModelGPU map[string]map[string]float64
 }
 
 // Summary reads the figures for the page at now.
@@ -103,7 +108,8 @@ func (s *Store) Summary(ctx context.Context, now time.Time) (*Summary, error) {
 		return nil, err
 	}
 	if !newest.Valid {
-		sum.Totals = Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}, UserEnergyJ: map[string]float64{}}
+		sum.Totals = Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}, UserEnergyJ: map[string]float64{},
+			UserModelGPU: map[string]map[string]float64{}}
 		return sum, nil
 	}
 	sum.First, sum.Newest = time.Unix(first.Int64, 0).UTC(), time.Unix(newest.Int64, 0).UTC()
@@ -385,7 +391,8 @@ func (s *Store) idleSeconds(tx *sql.Tx, st *foldState, from, to time.Time) (map[
 }
 
 func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {
-	t := Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}, UserEnergyJ: map[string]float64{}}
+	t := Totals{User: map[string]float64{}, IdleHeld: map[string]float64{}, State: map[string]float64{}, UserEnergyJ: map[string]float64{},
+		UserModelGPU: map[string]map[string]float64{}}
 	for _, state := range States {
 		t.State[state] = 0
 	}
@@ -413,6 +420,12 @@ func (s *Store) totals(tx *sql.Tx, st *foldState) (Totals, error) {
 			t.IdleHeld[name] = v
 		case kindEnergy:
 			t.UserEnergyJ[name] = v
+		case kindUserModel:
+			user, model, _ := strings.Cut(name, "\x00")
+			if t.UserModelGPU[user] == nil {
+				t.UserModelGPU[user] = map[string]float64{}
+			}
+			t.UserModelGPU[user][model] = v
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -35,12 +35,13 @@ const year = 366 * 24 * time.Hour
 
 // Kinds of the usage and totals tables' rows.
 const (
-	kindUser     = 0 // a user's GPU-seconds; name: the user
-	kindState    = 1 // GPU-seconds in a state; name: the state
-	kindIdleJob  = 2 // idlemon's job's GPU-seconds; name ""
-	kindUserPeak = 3 // the most GPUs the user held at once in the hour (usage only)
-	kindIdleHeld = 4 // a user's idle-held GPU-seconds of ended spells (totals only)
-	kindEnergy   = 5 // the joules of a user's share of their GPUs (totals only; the hours' are in ledger_users)
+	kindUser      = 0 // a user's GPU-seconds; name: the user
+	kindState     = 1 // GPU-seconds in a state; name: the state
+	kindIdleJob   = 2 // idlemon's job's GPU-seconds; name ""
+	kindUserPeak  = 3 // the most GPUs the user held at once in the hour (usage only)
+	kindIdleHeld  = 4 // a user's idle-held GPU-seconds of ended spells (totals only)
+	kindEnergy    = 5 // the joules of a user's share of their GPUs (totals only; the hours' are in ledger_users)
+	kindUserModel = 6 // a user's GPU-seconds on a model; name: userModel (totals only)
 )
 
 const schema = `
