@@ -84,8 +84,10 @@ func (w *writer) applyLedger(eff effects) error {
 		if err := b.add(append([]any{k.Hour, k.User, k.Account, k.Model}, figureArgs(f)...)...); err != nil {
 			return err
 		}
-		energy[k.User] += f.EnergyJ
-		byModel[userModel(k.User, k.Model)] += f.GPUSeconds
+		if k.User != IdleJobUser { // the users' counters; the job has its own (kindIdleJob)
+			energy[k.User] += f.EnergyJ
+			byModel[userModel(k.User, k.Model)] += f.GPUSeconds
+		}
 	}
 	if err := b.flush(); err != nil {
 		return err
@@ -224,6 +226,9 @@ func (w *writer) undoLedger(from int64) error {
 	rows.Close()
 	for kind, m := range map[int]map[string]float64{kindEnergy: energy, kindUserModel: byModel} {
 		for name, v := range m {
+			if v == 0 || name == IdleJobUser || strings.HasPrefix(name, IdleJobUser+"\x00") {
+				continue
+			}
 			if err := w.addTotal(kind, name, v); err != nil {
 				return err
 			}
