@@ -253,7 +253,7 @@ func TestUpgradeFromSchema1(t *testing.T) {
 
 	s = openStore(t, path)
 	// the accounting of schema 3 starts with the upgrade
-	noLedger := cmp.Options{cmpopts.IgnoreFields(UserHours{}, "KWh", "Efficiency"), cmpopts.IgnoreFields(Summary{}, "Models30d", "UserModels30d"),
+	noLedger := cmp.Options{cmpopts.IgnoreFields(UserHours{}, "KWh", "Efficiency"), cmpopts.IgnoreFields(Summary{}, "Models30d", "UserModels30d"), cmpopts.IgnoreFields(outcome{}, "Ledger"),
 		cmpopts.IgnoreFields(Spell{}, "Counted", "Pending")}
 	if diff := cmp.Diff(want, outcomeOf(t, s), approx, noLedger); diff != "" {
 		t.Errorf("figures after the upgrade (-want +got):\n%s", diff)

@@ -55,9 +55,9 @@ func days(n int) []*Snapshot {
 		day := hour >= 9 && hour < 18
 		var g0, g1 GPU
 		if day {
-			g0 = held("0", 95, "alice")
+			g0 = watts(inJob(held("0", 95, "alice"), "alice", "41", "vision"), 600)
 		} else {
-			g0 = held("0", 1, "alice") // left holding it at night
+			g0 = watts(held("0", 1, "alice"), 90) // left holding it at night
 		}
 		if math.Mod(m/60, 48) < 6 {
 			g1 = held("1", 40, "alice", "bob")
@@ -86,6 +86,7 @@ func days(n int) []*Snapshot {
 type outcome struct {
 	Usage   []Usage
 	Summary *Summary
+	Ledger  *Ledger
 }
 
 func outcomeOf(t testing.TB, s *Store) outcome {
@@ -100,7 +101,8 @@ func outcomeOf(t testing.TB, s *Store) outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return outcome{u, sum}
+	from, to := UsageSpan(30*24*time.Hour, now)
+	return outcome{u, sum, ledgerOver(t, s, from, to)}
 }
 
 var approx = cmp.Options{cmpopts.EquateApprox(0, 1e-6), cmpopts.EquateNaNs()}
