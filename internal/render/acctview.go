@@ -127,8 +127,7 @@ func moneyText(v float64, currency string) string {
 }
 
 // costView is the summary's cost line: the last 30 days' cost of every
-// model together, and each team's GPU-hours and kWh (a team's cost
-// would need its GPU-hours per model, which the summary does not have).
+// model together, and each team's GPU-hours, kWh and cost.
 type costView struct {
 	Total    string // "1,234.56 EUR"
 	GPUHours string
@@ -142,9 +141,13 @@ type costView struct {
 	Teams       []teamView
 }
 
-// teamView is a team's part of the cost line.
+// teamView is a team's part of the cost line. Cost is its members'
+// (their GPU-hours per model at the model's price, plus their kWh);
+// Unpriced, as the total's, the GPU-hours it leaves out for want of a
+// price ("30 GPU-h without a price"), "" when none.
 type teamView struct {
 	Name, GPUHours, KWh string
+	Cost, Unpriced      string
 }
 
 // noTeam names the users in no team, in the cost line and the plots.
@@ -163,13 +166,14 @@ func costViewOf(s *history.Summary, acc *accounting.Config) *costView {
 	for _, model := range slices.Sorted(maps.Keys(s.Models30d)) {
 		f := s.Models30d[model]
 		all.Add(f)
+		// without a GPU-hour price, cost is the energy's part alone (as
+		// in render -usage and the Prometheus rules)
 		cost, ok := acc.CostOf(model, f.GPUSeconds/3600, f.EnergyJ/3.6e6)
+		total += cost
 		if !ok {
 			unpricedHours += f.GPUSeconds / 3600
 			unpriced = append(unpriced, hosttext.Clip(model, 64))
-			continue
 		}
-		total += cost
 	}
 	v := &costView{Total: moneyText(total, acc.Currency), GPUHours: groupedText(all.GPUSeconds / 3600)}
 	if all.EnergyKnownSeconds > 0 {
@@ -185,26 +189,56 @@ func costViewOf(s *history.Summary, acc *accounting.Config) *costView {
 	return v
 }
 
-// teamsView is each team's GPU-hours and kWh over the last 30 days, the
-// sum of its members', in the order of [teams]; the users in no team
-// last. None where no team is configured.
+// teamsView is each team's GPU-hours, kWh and cost over the last 30
+// days, the sum of its members', in the order of [teams]; the users in no
+// team last. None where no team is configured.
 func teamsView(s *history.Summary, acc *accounting.Config) []teamView {
 	if len(acc.Teams) == 0 {
 		return nil
 	}
 	hours, kwh := teamSums(s, acc, window30d)
+	cost, unpriced := teamCosts(s, acc)
 	var out []teamView
 	for _, name := range append(teamNames(acc), noTeam) {
 		if _, ok := hours[name]; !ok && name == noTeam {
 			continue
 		}
-		kwhText := noFigure
+		v := teamView{Name: name, GPUHours: groupedText(hours[name]), KWh: noFigure, Cost: moneyText(cost[name], acc.Currency)}
 		if e, ok := kwh[name]; ok {
-			kwhText = groupedText(e)
+			v.KWh = groupedText(e)
 		}
-		out = append(out, teamView{Name: name, GPUHours: groupedText(hours[name]), KWh: kwhText})
+		if h := unpriced[name]; h > 0 {
+			v.Unpriced = groupedText(h) + " GPU-h without a price"
+		}
+		out = append(out, v)
 	}
 	return out
+}
+
+// teamCosts adds the users' costs of the last 30 days up by team (noTeam
+// for the users in none): each user's GPU-hours and kWh on each model at
+// that model's prices. unpricedHours are the GPU-hours on models no price
+// covers, whose cost is their energy's alone, as in the total. Users and
+// models are taken in order, so that the sums do not change from one
+// render to the next in their last digit.
+func teamCosts(s *history.Summary, acc *accounting.Config) (cost, unpricedHours map[string]float64) {
+	cost, unpricedHours = map[string]float64{}, map[string]float64{}
+	for _, user := range slices.Sorted(maps.Keys(s.UserModels30d)) {
+		team := acc.TeamOf(user)
+		if team == "" {
+			team = noTeam
+		}
+		models := s.UserModels30d[user]
+		for _, model := range slices.Sorted(maps.Keys(models)) {
+			f := models[model]
+			c, ok := acc.CostOf(model, f.GPUSeconds/3600, f.EnergyJ/3.6e6)
+			cost[team] += c
+			if !ok {
+				unpricedHours[team] += f.GPUSeconds / 3600
+			}
+		}
+	}
+	return cost, unpricedHours
 }
 
 // teamNames are the configured teams' names, in the file's order.

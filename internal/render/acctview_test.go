@@ -64,7 +64,12 @@ func testAccounting(t testing.TB, short string) accounting.Config {
 // (vision) 100 GPU-h and 35 kWh, bob (nlp) 50 and 10, carol (no team) 10
 // GPU-h of unknown energy; A100 120 GPU-h and 40 kWh, every hour's power
 // known; T4 40 GPU-h, 5 kWh over the 20 of them whose power was known.
+// Per user and model: alice's are all A100; bob's 20 GPU-h and 5 kWh of
+// A100, 30 GPU-h (20 of known power) and 5 kWh of T4; carol's all T4.
 func costSummary() *history.Summary {
+	fig := func(hours, kwh, knownHours float64) history.Figures {
+		return history.Figures{GPUSeconds: hours * 3600, EnergyJ: kwh * 3.6e6, EnergyKnownSeconds: knownHours * 3600}
+	}
 	user := func(name string, hours, kwh float64) history.UserHours {
 		return history.UserHours{User: name, GPUHours: map[string]float64{"30d": hours, "7d": hours / 2}, IdleHours: map[string]float64{"30d": 0},
 			KWh: map[string]float64{"30d": kwh, "7d": kwh / 2}, Efficiency: map[string]float64{"30d": math.NaN()}}
@@ -75,15 +80,20 @@ func costSummary() *history.Summary {
 			"A100": {GPUSeconds: 120 * 3600, EnergyJ: 40 * 3.6e6, EnergyKnownSeconds: 120 * 3600},
 			"T4":   {GPUSeconds: 40 * 3600, EnergyJ: 5 * 3.6e6, EnergyKnownSeconds: 20 * 3600},
 		},
+		UserModels30d: map[string]map[string]history.Figures{
+			"alice": {"A100": fig(100, 35, 100)},
+			"bob":   {"A100": fig(20, 5, 20), "T4": fig(30, 5, 20)},
+			"carol": {"T4": fig(10, 0, 0)},
+		},
 	}
 }
 
 // The cost line: every model's cost over 30 days from the prices, the
-// GPU-hours no price covers named, how much of the energy is known, and
-// each team's GPU-hours and kWh; none without a price.
+// GPU-hours no price covers named (their energy still counted), how much
+// of the energy is known, and each team's GPU-hours, kWh and cost, the
+// sum over its members and their models; none without a price.
 func TestCostLine(t *testing.T) {
 	const teams = "[teams]\nvision = alice\nnlp = bob\n"
-	byTeam := []teamView{{"vision", "100", "35"}, {"nlp", "50", "10"}, {"(no team)", "10", "–"}}
 	for _, tt := range []struct {
 		name, ini string
 		want      *costView
@@ -92,12 +102,35 @@ func TestCostLine(t *testing.T) {
 		{"a GPU-hour price for one model", "[accounting]\ncurrency = EUR\na100 = 2.10\n" + teams, &costView{
 			// 120 × 2.10; T4 has no price
 			Total: "252.00 EUR", GPUHours: "160", KWh: "45", EnergyShare: "energy known for 87% of them", // (120 + 20) / 160
-			Unpriced: "not counting 40 GPU-hours of T4, without a price", Teams: byTeam}},
+			Unpriced: "not counting 40 GPU-hours of T4, without a price", Teams: []teamView{
+				{Name: "vision", GPUHours: "100", KWh: "35", Cost: "210.00 EUR"}, // 100 × 2.10
+				{Name: "nlp", GPUHours: "50", KWh: "10", Cost: "42.00 EUR", Unpriced: "30 GPU-h without a price"},
+				{Name: "(no team)", GPUHours: "10", KWh: "–", Cost: "0.00 EUR", Unpriced: "10 GPU-h without a price"},
+			}}},
 		{"a default and a kWh price", "[accounting]\ncurrency = EUR\ndefault = 1\na100 = 2.10\nkwh = 0.30\n" + teams, &costView{
 			// 120 × 2.10 + 40 × 0.30 + 40 × 1 + 5 × 0.30
-			Total: "305.50 EUR", GPUHours: "160", KWh: "45", EnergyShare: "energy known for 87% of them", Teams: byTeam}},
+			Total: "305.50 EUR", GPUHours: "160", KWh: "45", EnergyShare: "energy known for 87% of them", Teams: []teamView{
+				{Name: "vision", GPUHours: "100", KWh: "35", Cost: "220.50 EUR"}, // 100 × 2.10 + 35 × 0.30
+				{Name: "nlp", GPUHours: "50", KWh: "10", Cost: "75.00 EUR"},      // 20 × 2.10 + 5 × 0.30 + 30 × 1 + 5 × 0.30
+				{Name: "(no team)", GPUHours: "10", KWh: "–", Cost: "10.00 EUR"}, // 10 × 1
+			}}},
+		{"a kWh price and a GPU-hour price for one model", "[accounting]\ncurrency = EUR\na100 = 2.10\nkwh = 0.30\n" + teams, &costView{
+			// 120 × 2.10 + 40 × 0.30, and T4's energy: 5 × 0.30
+			Total: "265.50 EUR", GPUHours: "160", KWh: "45", EnergyShare: "energy known for 87% of them",
+			Unpriced: "not counting 40 GPU-hours of T4, without a price", Teams: []teamView{
+				{Name: "vision", GPUHours: "100", KWh: "35", Cost: "220.50 EUR"},
+				// 20 × 2.10 + 5 × 0.30, and T4's energy: 5 × 0.30
+				{Name: "nlp", GPUHours: "50", KWh: "10", Cost: "45.00 EUR", Unpriced: "30 GPU-h without a price"},
+				{Name: "(no team)", GPUHours: "10", KWh: "–", Cost: "0.00 EUR", Unpriced: "10 GPU-h without a price"},
+			}}},
 		{"a kWh price alone, no teams", "[accounting]\nkwh = 0.5\n", &costView{
 			Total: "22.50 EUR", GPUHours: "160", KWh: "45", EnergyShare: "energy known for 87% of them"}},
+		{"a user in no team, and a team with no use", "[accounting]\ncurrency = EUR\ndefault = 1\n[teams]\nvision = alice, bob\nidle = dora\n", &costView{
+			Total: "160.00 EUR", GPUHours: "160", KWh: "45", EnergyShare: "energy known for 87% of them", Teams: []teamView{
+				{Name: "vision", GPUHours: "150", KWh: "45", Cost: "150.00 EUR"},
+				{Name: "idle", GPUHours: "0.0", KWh: "–", Cost: "0.00 EUR"},
+				{Name: "(no team)", GPUHours: "10", KWh: "–", Cost: "10.00 EUR"},
+			}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			acc := testAccounting(t, tt.ini)

@@ -121,6 +121,10 @@ func markupSummary(s string) *history.Summary {
 	sum.Down["d"+s] = &history.HostState{DownSince: testNow.Unix() - 600, GPUs: []history.KnownGPU{{ID: s, Name: s}}}
 	sum.Util[history.GPURef{Host: "h" + s, GPU: "0"}] = slices.Repeat([]float64{50}, 24)
 	sum.Models30d[s] = history.Figures{GPUSeconds: 3600} // the cost line names a model without a price
+	if sum.UserModels30d == nil {
+		sum.UserModels30d = map[string]map[string]history.Figures{}
+	}
+	sum.UserModels30d[s] = map[string]history.Figures{s: {GPUSeconds: 3600}} // a team's cost, one model without a price
 	return sum
 }
 

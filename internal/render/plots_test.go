@@ -75,6 +75,21 @@ func testSummary(user string) *history.Summary {
 		"NVIDIA A100-SXM4-80GB": {GPUSeconds: (held - 50) * 3600, EnergyJ: (held - 50) * 0.35 * 3.6e6, EnergyKnownSeconds: (held - 50) * 3600},
 		"n" + user:              {GPUSeconds: 50 * 3600},
 	}
+	// per user and model as Models30d: the 50 GPU-hours of unknown power
+	// are the user's, the rest A100s at 0.35 kWh a GPU-hour
+	s.UserModels30d = map[string]map[string]history.Figures{}
+	for _, u := range s.Users {
+		h, unknown := u.GPUHours["30d"], 0.0
+		if u.User == user {
+			unknown = min(h, 50)
+		}
+		s.UserModels30d[u.User] = map[string]history.Figures{
+			"NVIDIA A100-SXM4-80GB": {GPUSeconds: (h - unknown) * 3600, EnergyJ: (h - unknown) * 0.35 * 3.6e6, EnergyKnownSeconds: (h - unknown) * 3600},
+		}
+		if unknown > 0 {
+			s.UserModels30d[u.User]["n"+user] = history.Figures{GPUSeconds: unknown * 3600}
+		}
+	}
 	for i := 23; i >= 0; i-- {
 		s.UtilHours = append(s.UtilHours, hour.Add(-time.Duration(i)*time.Hour))
 	}

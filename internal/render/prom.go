@@ -280,6 +280,15 @@ func promHistory(pw *promWriter, h *history.Summary) {
 	for _, u := range slices.Sorted(maps.Keys(t.UserEnergyJ)) {
 		pw.sample("gpumon_user_energy_joules_total", []string{"user", u}, t.UserEnergyJ[u])
 	}
+	// one series per user and model they held: a team's GPU-hour cost
+	// needs each user's GPU-hours per model, prices being per model
+	pw.family("gpumon_user_model_gpu_seconds_total", "counter", "GPU-seconds the user held of GPUs of the model since history began (model: the GPU's full name, as in gpumon_gpu_hour_price).")
+	for _, u := range slices.Sorted(maps.Keys(t.UserModelGPU)) {
+		models := t.UserModelGPU[u]
+		for _, m := range slices.Sorted(maps.Keys(models)) {
+			pw.sample("gpumon_user_model_gpu_seconds_total", []string{"user", u, "model", m}, models[m])
+		}
+	}
 	pw.family("gpumon_gpu_state_seconds_total", "counter", "GPU-seconds in each state since history began (down: the last known GPUs of hosts that did not answer).")
 	for _, s := range history.States {
 		pw.sample("gpumon_gpu_state_seconds_total", []string{"state", s}, t.State[s])
@@ -324,7 +333,7 @@ func promAccounting(pw *promWriter, acc *accounting.Config, h *history.Summary) 
 	}
 	gpuHour, kwh := prices(acc, h)
 	if len(gpuHour) > 0 {
-		pw.family("gpumon_gpu_hour_price", "gauge", "The price of a GPU-hour of the model, in [accounting] currency; models the history saw in 30 days that have one.")
+		pw.family("gpumon_gpu_hour_price", "gauge", "The price of a GPU-hour of the model, in [accounting] currency; models the history saw in 30 days or has a counter of that have one.")
 		for _, m := range slices.Sorted(maps.Keys(gpuHour)) {
 			pw.sample("gpumon_gpu_hour_price", []string{"model", m}, gpuHour[m])
 		}
@@ -336,12 +345,23 @@ func promAccounting(pw *promWriter, acc *accounting.Config, h *history.Summary) 
 }
 
 // prices are the GPU-hour price of each model the history saw in the last
-// 30 days and the kWh price. A price of 0 is left out, as one not set is:
-// it adds nothing.
+// 30 days or has a gpumon_user_model_gpu_seconds_total of (so that the
+// rules' join on model finds a price for every counter a price covers,
+// whatever the span they take), and the kWh price. A price of 0 is left
+// out, as one not set is: it adds nothing.
 func prices(acc *accounting.Config, h *history.Summary) (gpuHour map[string]float64, kwh float64) {
 	gpuHour = map[string]float64{}
 	if h != nil {
+		models := map[string]bool{}
 		for m := range h.Models30d {
+			models[m] = true
+		}
+		for _, byModel := range h.Totals.UserModelGPU {
+			for m := range byModel {
+				models[m] = true
+			}
+		}
+		for m := range models {
 			if p, ok := acc.PriceOf(m); ok && p > 0 {
 				gpuHour[m] = p
 			}
