@@ -242,9 +242,27 @@ func (w *writer) undoLedger(from int64) error {
 	return nil
 }
 
-// Ledger reads the accounting over [from, to) (whole hours: see
+// LedgerParts say which of a Ledger's lists to read: a month of a big
+// fleet's jobs is millions of rows, which a report by team never needs.
+type LedgerParts int
+
+// The parts of a Ledger.
+const (
+	LedgerUsers LedgerParts = 1 << iota
+	LedgerJobs
+	LedgerHosts
+	LedgerAll = LedgerUsers | LedgerJobs | LedgerHosts
+)
+
+// Ledger reads the whole accounting over [from, to) (whole hours: see
 // UsageSpan).
 func (s *Store) Ledger(ctx context.Context, from, to time.Time) (*Ledger, error) {
+	return s.LedgerOf(ctx, from, to, LedgerAll)
+}
+
+// LedgerOf reads the parts of the accounting over [from, to); the lists
+// of the others are empty.
+func (s *Store) LedgerOf(ctx context.Context, from, to time.Time, parts LedgerParts) (*Ledger, error) {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
@@ -252,18 +270,27 @@ func (s *Store) Ledger(ctx context.Context, from, to time.Time) (*Ledger, error)
 	defer tx.Rollback()
 	l := &Ledger{From: from, To: to, Users: []LedgerRow{}, Jobs: []LedgerRow{}, Hosts: []HostRow{}}
 	lo, hi := hourOf(from.Unix()), to.Unix()
-	users := map[string]*LedgerRow{}
-	if err := scanLedger(tx, `SELECT user, account, '', model, `+sums(figureColumns)+` FROM ledger_users
-		WHERE hour >= ? AND hour < ? GROUP BY user, account, model`, users, lo, hi); err != nil {
-		return nil, err
+	users, jobs := map[string]*LedgerRow{}, map[string]*LedgerRow{}
+	if parts&LedgerUsers != 0 {
+		if err := scanLedger(tx, `SELECT user, account, '', model, `+sums(figureColumns)+` FROM ledger_users
+			WHERE hour >= ? AND hour < ? GROUP BY user, account, model`, users, lo, hi); err != nil {
+			return nil, err
+		}
 	}
-	jobs := map[string]*LedgerRow{}
-	if err := scanLedger(tx, `SELECT user, account, job, model, `+sums(figureColumns)+` FROM ledger_jobs
-		WHERE hour >= ? AND hour < ? GROUP BY job, user, account, model`, jobs, lo, hi); err != nil {
-		return nil, err
+	if parts&LedgerJobs != 0 {
+		if err := scanLedger(tx, `SELECT user, account, job, model, `+sums(figureColumns)+` FROM ledger_jobs
+			WHERE hour >= ? AND hour < ? GROUP BY job, user, account, model`, jobs, lo, hi); err != nil {
+			return nil, err
+		}
 	}
-	if l.Hosts, err = hostLedger(tx, lo, hi); err != nil {
-		return nil, err
+	if parts&LedgerHosts != 0 {
+		if l.Hosts, err = hostLedger(tx, lo, hi); err != nil {
+			return nil, err
+		}
+	}
+	if parts&LedgerUsers == 0 {
+		l.Jobs = sortedRows(jobs)
+		return l, tx.Commit()
 	}
 	st, err := s.newestState(tx)
 	if err != nil {
