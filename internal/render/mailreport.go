@@ -153,7 +153,7 @@ func teamReport(l *history.Ledger, team accounting.Line, members []accounting.Li
 	figureLines(&b, team, c, "its members used GPUs reserved for someone else")
 	b.WriteString("\nPer member:\n\n")
 	var table bytes.Buffer
-	ledgerText(&table, l, members, accounting.ByUser, c) // into a buffer: no error
+	ledgerText(&table, l, members, accounting.ByUser, c)  // into a buffer: no error
 	_, lines, _ := bytes.Cut(table.Bytes(), []byte("\n")) // its title says the span again, in UTC
 	b.Write(lines)
 	return "[gpumon] Team " + name + "'s GPU use, " + s.Label, b.String()
