@@ -248,7 +248,7 @@ func TestReportOncePerSpan(t *testing.T) {
 		t.Helper()
 		var out, errOut strings.Builder
 		send := func(ctx context.Context, m reportMail) error {
-			return target.Send(ctx, notify.Item{Body: notify.Mail([]string{m.To}, "", m.Subject, m.Body, "", "", time.Now())})
+			return target.Send(ctx, reportItem(m, notify.Targets{}, "", time.Now()))
 		}
 		err := sendReports(ctx, log, span, mails, send, time.Now(), &out, &errOut)
 		if !strings.Contains(errOut.String(), "render: user root is not mailed a report: root is not a person\n") {
@@ -289,5 +289,24 @@ func TestReportOncePerSpan(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantSent, target.accepted); diff != "" {
 		t.Errorf("mails accepted (-want +got):\n%s", diff)
+	}
+}
+
+// A name from the config or a host adds no header: a team's name with a
+// line break stays in the subject.
+func TestReportHeaders(t *testing.T) {
+	c := ledgerConfig()
+	c.Teams = []accounting.Team{{Name: "ml\r\nBcc: spy@evil.example", Members: []string{"carol"}, Lead: "lead@lab.example"}}
+	mails := reportMails(reportLedger(), c, notify.Targets{UserDomain: "example.org"}, reportSpanFixture)
+	it := reportItem(mails[len(mails)-1], notify.Targets{MailFrom: "gpumon@lab.example"}, "gpu-admin", time.Now())
+	msg, err := mail.ReadMessage(strings.NewReader(string(it.Body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header.Get("Bcc") != "" || msg.Header.Get("To") != "lead@lab.example" || strings.Contains(string(it.Body), "\nBcc") {
+		t.Errorf("the team's mail:\n%s", it.Body)
+	}
+	if got := msg.Header.Get("Subject"); got != "[gpumon] Team ml Bcc: spy@evil.example's GPU use, November 2026" {
+		t.Errorf("subject %q", got)
 	}
 }

@@ -39,15 +39,20 @@ func mailReports(ctx context.Context, cfg *Config, spanArg string, now time.Time
 		return nil
 	}
 	host, _ := os.Hostname()
-	t := cfg.Notify.Targets
 	send := func(ctx context.Context, m reportMail) error {
 		ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 		defer cancel()
-		to := []string{m.To}
-		return sender.Send(ctx, notify.Item{Target: notify.MailTarget(to), Summary: m.Subject,
-			Body: notify.Mail(to, t.MailFrom, m.Subject, m.Body, t.PageURL, host, now)})
+		return sender.Send(ctx, reportItem(m, cfg.Notify.Targets, host, now))
 	}
 	return sendReports(ctx, log, span, mails, send, now, stdout, stderr)
+}
+
+// reportItem is m as notify's mail target takes it: notify's message,
+// whose headers no value can add a line to.
+func reportItem(m reportMail, t notify.Targets, host string, now time.Time) notify.Item {
+	to := []string{m.To}
+	return notify.Item{Target: notify.MailTarget(to), Summary: m.Subject,
+		Body: notify.Mail(to, t.MailFrom, m.Subject, m.Body, t.PageURL, host, now)}
 }
 
 // sendReports sends the mails not sent yet for the span, each recorded
