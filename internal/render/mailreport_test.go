@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -308,5 +309,36 @@ func TestReportHeaders(t *testing.T) {
 	}
 	if got := msg.Header.Get("Subject"); got != "[gpumon] Team ml Bcc: spy@evil.example's GPU use, November 2026" {
 		t.Errorf("subject %q", got)
+	}
+}
+
+// render -report's errors: a bad span is a usage error; a history where
+// nobody can be mailed is an error with the fix; an empty span says so.
+func TestReportCommand(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n[teams]\nml = rptalice\n[team_leads]\nml = rptlead\n"), 0o644)
+	csv := filepath.Join(dir, "load_data.csv")
+	now := time.Now().In(time.Local)
+	midnight := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.Local)
+	for m := 0; m <= 70; m += 5 {
+		at := midnight.Add(-3*time.Hour + time.Duration(m)*time.Minute)
+		reportFleetAt(t, csv, at)
+		if _, stderr, err := renderMainAt(t, func() time.Time { return at }, "-c", ini, "-i", csv); err != nil {
+			t.Fatalf("minute %d: %v\n%s", m, err, stderr)
+		}
+	}
+	morning := func() time.Time { return midnight.Add(7 * time.Hour) }
+	_, stderr, err := renderMainAt(t, morning, "-c", ini, "-report", "12h")
+	if _, ok := errors.AsType[*cli.UsageError](err); !ok {
+		t.Errorf("-report 12h: %v, want a usage error\n%s", err, stderr)
+	}
+	_, stderr, err = renderMainAt(t, morning, "-c", ini, "-report", "1d")
+	if err == nil || !strings.Contains(stderr, "no report can be mailed: [notify] mail_users is not set") {
+		t.Errorf("-report 1d without mail_users: %v\n%s", err, stderr)
+	}
+	stdout, stderr, err := renderMainAt(t, func() time.Time { return midnight.AddDate(0, 0, 3) }, "-c", ini, "-report", "1d")
+	if err != nil || !strings.HasPrefix(stdout, "render: no GPU-hours from ") {
+		t.Errorf("-report 1d of a day without GPU-hours: %v\n%s%s", err, stdout, stderr)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
@@ -37,6 +38,10 @@ func mailReports(ctx context.Context, cfg *Config, spanArg string, now time.Time
 	if len(mails) == 0 {
 		fmt.Fprintf(stdout, "render: no GPU-hours %s: no reports to send\n", spanWords(span))
 		return nil
+	}
+	if cfg.Notify.Targets.UserDomain == "" && !slices.ContainsFunc(mails, func(m reportMail) bool { return m.To != "" }) {
+		return cli.WithHint(errors.New("no report can be mailed: [notify] mail_users is not set"),
+			"set mail_users = @your.domain in [notify] (users are mailed as USER@your.domain), or give [team_leads] addresses")
 	}
 	host, _ := os.Hostname()
 	send := func(ctx context.Context, m reportMail) error {
