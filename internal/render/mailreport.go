@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/history"
@@ -215,5 +214,6 @@ func costWords(l accounting.Line, c *accounting.Config) string {
 	return fmt.Sprintf(", %.2f %s", l.Cost, clean(c.Currency, 8))
 }
 
-// reportTimeout is the most one mail's sendmail may take.
-const reportTimeout = 30 * time.Second
+// reportTimeout is the most one mail's sendmail may take: notify's, whose
+// Sendmail says so when it runs out.
+const reportTimeout = notify.Budget
