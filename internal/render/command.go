@@ -19,6 +19,7 @@ import (
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/cluster"
 	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/notify"
 	"github.com/gpumon/gpumon/internal/publish"
 	"github.com/gpumon/gpumon/internal/reservations"
 	"github.com/gpumon/gpumon/internal/sitefiles"
@@ -29,6 +30,7 @@ const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
        render -text [-free] [-color auto|always|never]
        render -usage SPAN [-by user|team|job|account|model|host] [-format text|csv|json]
        render -health SPAN [-format text|csv|json]
+       render -report month|week|DAYS
        render -import FILE...
        render -notify-test
        render -version
@@ -57,6 +59,11 @@ does not parse leaves every previous file as it was.
              print each GPU with health problems over the last SPAN (30d):
              its conditions, how often, how long, first and last seen,
              the latest detail
+  -report SPAN
+             mail each user their report over SPAN (month: the last
+             calendar month; week: the last Monday-to-Sunday week; 30d:
+             the last 30 whole days), and each [team_leads] lead their
+             team's, through [notify]'s sendmail; each once per span
   -format F  -usage's and -health's format: text (default), csv or json
   -import    record the named load_data.csv files (a backfill, any order)
   -notify-test
@@ -94,6 +101,8 @@ func mainAt(ctx context.Context, args []string, stdout, stderr io.Writer, clock 
 		return usageReport(ctx, cfg, opts.usage, opts.format, now, stdout)
 	case opts.health != "":
 		return healthReport(ctx, cfg, opts.health, opts.format, now, stdout)
+	case opts.report != "":
+		return mailReports(ctx, cfg, opts.report, now, stdout, stderr, &notify.Sendmail{Argv: cfg.Notify.Sendmail})
 	case opts.imports:
 		return importFiles(ctx, cfg, opts.files, now, stdout)
 	case opts.notifyTest:
@@ -181,6 +190,7 @@ type options struct {
 	free                      bool
 	usage, format             string // -usage SPAN, -format text|csv|json
 	health                    string // -health SPAN
+	report                    string // -report SPAN
 	imports                   bool   // -import: the arguments are files to record
 	notifyTest                bool
 	files                     []string
@@ -202,6 +212,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.free, "free", false, "")
 	fs.StringVar(&o.usage, "usage", "", "")
 	fs.StringVar(&o.health, "health", "", "")
+	fs.StringVar(&o.report, "report", "", "")
 	fs.StringVar(&o.format, "format", "text", "")
 	by := fs.String("by", "", "")
 	fs.BoolVar(&o.imports, "import", false, "")
@@ -228,13 +239,13 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		return nil, &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), strings.TrimRight(usage, "\n"))}
 	}
 	modes := 0
-	for _, on := range []bool{o.text || o.free, o.usage != "", o.health != "", o.imports, o.notifyTest} {
+	for _, on := range []bool{o.text || o.free, o.usage != "", o.health != "", o.report != "", o.imports, o.notifyTest} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return nil, &cli.UsageError{Msg: "-text (or -free), -usage, -health, -import and -notify-test do different things: use one of them"}
+		return nil, &cli.UsageError{Msg: "-text (or -free), -usage, -health, -report, -import and -notify-test do different things: use one of them"}
 	}
 	if err := o.parseBy(*by); err != nil {
 		return nil, err

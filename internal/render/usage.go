@@ -117,17 +117,24 @@ func spanHistory(cfg *Config, flag, span, examples string) (time.Duration, *hist
 	if !ok || d <= 0 {
 		return 0, nil, &cli.UsageError{Msg: fmt.Sprintf("%s %q: want a span such as %s", flag, span, examples)}
 	}
+	store, err := openHistory(cfg)
+	return d, store, err
+}
+
+// openHistory opens the history a report reads, which must exist; the
+// caller closes it.
+func openHistory(cfg *Config) (*history.Store, error) {
 	if cfg.History.DB == "" {
-		return 0, nil, cli.WithHint(errors.New("history is off ([history] db is empty)"), "set [history] db to a file")
+		return nil, cli.WithHint(errors.New("history is off ([history] db is empty)"), "set [history] db to a file")
 	}
 	if _, err := os.Stat(cfg.History.DB); err != nil {
-		return 0, nil, cli.WithHint(fmt.Errorf("no history at %s", cfg.History.DB), "render records one on every run; or name it in [history] db")
+		return nil, cli.WithHint(fmt.Errorf("no history at %s", cfg.History.DB), "render records one on every run; or name it in [history] db")
 	}
 	store, err := cfg.History.Open()
 	if err != nil {
-		return 0, nil, fmt.Errorf("history %s: %w", cfg.History.DB, err)
+		return nil, fmt.Errorf("history %s: %w", cfg.History.DB, err)
 	}
-	return d, store, nil
+	return store, nil
 }
 
 // usageReport prints every user's GPU-hours over the span back from now.
