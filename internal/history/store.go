@@ -140,16 +140,17 @@ func openableFile(path string) error {
 		}
 	}
 	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	// made in between by another render (O_EXCL fails), it is checked as
+	// any file found; gone again in between, it is made
+	for try := 0; errors.Is(err, fs.ErrNotExist) && try < 3; try++ {
 		// O_EXCL|O_NOFOLLOW: never through a link, never someone's file
-		// made in between; made in between by another render, it is
-		// checked as any file found
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-		if err == nil {
+		// made in between
+		f, cerr := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if cerr == nil {
 			return f.Close()
 		}
-		if !errors.Is(err, fs.ErrExist) {
-			return err
+		if !errors.Is(cerr, fs.ErrExist) {
+			return cerr
 		}
 		fi, err = os.Lstat(path)
 	}
