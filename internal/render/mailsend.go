@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/history"
 	"github.com/gpumon/gpumon/internal/notify"
 )
 
@@ -26,7 +27,7 @@ func mailReports(ctx context.Context, cfg *Config, spanArg string, now time.Time
 		return err
 	}
 	defer store.Close()
-	l, err := store.Ledger(ctx, span.From, span.To)
+	l, err := store.LedgerOf(ctx, span.From, span.To, history.LedgerUsers|history.LedgerJobs) // no hosts: nobody's report
 	if err != nil {
 		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
 	}

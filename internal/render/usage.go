@@ -266,7 +266,7 @@ func usageByReport(ctx context.Context, cfg *Config, span string, by accounting.
 	}
 	defer store.Close()
 	from, to := history.UsageSpan(d, now)
-	l, err := store.Ledger(ctx, from, to)
+	l, err := store.LedgerOf(ctx, from, to, ledgerParts(by))
 	if err != nil {
 		return fmt.Errorf("history %s: %w", cfg.History.DB, err)
 	}
@@ -275,6 +275,18 @@ func usageByReport(ctx context.Context, cfg *Config, span string, by accounting.
 		return noUsage(ctx, stdout, store, from, to, now)
 	}
 	return writeLedger(stdout, l, lines, by, &cfg.Accounting, format)
+}
+
+// ledgerParts is the part of the ledger a report by by reads: a month of
+// a big fleet's jobs is millions of rows that a report by team never needs.
+func ledgerParts(by accounting.By) history.LedgerParts {
+	switch by {
+	case accounting.ByJob:
+		return history.LedgerJobs
+	case accounting.ByHost:
+		return history.LedgerHosts
+	}
+	return history.LedgerUsers
 }
 
 // writeLedger writes the lines of l per by in format (text, csv or json).
