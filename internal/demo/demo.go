@@ -247,6 +247,20 @@ ws-c01 = ws-c01 (Ivan's workstation)
 
 [notify]
 webhook = %s
+
+[accounting]
+currency = EUR
+kwh_price = 0.25
+co2_g_per_kwh = 350
+
+[gpu_hour_prices]
+H100 = 2.10
+A100 = 1.20
+default = 0.50
+
+[teams]
+vision = alice, carol
+nlp = bob, dave, erin
 `, s.reservations, webhook)...)
 	return os.WriteFile(s.config, ini, 0o644)
 }
