@@ -50,6 +50,19 @@ func fleet(hosts int, m float64) *Snapshot {
 	return s
 }
 
+// noSlurmFleet is fleet without Slurm: a lab of SSH hosts, no job rows.
+func noSlurmFleet(hosts int, m float64) *Snapshot {
+	s := fleet(hosts, m)
+	for h := range s.Hosts {
+		for g := range s.Hosts[h].GPUs {
+			for i := range s.Hosts[h].GPUs[g].Holders {
+				s.Hosts[h].GPUs[g].Holders[i].Job, s.Hosts[h].GPUs[g].Holders[i].Account = "", ""
+			}
+		}
+	}
+	return s
+}
+
 // sickFleet is fleet with health problems: 1 GPU in 100 with a remap
 // pending all along, 1 in 200 with an XID warning every other snapshot (an
 // episode ends at every snapshot), 1 in 500 lost.
@@ -80,7 +93,7 @@ func BenchmarkRecord(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		fleet func(hosts int, m float64) *Snapshot
-	}{{"healthy", fleet}, {"sick", sickFleet}} {
+	}{{"healthy", fleet}, {"sick", sickFleet}, {"no-slurm", noSlurmFleet}} {
 		b.Run(bc.name, func(b *testing.B) { benchmarkRecord(b, bc.fleet) })
 	}
 }
