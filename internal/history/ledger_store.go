@@ -12,25 +12,28 @@ import (
 )
 
 // ledgerSchema (schema 3) keeps the accounting per hour: per holder (user,
-// Slurm account, GPU model), per Slurm job, and per host. A snapshot's
+// Slurm account, GPU model), per Slurm job, and per host. A model is a
+// number of the models table in the rows: its name, 20 bytes and more, in
+// millions of rows was a sixth of a year's database. A snapshot's
 // span_hour is the earliest hour its fold wrote to (a span after a gap,
 // a spell that reached idle_after counting the hours before: see
 // replayStart).
 const ledgerSchema = `
+CREATE TABLE IF NOT EXISTS models (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS ledger_users (
-	hour INTEGER NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model TEXT NOT NULL,
+	hour INTEGER NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model INTEGER NOT NULL,
 	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, mem_s REAL NOT NULL, memk_s REAL NOT NULL,
 	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL, idle_s REAL NOT NULL,
 	PRIMARY KEY (hour, user, account, model)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger_jobs (
-	hour INTEGER NOT NULL, job TEXT NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model TEXT NOT NULL,
+	hour INTEGER NOT NULL, job TEXT NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model INTEGER NOT NULL,
 	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, mem_s REAL NOT NULL, memk_s REAL NOT NULL,
 	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL, idle_s REAL NOT NULL,
 	PRIMARY KEY (hour, job, user, account, model)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger_hosts (
-	hour INTEGER NOT NULL, host TEXT NOT NULL, model TEXT NOT NULL,
+	hour INTEGER NOT NULL, host TEXT NOT NULL, model INTEGER NOT NULL,
 	gpu_s REAL NOT NULL, held_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL,
 	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unheld_j REAL NOT NULL,
 	PRIMARY KEY (hour, host, model)
@@ -41,6 +44,10 @@ ALTER TABLE spells ADD COLUMN model TEXT;
 ALTER TABLE spells ADD COLUMN counted INTEGER;
 ALTER TABLE snapshots ADD COLUMN span_hour INTEGER;
 `
+
+// modelName is a ledger row's model's name, in a query of one of its
+// tables.
+const modelName = `coalesce((SELECT name FROM models WHERE id = model), '')`
 
 // figureColumns are a holder row's figures, in Figures' order.
 const figureColumns = `gpu_s, eff_s, effk_s, mem_s, memk_s, energy_j, energyk_s, unres_s, idle_s`
@@ -81,7 +88,11 @@ func (w *writer) applyLedger(eff effects) error {
 	energy, byModel := map[string]float64{}, map[string]float64{}
 	b := w.upserts(`INSERT INTO ledger_users VALUES `, 13, ` ON CONFLICT (hour, user, account, model) DO UPDATE SET `+addFigures)
 	for k, f := range users {
-		if err := b.add(append([]any{k.Hour, k.User, k.Account, k.Model}, figureArgs(f)...)...); err != nil {
+		model, err := w.modelID(k.Model)
+		if err != nil {
+			return err
+		}
+		if err := b.add(append([]any{k.Hour, k.User, k.Account, model}, figureArgs(f)...)...); err != nil {
 			return err
 		}
 		if k.User != IdleJobUser { // the users' counters; the job has its own (kindIdleJob)
@@ -100,7 +111,11 @@ func (w *writer) applyLedger(eff effects) error {
 	}
 	b = w.upserts(`INSERT INTO ledger_jobs VALUES `, 14, ` ON CONFLICT (hour, job, user, account, model) DO UPDATE SET `+addFigures)
 	for k, f := range jobs {
-		if err := b.add(append([]any{k.Hour, k.Job, k.User, k.Account, k.Model}, figureArgs(f)...)...); err != nil {
+		model, err := w.modelID(k.Model)
+		if err != nil {
+			return err
+		}
+		if err := b.add(append([]any{k.Hour, k.Job, k.User, k.Account, model}, figureArgs(f)...)...); err != nil {
 			return err
 		}
 	}
@@ -112,13 +127,52 @@ func (w *writer) applyLedger(eff effects) error {
 		effk_s = effk_s + excluded.effk_s, energy_j = energy_j + excluded.energy_j,
 		energyk_s = energyk_s + excluded.energyk_s, unheld_j = unheld_j + excluded.unheld_j`)
 	for key, r := range eff.Ledger.Hosts {
-		host, _, _, model := splitKey(key)
+		host, _, _, name := splitKey(key)
+		model, err := w.modelID(name)
+		if err != nil {
+			return err
+		}
 		if err := b.add(eff.SpanHour, host, model, r.GPUSeconds, r.HeldSeconds, r.EffSeconds, r.EffKnownSeconds,
 			r.EnergyJ, r.EnergyKnownSeconds, r.UnheldEnergyJ); err != nil {
 			return err
 		}
 	}
 	return b.flush()
+}
+
+// modelID is the number of a model's name in the models table, made if
+// need be.
+func (w *writer) modelID(name string) (int64, error) {
+	if id, ok := w.models[name]; ok {
+		return id, nil
+	}
+	if w.models == nil {
+		w.models = map[string]int64{}
+		rows, err := w.tx.Query(`SELECT id, name FROM models`)
+		if err != nil {
+			return 0, err
+		}
+		for rows.Next() {
+			var id int64
+			var n string
+			if err := rows.Scan(&id, &n); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			w.models[n] = id
+		}
+		rows.Close()
+		if id, ok := w.models[name]; ok {
+			return id, nil
+		}
+	}
+	res, err := w.tx.Exec(`INSERT INTO models (name) VALUES (?)`, name)
+	if err != nil {
+		return 0, err
+	}
+	id, err := res.LastInsertId()
+	w.models[name] = id
+	return id, err
 }
 
 // upsertBatch writes many rows a statement: a statement a row cost three
@@ -209,7 +263,8 @@ func (w *writer) addTotals(kind int, values map[string]float64) error {
 // counters, and the rows themselves.
 func (w *writer) undoLedger(from int64) error {
 	energy, byModel := map[string]float64{}, map[string]float64{}
-	rows, err := w.tx.Query(`SELECT user, model, sum(energy_j), sum(gpu_s) FROM ledger_users WHERE hour > ? GROUP BY user, model`, hourOf(from))
+	rows, err := w.tx.Query(`SELECT user, `+modelName+`, sum(energy_j), sum(gpu_s) FROM ledger_users WHERE hour > ?
+		GROUP BY user, model`, hourOf(from))
 	if err != nil {
 		return err
 	}
@@ -272,13 +327,13 @@ func (s *Store) LedgerOf(ctx context.Context, from, to time.Time, parts LedgerPa
 	lo, hi := hourOf(from.Unix()), to.Unix()
 	users, jobs := map[string]*LedgerRow{}, map[string]*LedgerRow{}
 	if parts&LedgerUsers != 0 {
-		if err := scanLedger(tx, `SELECT user, account, '', model, `+sums(figureColumns)+` FROM ledger_users
+		if err := scanLedger(tx, `SELECT user, account, '', `+modelName+`, `+sums(figureColumns)+` FROM ledger_users
 			WHERE hour >= ? AND hour < ? GROUP BY user, account, model`, users, lo, hi); err != nil {
 			return nil, err
 		}
 	}
 	if parts&LedgerJobs != 0 {
-		if err := scanLedger(tx, `SELECT user, account, job, model, `+sums(figureColumns)+` FROM ledger_jobs
+		if err := scanLedger(tx, `SELECT user, account, job, `+modelName+`, `+sums(figureColumns)+` FROM ledger_jobs
 			WHERE hour >= ? AND hour < ? GROUP BY job, user, account, model`, jobs, lo, hi); err != nil {
 			return nil, err
 		}
@@ -343,9 +398,9 @@ func scanLedger(tx *sql.Tx, q string, into map[string]*LedgerRow, args ...any) e
 }
 
 func hostLedger(tx *sql.Tx, lo, hi int64) ([]HostRow, error) {
-	rows, err := tx.Query(`SELECT host, model, sum(gpu_s), sum(held_s), sum(eff_s), sum(effk_s), sum(energy_j),
+	rows, err := tx.Query(`SELECT host, `+modelName+` AS name, sum(gpu_s), sum(held_s), sum(eff_s), sum(effk_s), sum(energy_j),
 		sum(energyk_s), sum(unheld_j) FROM ledger_hosts WHERE hour >= ? AND hour < ? GROUP BY host, model
-		ORDER BY host, model`, lo, hi)
+		ORDER BY host, name`, lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +511,7 @@ func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error 
 	from30, to := UsageSpan(30*24*time.Hour, now)
 	from7, _ := UsageSpan(7*24*time.Hour, now)
 	from24, _ := UsageSpan(24*time.Hour, now)
-	rows, err := tx.Query(`SELECT user, model,
+	rows, err := tx.Query(`SELECT user, `+modelName+`,
 		sum(energy_j), sum(eff_s), sum(effk_s),
 		sum(CASE WHEN hour >= ? THEN energy_j END), sum(CASE WHEN hour >= ? THEN eff_s END), sum(CASE WHEN hour >= ? THEN effk_s END),
 		sum(CASE WHEN hour >= ? THEN energy_j END), sum(CASE WHEN hour >= ? THEN eff_s END), sum(CASE WHEN hour >= ? THEN effk_s END),

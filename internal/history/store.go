@@ -314,6 +314,8 @@ type writer struct {
 	tx    *sql.Tx
 	p     Params
 	stmts map[string]*sql.Stmt // prepared: closed with the transaction
+	// models are the models table's numbers by name, once read
+	models map[string]int64
 }
 
 // checkpoint is the state saved at time t, or nil if there is none.
