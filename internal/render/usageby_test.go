@@ -164,6 +164,9 @@ func TestUsageByFlags(t *testing.T) {
 		{[]string{"-by", "team"}, "-by goes with -usage"},
 		{[]string{"-health", "7d", "-by", "team"}, "-by goes with -usage"},
 		{[]string{"-usage", "7d", "-by", "group"}, `-by "group": want user, team, job, account, model, host`},
+		{[]string{"-report", "month", "-format", "json"}, "-format goes with -usage or -health"},
+		{[]string{"-format", "csv"}, "-format goes with -usage or -health"},
+		{[]string{"-text", "-format", "text"}, "-format goes with -usage or -health"},
 	} {
 		t.Run(fmt.Sprint(tt.args), func(t *testing.T) {
 			_, err := parseFlags(tt.args, &bytes.Buffer{})
