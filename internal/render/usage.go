@@ -337,15 +337,16 @@ func ledgerColumns(lines []accounting.Line, by accounting.By, c *accounting.Conf
 		hours("effective_gpu_hours", "effective", func(l accounting.Line) float64 { return l.EffHours }),
 		ledgerColumn{csv: "efficiency", text: "eff.", number: true, cell: func(l accounting.Line) (string, string) {
 			return csvNumber(l.Efficiency), efficiencyCell(l.Efficiency) + markSpace(lines, lowEfficiency(c), l, "!")
-		}},
-		hours("idle_held_gpu_hours", "idle-held", func(l accounting.Line) float64 { return l.IdleHeldHours }))
-	unreserved := hours("unreserved_gpu_hours", "", func(l accounting.Line) float64 { return l.UnreservedHours })
-	if slices.ContainsFunc(lines, func(l accounting.Line) bool { return l.UnreservedHours > 0 }) {
-		unreserved.text = "unreserved"
-	}
-	cols = append(cols, unreserved)
+		}})
+	// a host's line has no holder's figures (history.HostRow): a column
+	// of zeros would say nobody held its GPUs idle
 	if by != accounting.ByHost {
-		cols = append(cols, ledgerColumn{csv: "mem_share", cell: func(l accounting.Line) (string, string) {
+		cols = append(cols, hours("idle_held_gpu_hours", "idle-held", func(l accounting.Line) float64 { return l.IdleHeldHours }))
+		unreserved := hours("unreserved_gpu_hours", "", func(l accounting.Line) float64 { return l.UnreservedHours })
+		if slices.ContainsFunc(lines, func(l accounting.Line) bool { return l.UnreservedHours > 0 }) {
+			unreserved.text = "unreserved"
+		}
+		cols = append(cols, unreserved, ledgerColumn{csv: "mem_share", cell: func(l accounting.Line) (string, string) {
 			return csvNumber(l.MemShare), ""
 		}})
 	}
@@ -537,8 +538,8 @@ type ledgerLine struct {
 	HeldHours        *float64 `json:"held_gpu_hours,omitempty"`
 	EffHours         float64  `json:"effective_gpu_hours"`
 	Efficiency       *float64 `json:"efficiency"`
-	IdleHeldHours    float64  `json:"idle_held_gpu_hours"`
-	UnreservedHours  float64  `json:"unreserved_gpu_hours"`
+	IdleHeldHours    *float64 `json:"idle_held_gpu_hours,omitempty"`
+	UnreservedHours  *float64 `json:"unreserved_gpu_hours,omitempty"`
 	MemShare         *float64 `json:"mem_share"`
 	KWh              float64  `json:"kwh"`
 	KWhCoverage      float64  `json:"kwh_coverage"`
@@ -559,9 +560,11 @@ func ledgerJSON(w io.Writer, l *history.Ledger, lines []accounting.Line, by acco
 	out := make([]ledgerLine, 0, len(lines))
 	for _, line := range lines {
 		j := ledgerLine{Key: line.Key, GPUHours: round(line.GPUHours, 6), EffHours: round(line.EffHours, 6),
-			Efficiency: known(line.Efficiency), IdleHeldHours: round(line.IdleHeldHours, 6),
-			UnreservedHours: round(line.UnreservedHours, 6), MemShare: known(line.MemShare),
+			Efficiency: known(line.Efficiency), MemShare: known(line.MemShare),
 			KWh: round(line.KWh, 6), KWhCoverage: round(line.KWhCoverage, 6)}
+		if by != accounting.ByHost { // see ledgerColumns
+			j.IdleHeldHours, j.UnreservedHours = known(line.IdleHeldHours), known(line.UnreservedHours)
+		}
 		if by == accounting.ByJob {
 			j.User, j.Account = &line.User, &line.Account
 		}
