@@ -10,9 +10,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/accounting"
@@ -132,9 +134,38 @@ func openHistory(cfg *Config) (*history.Store, error) {
 	}
 	store, err := cfg.History.Open()
 	if err != nil {
-		return nil, fmt.Errorf("history %s: %w", cfg.History.DB, err)
+		err = fmt.Errorf("history %s: %w", cfg.History.DB, err)
+		if owner := otherOwner(cfg.History.DB, os.Geteuid()); owner != "" {
+			return nil, cli.WithHint(err, "run it as the account that records the history: sudo -u %s render ...", owner)
+		}
+		return nil, err
 	}
 	return store, nil
+}
+
+// otherOwner is the name of the account owning path when that is not
+// euid: root asking for a report of gpumon's history is refused (history
+// opens only its own file), and should be told whose it is. "" when the
+// file is euid's or cannot be read.
+func otherOwner(path string, euid int) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) == euid {
+		return ""
+	}
+	uid := strconv.FormatUint(uint64(st.Uid), 10)
+	if u, err := user.LookupId(uid); err == nil && shellSafe(u.Username) {
+		return u.Username
+	}
+	return "'#" + uid + "'" // sudo's -u #uid
+}
+
+// shellSafe is a name that can be pasted into a shell as it is.
+func shellSafe(name string) bool {
+	return name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == "" && name[0] != '-'
 }
 
 // usageReport prints every user's GPU-hours over the span back from now.
