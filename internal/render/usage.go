@@ -83,6 +83,13 @@ func dateFiles(files []string, now time.Time) ([]datedFile, []error) {
 	var ok []datedFile
 	var errs []error
 	for _, f := range files {
+		// each file is read twice, for its date and to record it: a pipe
+		// would be empty the second time, and opening a FIFO nobody
+		// writes would wait for ever, SIGTERM or not
+		if fi, err := os.Stat(f); err == nil && !fi.Mode().IsRegular() {
+			errs = append(errs, fileError(f, errors.New("not a regular file: -import reads only files")))
+			continue
+		}
 		var newest time.Time
 		_, err := loaddata.StreamFile(f, func(r *loaddata.Row) {
 			if t, err := time.Parse(loaddata.TimeFormat, r.Timestamp); err == nil && t.After(newest) {
