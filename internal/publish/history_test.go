@@ -26,12 +26,23 @@ func TestHistoryFixRefusedFile(t *testing.T) {
 			if err := os.Symlink(db+".real", db); err != nil {
 				t.Fatal(err)
 			}
-		}, "name the file itself"},
+		}, "remove the link"},
 		{"a dangling link", func(t *testing.T, db string) {
 			if err := os.Symlink(db+".nowhere", db); err != nil {
 				t.Fatal(err)
 			}
-		}, "name the file itself"},
+		}, "remove the link"},
+		{"a link in place of its -wal file", func(t *testing.T, db string) {
+			writeFile(t, db, 0o600)
+			if err := os.Symlink("/etc/passwd", db+"-wal"); err != nil {
+				t.Fatal(err)
+			}
+		}, "remove the link"},
+		{"a folder", func(t *testing.T, db string) {
+			if err := os.Mkdir(db, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, "must name a regular file"},
 		{"another account's", func(t *testing.T, db string) {
 			testenv.NeedRoot(t)
 			writeFile(t, db, 0o600)
