@@ -85,6 +85,7 @@ func readAccounting(sec inifile.Section, c *Config) error {
 // default = the price of any other model.
 func readPrices(sec inifile.Section, c *Config) error {
 	lim := inifile.Limits[float64]{Max: maxPrice, Want: "a price per GPU-hour (a number from 0 to 1e6)"}
+	keyOf := map[string]string{} // model words -> the key that gave them
 	for _, k := range sec.Keys() {
 		var price float64
 		if err := sec.Float(k, lim, &price); err != nil {
@@ -101,7 +102,13 @@ func readPrices(sec inifile.Section, c *Config) error {
 		if len(w) == 0 {
 			return sec.ErrorAt(k, "%q in [%s] is not a GPU model: want its name or part of it (e.g. H100)", k, SectionPrices)
 		}
-		c.GPUHourPrices = append(c.GPUHourPrices, ModelPrice{Model: strings.Join(w, " "), PerHour: price})
+		model := strings.Join(w, " ")
+		if first, ok := keyOf[model]; ok {
+			// which price wins would depend on the order of the lines
+			return sec.ErrorAt(k, "%q in [%s] names the same models as %q: give each model one price", k, SectionPrices, first)
+		}
+		keyOf[model] = k
+		c.GPUHourPrices = append(c.GPUHourPrices, ModelPrice{Model: model, PerHour: price})
 	}
 	// the longest key wins: "h100 nvl" is tried before "h100"; keys of
 	// the same length keep the file's order

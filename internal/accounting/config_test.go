@@ -104,6 +104,8 @@ func TestReadErrors(t *testing.T) {
 			file + `:4: default: no price after = in [gpu_hour_prices]`},
 		{"a model of no words", "[accounting]\ncurrency = EUR\n[gpu_hour_prices]\n-- = 1\n",
 			file + `:4: --: "--" in [gpu_hour_prices] is not a GPU model`},
+		{"one model priced twice", "[accounting]\ncurrency = EUR\n[gpu_hour_prices]\nH100 NVL = 2\nh100-nvl = 3\n",
+			file + `:5: h100-nvl: "h100-nvl" in [gpu_hour_prices] names the same models as "h100 nvl"`},
 		{"a negative CO2", "[accounting]\nco2_g_per_kwh = -1\n", file + `:2: co2_g_per_kwh: "-1" is not a number of grams`},
 		{"low efficiency above 100", "[accounting]\nlow_efficiency_pct = 101\n", file + `:2: low_efficiency_pct: "101" is not a percentage`},
 		{"a currency with odd characters", "[accounting]\ncurrency = <b>EUR\n",

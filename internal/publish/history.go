@@ -108,6 +108,16 @@ func historyFix(db string, err error) string {
 	case strings.Contains(msg, "does not exist"), strings.Contains(msg, "may not write"),
 		strings.Contains(msg, "unable to open database file"), errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
 		return "check that the folder of [history] db exists and that this user may write there"
+	// the files history refuses to open: moving one aside would throw a
+	// sound history away
+	case strings.Contains(msg, "not by this account"):
+		return "the history is unharmed: run render as the account that owns it (the one cron runs render as), or chown the database and its -wal and -shm files to this account"
+	case strings.Contains(msg, "others may read who used what"):
+		return "the history is unharmed: chmod 600 it (and its -wal and -shm files), as the error says"
+	case strings.Contains(msg, "not a regular file (a symbolic link)"):
+		return "history follows no link: name the file itself in [history] db, or remove the link"
+	case strings.Contains(msg, "not a regular file"):
+		return "[history] db must name a regular file: move what is there away, or name another path"
 	case strings.Contains(msg, "readonly database"), strings.Contains(msg, "read-only file system"):
 		return "this user cannot write the database (read-only or immutable file, or a read-only file system)"
 	}

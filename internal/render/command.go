@@ -250,6 +250,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	if err := o.parseBy(*by); err != nil {
 		return nil, err
 	}
+	if err := o.checkFormat(fs); err != nil {
+		return nil, err
+	}
 	switch o.format {
 	case "text", "csv", "json":
 	default:
@@ -274,6 +277,17 @@ func (o *options) parseBy(by string) error {
 	var err error
 	if o.by, err = accounting.ParseBy(by); err != nil {
 		return &cli.UsageError{Msg: "-by " + err.Error()}
+	}
+	return nil
+}
+
+// checkFormat refuses -format where it is not read: render -report month
+// -format json would mail every user instead of printing anything.
+func (o *options) checkFormat(fs *flag.FlagSet) error {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "format" })
+	if set && o.usage == "" && o.health == "" {
+		return &cli.UsageError{Msg: "-format goes with -usage or -health: render -usage SPAN -format " + o.format}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,6 +141,39 @@ func TestImport(t *testing.T) {
 	var u struct{ Users []usageRow }
 	if err := json.Unmarshal([]byte(out), &u); err != nil || len(u.Users) < 2 || u.Users[0].GPUHours != 1 {
 		t.Errorf("usage after import: %v %s", err, out)
+	}
+}
+
+// -import names what is not a file, and goes on with the others: a FIFO
+// nobody writes would block it for ever, SIGTERM or not.
+func TestImportNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n"), 0o644)
+	fifo := filepath.Join(dir, "fifo.csv")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	csv := csvAt(t, dir, 0)
+	done := make(chan struct{})
+	var out, stderr string
+	var err error
+	go func() {
+		defer close(done)
+		out, stderr, err = renderMain(t, "-c", ini, "-import", fifo, dir, csv)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("render -import of a FIFO still waits after a minute")
+	}
+	for _, want := range []string{fifo + ": not a regular file", dir + ": not a regular file"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if err == nil || !strings.Contains(out, "1 recorded, 0 already recorded, 2 failed") {
+		t.Errorf("import: %v, said %q", err, out)
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/mail"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,5 +342,76 @@ func TestReportCommand(t *testing.T) {
 	stdout, stderr, err := renderMainAt(t, func() time.Time { return midnight.AddDate(0, 0, 3) }, "-c", ini, "-report", "1d")
 	if err != nil || !strings.HasPrefix(stdout, "render: no GPU-hours from ") {
 		t.Errorf("-report 1d of a day without GPU-hours: %v\n%s%s", err, stdout, stderr)
+	}
+}
+
+// Two -report runs at once (cron's and an admin's) send each mail once:
+// a run claims a mail before sending it. Run B here runs whole while run
+// A is handing its first mail over. A claim of a run that stopped goes
+// stale and is taken over.
+func TestReportTwoRunsAtOnce(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "history.db")
+	ctx := context.Background()
+	logOf := func() sentLog {
+		t.Helper()
+		store, err := history.Open(db, history.Params{}, 24*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		log, err := openSentLog(ctx, store.DB())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return log
+	}
+	logA, logB := logOf(), logOf()
+	c := ledgerConfig()
+	c.Teams = []accounting.Team{{Name: "vision", Members: []string{"carol", "dave"}, Lead: "lead@lab.example"}}
+	mails := reportMails(reportLedger(), c, notify.Targets{UserDomain: "example.org"}, reportSpanFixture)
+	target := &fakeMail{}
+	sendTo := func(ctx context.Context, m reportMail) error {
+		return target.Send(ctx, reportItem(m, notify.Targets{}, "", time.Now()))
+	}
+	var outB strings.Builder
+	runB := sync.OnceFunc(func() {
+		if err := sendReports(ctx, logB, reportSpanFixture, mails, sendTo, time.Now(), &outB, io.Discard); err != nil {
+			t.Errorf("run B: %v", err)
+		}
+	})
+	sendA := func(ctx context.Context, m reportMail) error {
+		runB()
+		return sendTo(ctx, m)
+	}
+	var outA strings.Builder
+	if err := sendReports(ctx, logA, reportSpanFixture, mails, sendA, time.Now(), &outA, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if len(target.accepted) != len(mails) {
+		t.Errorf("%d mails for %d reports:\n%s\nrun A:\n%s\nrun B:\n%s",
+			len(target.accepted), len(mails), strings.Join(target.accepted, "\n"), outA.String(), outB.String())
+	}
+	if !strings.Contains(outB.String(), "already sent  user carol (by another render -report)") {
+		t.Errorf("run B does not say run A has carol's mail:\n%s", outB.String())
+	}
+
+	next := reportSpanFixture
+	next.From, next.To = next.To, next.To.AddDate(0, 1, 0)
+	for i, m := range mails {
+		at := time.Now() // a run sending now
+		if i == 0 {
+			at = at.Add(-2 * claimStale) // a run that stopped
+		}
+		if ok, err := logA.claim(ctx, next, m, at); !ok || err != nil {
+			t.Fatalf("claim %s: %v, %v", m.Recipient, ok, err)
+		}
+	}
+	target.accepted = nil
+	var out strings.Builder
+	if err := sendReports(ctx, logB, next, mails, sendTo, time.Now(), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if len(target.accepted) != 1 || !strings.HasPrefix(out.String(), "sent          "+clean(mails[0].Recipient, 80)) {
+		t.Errorf("with a stale claim and fresh ones, sent %q:\n%s", target.accepted, out.String())
 	}
 }

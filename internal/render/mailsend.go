@@ -63,8 +63,9 @@ func reportItem(m reportMail, t notify.Targets, host string, now time.Time) noti
 
 // sendReports sends the mails not sent yet for the span, each recorded
 // once its target accepted it: a run after a partial failure sends only
-// what is missing. Each recipient gets a line on stdout, then the counts;
-// the error, when any mail failed, makes cron mail the output.
+// what is missing, and two runs at once send each mail once. Each
+// recipient gets a line on stdout, then the counts; the error, when any
+// mail failed, makes cron mail the output.
 func sendReports(ctx context.Context, log sentLog, span mailSpan, mails []reportMail,
 	send func(context.Context, reportMail) error, now time.Time, stdout, stderr io.Writer) error {
 	var sent, already, skipped int
@@ -72,6 +73,20 @@ func sendReports(ctx context.Context, log sentLog, span mailSpan, mails []report
 	for _, m := range mails {
 		who := clean(m.Recipient, 80)
 		done, err := log.sent(ctx, span, m.Recipient)
+		if err == nil && !done && m.Skip == "" {
+			switch taken, err := sendOnce(ctx, log, span, m, send, now); {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("%s: %w", who, err))
+				fmt.Fprintf(stdout, "failed        %s <%s>: %v\n", who, m.To, err)
+			case taken:
+				already++
+				fmt.Fprintf(stdout, "already sent  %s (by another render -report)\n", who)
+			default:
+				sent++
+				fmt.Fprintf(stdout, "sent          %s <%s>\n", who, m.To)
+			}
+			continue
+		}
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -79,22 +94,10 @@ func sendReports(ctx context.Context, log sentLog, span mailSpan, mails []report
 		case done:
 			already++
 			fmt.Fprintf(stdout, "already sent  %s\n", who)
-		case m.Skip != "":
+		default:
 			skipped++
 			fmt.Fprintf(stdout, "skipped       %s: %s\n", who, m.Skip)
 			fmt.Fprintf(stderr, "render: %s is not mailed a report: %s\n", who, m.Skip)
-		default:
-			err := send(ctx, m)
-			if err == nil {
-				err = log.mark(ctx, span, m, now)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", who, err))
-				fmt.Fprintf(stdout, "failed        %s <%s>: %v\n", who, m.To, err)
-				continue
-			}
-			sent++
-			fmt.Fprintf(stdout, "sent          %s <%s>\n", who, m.To)
 		}
 	}
 	fmt.Fprintf(stdout, "render: %d sent, %d already sent, %d skipped, %d failed\n", sent, already, skipped, len(errs))
@@ -103,6 +106,22 @@ func sendReports(ctx context.Context, log sentLog, span mailSpan, mails []report
 	}
 	errs[len(errs)-1] = cli.WithHint(errs[len(errs)-1], "run the same -report again: it sends only the reports not sent")
 	return cli.Join(errs...)
+}
+
+// sendOnce sends m unless another run claimed it first (taken: it sends
+// it, or has); a claim is dropped when the mail fails, and recorded as
+// sent when its target accepts it.
+func sendOnce(ctx context.Context, log sentLog, span mailSpan, m reportMail,
+	send func(context.Context, reportMail) error, now time.Time) (taken bool, err error) {
+	claimed, err := log.claim(ctx, span, m, time.Now())
+	if err != nil || !claimed {
+		return !claimed, err
+	}
+	if err := send(ctx, m); err != nil {
+		log.release(ctx, span, m)
+		return false, err
+	}
+	return false, log.mark(ctx, span, m, now)
 }
 
 // sentLog is the record of the reports sent, a table of the history
@@ -127,23 +146,51 @@ func openSentLog(ctx context.Context, db *sql.DB) (sentLog, error) {
 	return sentLog{db: db}, nil
 }
 
+// A row of report_mails is a mail sent (sent: its time, above 0) or one
+// a run is sending (sent: minus the time of its claim). A claim older than
+// claimStale is of a run that stopped before the mail went: another run
+// takes it over.
+const claimStale = 5 * time.Minute
+
 // sent reports whether the span's report to recipient was sent.
 func (s sentLog) sent(ctx context.Context, span mailSpan, recipient string) (bool, error) {
-	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT 1 FROM report_mails WHERE span_from = ? AND span_to = ? AND recipient = ?`,
-		span.From.Unix(), span.To.Unix(), recipient).Scan(&n)
+	var at int64
+	err := s.db.QueryRowContext(ctx, `SELECT sent FROM report_mails WHERE span_from = ? AND span_to = ? AND recipient = ?`,
+		span.From.Unix(), span.To.Unix(), recipient).Scan(&at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("reports sent: %w", err)
 	}
-	return true, nil
+	return at > 0, nil
+}
+
+// claim takes m's sending for this run, at: false when another run has
+// it, or sent it since sent was asked.
+func (s sentLog) claim(ctx context.Context, span mailSpan, m reportMail, at time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `INSERT INTO report_mails (span_from, span_to, recipient, address, sent) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (span_from, span_to, recipient) DO UPDATE SET address = excluded.address, sent = excluded.sent
+		WHERE report_mails.sent < 0 AND -report_mails.sent < ?`,
+		span.From.Unix(), span.To.Unix(), m.Recipient, m.To, -at.Unix(), at.Add(-claimStale).Unix())
+	if err != nil {
+		return false, fmt.Errorf("reports sent: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// release drops a claim whose mail failed, so that the next run sends it.
+func (s sentLog) release(ctx context.Context, span mailSpan, m reportMail) {
+	// best effort: a claim left goes stale
+	s.db.ExecContext(ctx, `DELETE FROM report_mails WHERE span_from = ? AND span_to = ? AND recipient = ? AND sent < 0`,
+		span.From.Unix(), span.To.Unix(), m.Recipient)
 }
 
 // mark records m as sent: its target accepted it.
 func (s sentLog) mark(ctx context.Context, span mailSpan, m reportMail, now time.Time) error {
-	_, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO report_mails (span_from, span_to, recipient, address, sent) VALUES (?, ?, ?, ?, ?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO report_mails (span_from, span_to, recipient, address, sent) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (span_from, span_to, recipient) DO UPDATE SET address = excluded.address, sent = excluded.sent`,
 		span.From.Unix(), span.To.Unix(), m.Recipient, m.To, now.Unix())
 	if err != nil {
 		return cli.WithHint(fmt.Errorf("sent, but not recorded as sent: %w", err), "the next run sends it again")

@@ -10,9 +10,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/accounting"
@@ -81,6 +83,13 @@ func dateFiles(files []string, now time.Time) ([]datedFile, []error) {
 	var ok []datedFile
 	var errs []error
 	for _, f := range files {
+		// each file is read twice, for its date and to record it: a pipe
+		// would be empty the second time, and opening a FIFO nobody
+		// writes would wait for ever, SIGTERM or not
+		if fi, err := os.Stat(f); err == nil && !fi.Mode().IsRegular() {
+			errs = append(errs, fileError(f, errors.New("not a regular file: -import reads only files")))
+			continue
+		}
 		var newest time.Time
 		_, err := loaddata.StreamFile(f, func(r *loaddata.Row) {
 			if t, err := time.Parse(loaddata.TimeFormat, r.Timestamp); err == nil && t.After(newest) {
@@ -132,9 +141,38 @@ func openHistory(cfg *Config) (*history.Store, error) {
 	}
 	store, err := cfg.History.Open()
 	if err != nil {
-		return nil, fmt.Errorf("history %s: %w", cfg.History.DB, err)
+		err = fmt.Errorf("history %s: %w", cfg.History.DB, err)
+		if owner := otherOwner(cfg.History.DB, os.Geteuid()); owner != "" {
+			return nil, cli.WithHint(err, "run it as the account that records the history: sudo -u %s render ...", owner)
+		}
+		return nil, err
 	}
 	return store, nil
+}
+
+// otherOwner is the name of the account owning path when that is not
+// euid: root asking for a report of gpumon's history is refused (history
+// opens only its own file), and should be told whose it is. "" when the
+// file is euid's or cannot be read.
+func otherOwner(path string, euid int) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) == euid {
+		return ""
+	}
+	uid := strconv.FormatUint(uint64(st.Uid), 10)
+	if u, err := user.LookupId(uid); err == nil && shellSafe(u.Username) {
+		return u.Username
+	}
+	return "'#" + uid + "'" // sudo's -u #uid
+}
+
+// shellSafe is a name that can be pasted into a shell as it is.
+func shellSafe(name string) bool {
+	return name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == "" && name[0] != '-'
 }
 
 // usageReport prints every user's GPU-hours over the span back from now.
@@ -337,15 +375,16 @@ func ledgerColumns(lines []accounting.Line, by accounting.By, c *accounting.Conf
 		hours("effective_gpu_hours", "effective", func(l accounting.Line) float64 { return l.EffHours }),
 		ledgerColumn{csv: "efficiency", text: "eff.", number: true, cell: func(l accounting.Line) (string, string) {
 			return csvNumber(l.Efficiency), efficiencyCell(l.Efficiency) + markSpace(lines, lowEfficiency(c), l, "!")
-		}},
-		hours("idle_held_gpu_hours", "idle-held", func(l accounting.Line) float64 { return l.IdleHeldHours }))
-	unreserved := hours("unreserved_gpu_hours", "", func(l accounting.Line) float64 { return l.UnreservedHours })
-	if slices.ContainsFunc(lines, func(l accounting.Line) bool { return l.UnreservedHours > 0 }) {
-		unreserved.text = "unreserved"
-	}
-	cols = append(cols, unreserved)
+		}})
+	// a host's line has no holder's figures (history.HostRow): a column
+	// of zeros would say nobody held its GPUs idle
 	if by != accounting.ByHost {
-		cols = append(cols, ledgerColumn{csv: "mem_share", cell: func(l accounting.Line) (string, string) {
+		cols = append(cols, hours("idle_held_gpu_hours", "idle-held", func(l accounting.Line) float64 { return l.IdleHeldHours }))
+		unreserved := hours("unreserved_gpu_hours", "", func(l accounting.Line) float64 { return l.UnreservedHours })
+		if slices.ContainsFunc(lines, func(l accounting.Line) bool { return l.UnreservedHours > 0 }) {
+			unreserved.text = "unreserved"
+		}
+		cols = append(cols, unreserved, ledgerColumn{csv: "mem_share", cell: func(l accounting.Line) (string, string) {
 			return csvNumber(l.MemShare), ""
 		}})
 	}
@@ -537,8 +576,8 @@ type ledgerLine struct {
 	HeldHours        *float64 `json:"held_gpu_hours,omitempty"`
 	EffHours         float64  `json:"effective_gpu_hours"`
 	Efficiency       *float64 `json:"efficiency"`
-	IdleHeldHours    float64  `json:"idle_held_gpu_hours"`
-	UnreservedHours  float64  `json:"unreserved_gpu_hours"`
+	IdleHeldHours    *float64 `json:"idle_held_gpu_hours,omitempty"`
+	UnreservedHours  *float64 `json:"unreserved_gpu_hours,omitempty"`
 	MemShare         *float64 `json:"mem_share"`
 	KWh              float64  `json:"kwh"`
 	KWhCoverage      float64  `json:"kwh_coverage"`
@@ -559,9 +598,11 @@ func ledgerJSON(w io.Writer, l *history.Ledger, lines []accounting.Line, by acco
 	out := make([]ledgerLine, 0, len(lines))
 	for _, line := range lines {
 		j := ledgerLine{Key: line.Key, GPUHours: round(line.GPUHours, 6), EffHours: round(line.EffHours, 6),
-			Efficiency: known(line.Efficiency), IdleHeldHours: round(line.IdleHeldHours, 6),
-			UnreservedHours: round(line.UnreservedHours, 6), MemShare: known(line.MemShare),
+			Efficiency: known(line.Efficiency), MemShare: known(line.MemShare),
 			KWh: round(line.KWh, 6), KWhCoverage: round(line.KWhCoverage, 6)}
+		if by != accounting.ByHost { // see ledgerColumns
+			j.IdleHeldHours, j.UnreservedHours = known(line.IdleHeldHours), known(line.UnreservedHours)
+		}
 		if by == accounting.ByJob {
 			j.User, j.Account = &line.User, &line.Account
 		}

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +167,9 @@ func TestUsageByFlags(t *testing.T) {
 		{[]string{"-by", "team"}, "-by goes with -usage"},
 		{[]string{"-health", "7d", "-by", "team"}, "-by goes with -usage"},
 		{[]string{"-usage", "7d", "-by", "group"}, `-by "group": want user, team, job, account, model, host`},
+		{[]string{"-report", "month", "-format", "json"}, "-format goes with -usage or -health"},
+		{[]string{"-format", "csv"}, "-format goes with -usage or -health"},
+		{[]string{"-text", "-format", "text"}, "-format goes with -usage or -health"},
 	} {
 		t.Run(fmt.Sprint(tt.args), func(t *testing.T) {
 			_, err := parseFlags(tt.args, &bytes.Buffer{})
@@ -182,5 +188,39 @@ func TestUsageByFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-h"}, &bytes.Buffer{}); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
+	}
+}
+
+// A report of a history another account owns is refused by history; the
+// hint names that account, in a form a shell takes as it is.
+func TestOtherOwner(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "history.db")
+	if err := os.WriteFile(db, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	me := os.Geteuid()
+	want := "'#" + strconv.Itoa(me) + "'"
+	if u, err := user.LookupId(strconv.Itoa(me)); err == nil && shellSafe(u.Username) {
+		want = u.Username
+	}
+	for _, tt := range []struct {
+		name, path string
+		euid       int
+		want       string
+	}{
+		{"own file", db, me, ""},
+		{"another account's", db, me + 1, want},
+		{"no file", db + ".nope", me + 1, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := otherOwner(tt.path, tt.euid); got != tt.want {
+				t.Errorf("otherOwner(%s, %d) = %q; want %q", tt.path, tt.euid, got, tt.want)
+			}
+		})
+	}
+	for name, want := range map[string]bool{"gpumon": true, "svc.gpu-1": true, "": false, "-oQ": false, "a b": false, "x;rm": false, "é": false} {
+		if got := shellSafe(name); got != want {
+			t.Errorf("shellSafe(%q) = %v; want %v", name, got, want)
+		}
 	}
 }
