@@ -505,33 +505,32 @@ func (sp *Spell) heldIn(from, to time.Time) float64 {
 	return float64(b-a) * sp.GPUSeconds() / float64(end-sp.Start)
 }
 
-// userLedger adds to the users each window's kWh and efficiency, and
-// to sum the last 30 days' figures per model: one pass over the hours.
+// userLedger adds to the users each window's kWh, efficiency and
+// idle-held hours, and to sum the last 30 days' figures per model and per
+// user and model: one pass over the hours, each hour in the bucket of the
+// shortest window that holds it (2: 24h, 1: 7d, 0: 30d only).
 func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error {
 	from30, to := UsageSpan(30*24*time.Hour, now)
 	from7, _ := UsageSpan(7*24*time.Hour, now)
 	from24, _ := UsageSpan(24*time.Hour, now)
-	rows, err := tx.Query(`SELECT user, `+modelName+`,
-		sum(energy_j), sum(eff_s), sum(effk_s),
-		sum(CASE WHEN hour >= ? THEN energy_j END), sum(CASE WHEN hour >= ? THEN eff_s END), sum(CASE WHEN hour >= ? THEN effk_s END),
-		sum(CASE WHEN hour >= ? THEN energy_j END), sum(CASE WHEN hour >= ? THEN eff_s END), sum(CASE WHEN hour >= ? THEN effk_s END),
-		`+sums(figureColumns)+`
-		FROM ledger_users WHERE hour >= ? AND hour < ? GROUP BY user, model`,
-		from7.Unix(), from7.Unix(), from7.Unix(), from24.Unix(), from24.Unix(), from24.Unix(), from30.Unix(), to.Unix())
+	rows, err := tx.Query(`SELECT user, `+modelName+`, (hour >= ?) + (hour >= ?) AS b,
+		sum(gpu_s), sum(eff_s), sum(effk_s), sum(energy_j), sum(energyk_s), sum(idle_s)
+		FROM ledger_users WHERE hour >= ? AND hour < ? GROUP BY user, model, b`,
+		from7.Unix(), from24.Unix(), from30.Unix(), to.Unix())
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	type acc struct{ j, eff, known float64 }
-	per := map[string]map[string]*acc{} // user → window → sums
+	type acc struct{ j, eff, known, idle float64 }
+	windows := [3]string{"30d", "7d", "24h"}
+	per := map[string]*[3]acc{} // user → window → sums
 	sum.Models30d, sum.UserModels30d = map[string]Figures{}, map[string]map[string]Figures{}
 	for rows.Next() {
 		var user, model string
-		var w [3]struct{ j, eff, known sql.NullFloat64 }
+		var b int
 		var f Figures
-		if err := rows.Scan(&user, &model, &w[0].j, &w[0].eff, &w[0].known, &w[1].j, &w[1].eff, &w[1].known,
-			&w[2].j, &w[2].eff, &w[2].known, &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds, &f.MemSeconds,
-			&f.MemKnownSeconds, &f.EnergyJ, &f.EnergyKnownSeconds, &f.UnreservedSeconds, &f.IdleHeldSeconds); err != nil {
+		if err := rows.Scan(&user, &model, &b, &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds, &f.EnergyJ,
+			&f.EnergyKnownSeconds, &f.IdleHeldSeconds); err != nil {
 			return err
 		}
 		m := sum.Models30d[model]
@@ -547,13 +546,11 @@ func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error 
 		um.Add(f)
 		sum.UserModels30d[user][model] = um
 		if per[user] == nil {
-			per[user] = map[string]*acc{"30d": {}, "7d": {}, "24h": {}}
+			per[user] = &[3]acc{}
 		}
-		for i, name := range []string{"30d", "7d", "24h"} {
-			a := per[user][name]
-			a.j += w[i].j.Float64
-			a.eff += w[i].eff.Float64
-			a.known += w[i].known.Float64
+		for i := 0; i <= b && i < len(windows); i++ { // an hour of the 24h is in 7d and 30d too
+			a := &per[user][i]
+			a.j, a.eff, a.known, a.idle = a.j+f.EnergyJ, a.eff+f.EffSeconds, a.known+f.EffKnownSeconds, a.idle+f.IdleHeldSeconds
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -561,8 +558,10 @@ func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error 
 	}
 	for user, ws := range per {
 		u := users.get(user)
-		for name, a := range ws {
+		for i, name := range windows {
+			a := ws[i]
 			u.KWh[name] = a.j / 3.6e6
+			u.IdleHours[name] += a.idle / 3600
 			u.Efficiency[name] = math.NaN()
 			if a.known > 0 {
 				u.Efficiency[name] = a.eff / a.known

@@ -54,6 +54,9 @@ type Summary struct {
 	// Models30d are the last 30 days' figures per GPU model (whole hours,
 	// as UsageSpan), every holder together: for the page's cost line;
 	// UserModels30d the same per user and model (idlemon's job left out).
+	// Of Figures they hold the GPU-seconds, effective ones, energy and
+	// idle-held GPU-seconds, not the memory and unreserved ones (a month
+	// of a big fleet's hours is read on every run).
 	Models30d     map[string]Figures
 	UserModels30d map[string]map[string]Figures
 }
@@ -272,12 +275,10 @@ func (s *Store) userHours(tx *sql.Tx, st *foldState, sum *Summary, now time.Time
 		for u, sec := range gpu {
 			users.get(u).GPUHours[w.Name] = sec / 3600
 		}
-		idle, err := s.idleSeconds(tx, st, from, to)
+		// idle-held spells of an older store; the ledger's are userLedger's
+		err = s.eachUncounted(tx, st, from, to, func(u string, sec float64) { users.get(u).IdleHours[w.Name] += sec / 3600 })
 		if err != nil {
 			return nil, err
-		}
-		for u, sec := range idle {
-			users.get(u).IdleHours[w.Name] = sec / 3600
 		}
 	}
 	if err := userLedger(tx, users, sum, now); err != nil {
