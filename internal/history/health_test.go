@@ -276,7 +276,7 @@ func TestUpgradeFromSchema1(t *testing.T) {
 }
 
 // undoSchema3 takes a database back to schema 2: no accounting.
-const undoSchema3 = `DROP TABLE models; DROP TABLE ledger_users; DROP TABLE ledger_jobs; DROP TABLE ledger_hosts;
+const undoSchema3 = `DROP TABLE models; DROP TABLE ledger_users; DROP TABLE ledger_days; DROP TABLE ledger_jobs; DROP TABLE ledger_hosts;
 	ALTER TABLE spells DROP COLUMN account; ALTER TABLE spells DROP COLUMN job; ALTER TABLE spells DROP COLUMN model;
 	ALTER TABLE spells DROP COLUMN counted; ALTER TABLE snapshots DROP COLUMN span_hour;`
 

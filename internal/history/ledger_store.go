@@ -17,7 +17,9 @@ import (
 // millions of rows was a sixth of a year's database. A snapshot's
 // span_hour is the earliest hour its fold wrote to (a span after a gap,
 // a spell that reached idle_after counting the hours before: see
-// replayStart).
+// replayStart). ledger_days is ledger_users per UTC day, user and model,
+// for the page's 30 days, which read 300,000 hourly rows at every run of
+// a 1,000-host fleet.
 const ledgerSchema = `
 CREATE TABLE IF NOT EXISTS models (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS ledger_users (
@@ -25,6 +27,12 @@ CREATE TABLE IF NOT EXISTS ledger_users (
 	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, mem_s REAL NOT NULL, memk_s REAL NOT NULL,
 	energy_j REAL NOT NULL, energyk_s REAL NOT NULL, unres_s REAL NOT NULL, idle_s REAL NOT NULL,
 	PRIMARY KEY (hour, user, account, model)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger_days (
+	day INTEGER NOT NULL, user TEXT NOT NULL, model INTEGER NOT NULL,
+	gpu_s REAL NOT NULL, eff_s REAL NOT NULL, effk_s REAL NOT NULL, energy_j REAL NOT NULL, energyk_s REAL NOT NULL,
+	idle_s REAL NOT NULL,
+	PRIMARY KEY (day, user, model)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger_jobs (
 	hour INTEGER NOT NULL, job TEXT NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL, model INTEGER NOT NULL,
@@ -103,6 +111,9 @@ func (w *writer) applyLedger(eff effects) error {
 	if err := b.flush(); err != nil {
 		return err
 	}
+	if err := w.addDays(users); err != nil {
+		return err
+	}
 	if err := w.addTotals(kindEnergy, energy); err != nil {
 		return err
 	}
@@ -134,6 +145,41 @@ func (w *writer) applyLedger(eff effects) error {
 		}
 		if err := b.add(eff.SpanHour, host, model, r.GPUSeconds, r.HeldSeconds, r.EffSeconds, r.EffKnownSeconds,
 			r.EnergyJ, r.EnergyKnownSeconds, r.UnheldEnergyJ); err != nil {
+			return err
+		}
+	}
+	return b.flush()
+}
+
+// dayOf is the start of t's UTC day.
+func dayOf(t int64) int64 { return t - ((t%86400)+86400)%86400 }
+
+// dayColumns are ledger_days' figures.
+const dayColumns = `gpu_s, eff_s, effk_s, energy_j, energyk_s, idle_s`
+
+// addDays adds the holders' figures to their days.
+func (w *writer) addDays(users map[idleKey]Figures) error {
+	type dayKey struct {
+		day         int64
+		user, model string
+	}
+	days := map[dayKey]Figures{}
+	for k, f := range users {
+		d := dayKey{dayOf(k.Hour), k.User, k.Model}
+		sum := days[d]
+		sum.Add(f)
+		days[d] = sum
+	}
+	b := w.upserts(`INSERT INTO ledger_days VALUES `, 9, ` ON CONFLICT (day, user, model) DO UPDATE SET
+		gpu_s = gpu_s + excluded.gpu_s, eff_s = eff_s + excluded.eff_s, effk_s = effk_s + excluded.effk_s,
+		energy_j = energy_j + excluded.energy_j, energyk_s = energyk_s + excluded.energyk_s, idle_s = idle_s + excluded.idle_s`)
+	for d, f := range days {
+		model, err := w.modelID(d.model)
+		if err != nil {
+			return err
+		}
+		if err := b.add(d.day, d.user, model, f.GPUSeconds, f.EffSeconds, f.EffKnownSeconds, f.EnergyJ,
+			f.EnergyKnownSeconds, f.IdleHeldSeconds); err != nil {
 			return err
 		}
 	}
@@ -288,6 +334,20 @@ func (w *writer) undoLedger(from int64) error {
 				return err
 			}
 		}
+	}
+	// from's day keeps what its hours up to from's added: the rest of
+	// it is taken out, the days after dropped
+	if _, err := w.tx.Exec(`UPDATE ledger_days SET (gpu_s, eff_s, effk_s, energy_j, energyk_s, idle_s) = (
+		SELECT ledger_days.gpu_s - sum(u.gpu_s), ledger_days.eff_s - sum(u.eff_s), ledger_days.effk_s - sum(u.effk_s),
+			ledger_days.energy_j - sum(u.energy_j), ledger_days.energyk_s - sum(u.energyk_s), ledger_days.idle_s - sum(u.idle_s)
+		FROM ledger_users u WHERE u.hour > ?1 AND u.hour < ?2 AND u.user = ledger_days.user AND u.model = ledger_days.model)
+		WHERE day = ?3 AND EXISTS (SELECT 1 FROM ledger_users u WHERE u.hour > ?1 AND u.hour < ?2
+			AND u.user = ledger_days.user AND u.model = ledger_days.model)`,
+		hourOf(from), dayOf(from)+86400, dayOf(from)); err != nil {
+		return err
+	}
+	if _, err := w.tx.Exec(`DELETE FROM ledger_days WHERE day > ?`, dayOf(from)); err != nil {
+		return err
 	}
 	for _, table := range []string{"ledger_users", "ledger_jobs", "ledger_hosts"} {
 		if _, err := w.tx.Exec(`DELETE FROM `+table+` WHERE hour > ?`, hourOf(from)); err != nil {
@@ -507,68 +567,99 @@ func (sp *Spell) heldIn(from, to time.Time) float64 {
 
 // userLedger adds to the users each window's kWh, efficiency and
 // idle-held hours, and to sum the last 30 days' figures per model and per
-// user and model: one pass over the hours, each hour in the bucket of the
-// shortest window that holds it (2: 24h, 1: 7d, 0: 30d only).
+// user and model.
 func userLedger(tx *sql.Tx, users userTable, sum *Summary, now time.Time) error {
-	from30, to := UsageSpan(30*24*time.Hour, now)
-	from7, _ := UsageSpan(7*24*time.Hour, now)
-	from24, _ := UsageSpan(24*time.Hour, now)
-	rows, err := tx.Query(`SELECT user, `+modelName+`, (hour >= ?) + (hour >= ?) AS b,
-		sum(gpu_s), sum(eff_s), sum(effk_s), sum(energy_j), sum(energyk_s), sum(idle_s)
-		FROM ledger_users WHERE hour >= ? AND hour < ? GROUP BY user, model, b`,
-		from7.Unix(), from24.Unix(), from30.Unix(), to.Unix())
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	type acc struct{ j, eff, known, idle float64 }
-	windows := [3]string{"30d", "7d", "24h"}
-	per := map[string]*[3]acc{} // user → window → sums
 	sum.Models30d, sum.UserModels30d = map[string]Figures{}, map[string]map[string]Figures{}
-	for rows.Next() {
-		var user, model string
-		var b int
-		var f Figures
-		if err := rows.Scan(&user, &model, &b, &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds, &f.EnergyJ,
-			&f.EnergyKnownSeconds, &f.IdleHeldSeconds); err != nil {
+	for _, w := range windows {
+		from, to := UsageSpan(w.Span, now)
+		figs, err := windowLedger(tx, from.Unix(), to.Unix())
+		if err != nil {
 			return err
 		}
-		m := sum.Models30d[model]
-		m.Add(f)
-		sum.Models30d[model] = m
-		if user == IdleJobUser { // not a user: Usage and the counters keep it apart
-			continue
-		}
-		if sum.UserModels30d[user] == nil {
-			sum.UserModels30d[user] = map[string]Figures{}
-		}
-		um := sum.UserModels30d[user][model]
-		um.Add(f)
-		sum.UserModels30d[user][model] = um
-		if per[user] == nil {
-			per[user] = &[3]acc{}
-		}
-		for i := 0; i <= b && i < len(windows); i++ { // an hour of the 24h is in 7d and 30d too
-			a := &per[user][i]
+		type acc struct{ j, eff, known, idle float64 }
+		per := map[string]*acc{}
+		for k, f := range figs {
+			user, model := k[0], k[1]
+			if w.Name == "30d" {
+				m := sum.Models30d[model]
+				m.Add(f)
+				sum.Models30d[model] = m
+			}
+			if user == IdleJobUser { // not a user: Usage and the counters keep it apart
+				continue
+			}
+			if w.Name == "30d" {
+				if sum.UserModels30d[user] == nil {
+					sum.UserModels30d[user] = map[string]Figures{}
+				}
+				sum.UserModels30d[user][model] = f
+			}
+			a := per[user]
+			if a == nil {
+				a = &acc{}
+				per[user] = a
+			}
 			a.j, a.eff, a.known, a.idle = a.j+f.EnergyJ, a.eff+f.EffSeconds, a.known+f.EffKnownSeconds, a.idle+f.IdleHeldSeconds
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for user, ws := range per {
-		u := users.get(user)
-		for i, name := range windows {
-			a := ws[i]
-			u.KWh[name] = a.j / 3.6e6
-			u.IdleHours[name] += a.idle / 3600
-			u.Efficiency[name] = math.NaN()
+		for user, a := range per {
+			u := users.get(user)
+			u.KWh[w.Name] = a.j / 3.6e6
+			u.IdleHours[w.Name] += a.idle / 3600
+			u.Efficiency[w.Name] = math.NaN()
 			if a.known > 0 {
-				u.Efficiency[name] = a.eff / a.known
+				u.Efficiency[w.Name] = a.eff / a.known
 			}
 		}
 	}
 	return nil
+}
+
+// windowLedger is the holders' figures over [from, to), whole hours, by
+// user and model (GPU-seconds, effective, energy, idle-held): the whole
+// UTC days in it from ledger_days, the hours of the days it cuts from
+// ledger_users.
+func windowLedger(tx *sql.Tx, from, to int64) (map[[2]string]Figures, error) {
+	out := map[[2]string]Figures{}
+	firstDay, endDays := dayOf(from), dayOf(to)
+	if firstDay < from {
+		firstDay += 86400
+	}
+	q := `SELECT user, ` + modelName + `, ` + sums(dayColumns) + ` FROM %s WHERE %s >= ? AND %s < ? GROUP BY user, model`
+	parts := [][3]any{{"ledger_users", from, to}}
+	if firstDay < endDays {
+		parts = [][3]any{{"ledger_days", firstDay, endDays}, {"ledger_users", from, firstDay}, {"ledger_users", endDays, to}}
+	}
+	for _, p := range parts {
+		table, lo, hi := p[0].(string), p[1].(int64), p[2].(int64)
+		if lo >= hi {
+			continue
+		}
+		col := "hour"
+		if table == "ledger_days" {
+			col = "day"
+		}
+		rows, err := tx.Query(fmt.Sprintf(q, table, col, col), lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var k [2]string
+			var f Figures
+			if err := rows.Scan(&k[0], &k[1], &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds, &f.EnergyJ,
+				&f.EnergyKnownSeconds, &f.IdleHeldSeconds); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			sum := out[k]
+			sum.Add(f)
+			out[k] = sum
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // errBeforeKept says how far back a refused snapshot was.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -306,5 +307,58 @@ func TestFromClusterAccounting(t *testing.T) {
 		Holders: []Holder{{User: "alice", MemMiB: 5100, HasSM: false, Job: "12", Account: "nlp"}, {User: "bob", MemMiB: 10}}}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// The page's windows read whole days from ledger_days and the rest from
+// the hours: the same figures as the hours alone, whatever the window's
+// edges, also after snapshots came out of order.
+func TestWindowLedgerDays(t *testing.T) {
+	snaps := days(3)
+	s := openStore(t, "")
+	late := []int{300, 301, 500} // day 2's morning and noon: replays take days back
+	for i, snap := range snaps {
+		if !slices.Contains(late, i) {
+			record(t, s, snap)
+		}
+	}
+	for _, i := range late {
+		record(t, s, snaps[i])
+	}
+	tx, err := s.rdb.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for _, w := range []struct{ from, to float64 }{
+		{0, 3 * 24 * 60}, {-600, 3 * 24 * 60}, {16 * 60, 40 * 60}, {16 * 60, 64 * 60}, {60, 120}, {22 * 60, 47 * 60},
+	} {
+		from, to := at(w.from).Unix(), at(w.to).Unix()
+		got, err := windowLedger(tx, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[[2]string]Figures{}
+		rows, err := tx.Query(`SELECT user, `+modelName+`, `+sums(dayColumns)+` FROM ledger_users
+			WHERE hour >= ? AND hour < ? GROUP BY user, model`, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var k [2]string
+			var f Figures
+			if err := rows.Scan(&k[0], &k[1], &f.GPUSeconds, &f.EffSeconds, &f.EffKnownSeconds, &f.EnergyJ,
+				&f.EnergyKnownSeconds, &f.IdleHeldSeconds); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = f
+		}
+		rows.Close()
+		if len(want) == 0 {
+			t.Fatalf("no hours from %v to %v", w.from, w.to)
+		}
+		if diff := cmp.Diff(want, got, approx); diff != "" {
+			t.Errorf("minutes %v to %v (-hours +days and hours):\n%s", w.from, w.to, diff)
+		}
 	}
 }

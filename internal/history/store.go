@@ -748,6 +748,7 @@ func (w *writer) prune(newest int64, keepRaw time.Duration) error {
 		`DELETE FROM snapshots WHERE t < ?`,
 		`DELETE FROM spells WHERE "end" < ?`,
 		`DELETE FROM ledger_users WHERE hour < ?`,
+		`DELETE FROM ledger_days WHERE day < ?`,
 		`DELETE FROM ledger_jobs WHERE hour < ?`,
 		`DELETE FROM ledger_hosts WHERE hour < ?`,
 		`DELETE FROM health_episodes WHERE "end" < ?`,
