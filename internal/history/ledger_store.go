@@ -403,20 +403,9 @@ func (s *Store) LedgerOf(ctx context.Context, from, to time.Time, parts LedgerPa
 			return nil, err
 		}
 	}
-	if parts&LedgerUsers == 0 {
-		l.Jobs = sortedRows(jobs)
-		return l, tx.Commit()
-	}
-	st, err := s.newestState(tx)
-	if err != nil {
-		return nil, err
-	}
-	err = s.eachUncounted(tx, st, from, to, func(user string, sec float64) {
-		row(users, ledgerKey(user, "", "", "")).IdleHeldSeconds += sec
-	})
-	if err != nil {
-		return nil, err
-	}
+	// no idle-held spells of an older store (eachUncounted): the ledger
+	// starts with schema 3, and a spell counted whole would stand beside
+	// no GPU-hours
 	l.Users, l.Jobs = sortedRows(users), sortedRows(jobs)
 	return l, tx.Commit()
 }
@@ -662,9 +651,15 @@ func windowLedger(tx *sql.Tx, from, to int64) (map[[2]string]Figures, error) {
 	return out, nil
 }
 
-// errBeforeKept says how far back a refused snapshot was.
+// errBeforeKept says how far back a refused snapshot was; it is
+// ErrTooOld.
 func errBeforeKept(t, newest int64, keepRaw time.Duration) error {
 	day := func(v int64) string { return time.Unix(v, 0).UTC().Format("2006-01-02 15:04 UTC") }
-	return fmt.Errorf("dated %s, more than keep_days (%d) before the newest snapshot recorded (%s): %w",
-		day(t), int(keepRaw/(24*time.Hour)), day(newest), ErrTooOld)
+	return beforeKept(fmt.Sprintf("dated %s, more than keep_days (%d) before the newest snapshot recorded (%s): not recorded",
+		day(t), int(keepRaw/(24*time.Hour)), day(newest)))
 }
+
+type beforeKept string
+
+func (e beforeKept) Error() string        { return string(e) }
+func (e beforeKept) Is(target error) bool { return target == ErrTooOld }

@@ -163,8 +163,31 @@ func openableFile(path string) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("owned by uid %d, not by this account (uid %d): history opens only its own file", st.Uid, os.Geteuid())
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("mode %04o: others may read who used what; want 0600 (chmod 600 %s)", perm, path)
+	if fi.Mode().Perm()&0o077 != 0 {
+		return tighten(path, fi)
+	}
+	return nil
+}
+
+// tighten makes this account's own database mode 0600, as render makes
+// it: one an older render left readable by others (its umask) would
+// otherwise stop the history at the upgrade. Through a descriptor opened
+// without following a link, and only if it is still the file checked.
+func tighten(path string, checked fs.FileInfo) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(fi, checked) {
+		return fmt.Errorf("replaced while it was checked: history opens only its own file")
+	}
+	if err := f.Chmod(0o600); err != nil {
+		return fmt.Errorf("mode %04o: others may read who used what, and it cannot be made 0600: %w", fi.Mode().Perm(), err)
 	}
 	return nil
 }

@@ -468,9 +468,6 @@ func TestOpenOnlyOwnFile(t *testing.T) {
 		{"a dangling link", func(t *testing.T, db, other string) {
 			must(t, os.Symlink(other, db))
 		}, "symbolic link"},
-		{"readable by others", func(t *testing.T, db, other string) {
-			writeFile(t, db, 0o644)
-		}, "mode 0644"},
 		{"a link in place of its log", func(t *testing.T, db, other string) {
 			must(t, os.Symlink(other, db+"-wal"))
 		}, "-wal is not a regular file"},
@@ -502,6 +499,23 @@ func TestOpenOnlyOwnFile(t *testing.T) {
 				t.Errorf("%s was made at the link's target", other)
 			}
 		})
+	}
+}
+
+// A database of this account's that others may read (an older render's,
+// made with its umask) is made 0600, and opened.
+func TestOpenTightensOwnFile(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "history.db")
+	s := openStore(t, db)
+	record(t, s, snapAt(0, up("a", held("0", 90, "alice"))))
+	s.Close()
+	must(t, os.Chmod(db, 0o644))
+	s = openStore(t, db)
+	if fi, err := os.Stat(db); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode after opening = %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+	if sum, err := s.Summary(context.Background(), at(5)); err != nil || sum.Snapshots != 1 {
+		t.Errorf("Summary = %+v, %v; want the snapshot recorded before", sum, err)
 	}
 }
 
