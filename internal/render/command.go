@@ -353,6 +353,10 @@ func buildReport(cfg *Config, rows Rows, now time.Time, loc *time.Location) (*Re
 	for _, p := range problems {
 		rep.Warnings = append(rep.Warnings, reservationWarning(p, cfg.Reservations))
 	}
+	for _, p := range cfg.TeamProblems {
+		rep.Warnings = append(rep.Warnings, "Teams: "+p.Error())
+		problems = append(problems, p)
+	}
 	return rep, problems, nil
 }
 

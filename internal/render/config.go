@@ -1,11 +1,14 @@
 package render
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/accounting"
+	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/configini"
 	"github.com/gpumon/gpumon/internal/health"
 	"github.com/gpumon/gpumon/internal/history"
@@ -58,6 +61,11 @@ type Config struct {
 	// Accounting is [accounting], [gpu_hour_prices], [teams] and
 	// [team_leads]: prices, CO2 and teams of the reports.
 	Accounting accounting.Config
+	// TeamProblems are the [teams] unix groups that could not be read
+	// this run (a name service down answers "no such group" as well):
+	// their users are in no team. The page is still made, with a warning;
+	// a report by team refuses to run.
+	TeamProblems []error
 
 	Groups []groupRule // [groups], in the file's order
 
@@ -88,6 +96,15 @@ func DefaultConfig() *Config {
 		HostNames:  map[string]string{},
 		GPUNames:   map[string]string{},
 	}
+}
+
+// teamsUnread is the error of a report by team while TeamProblems
+// leave some users out of their teams: its figures would be wrong.
+func (c *Config) teamsUnread() error {
+	if len(c.TeamProblems) == 0 {
+		return nil
+	}
+	return cli.WithHint(errors.Join(c.TeamProblems...), "check the name service (getent group), or list the users in [teams]; nothing was reported")
 }
 
 // groupLookup resolves [teams]' @unix-groups; tests replace it.
@@ -125,7 +142,15 @@ func configFrom(f *inifile.File) (*Config, error) {
 	if err := health.ReadConfig(f, &c.Health); err != nil {
 		return nil, err
 	}
-	acc, err := accounting.Read(f, groupLookup)
+	lookup := func(group string) ([]string, error) {
+		users, err := groupLookup(group)
+		if err != nil {
+			c.TeamProblems = append(c.TeamProblems, fmt.Errorf("%s: [teams] @%s: %v: its users are in no team this run", f.Name, group, err))
+			return nil, nil
+		}
+		return users, nil
+	}
+	acc, err := accounting.Read(f, lookup)
 	if err != nil {
 		return nil, err
 	}

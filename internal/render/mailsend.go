@@ -22,6 +22,9 @@ func mailReports(ctx context.Context, cfg *Config, spanArg string, now time.Time
 	if err != nil {
 		return err
 	}
+	if err := cfg.teamsUnread(); err != nil {
+		return err
+	}
 	store, err := openHistory(cfg)
 	if err != nil {
 		return err

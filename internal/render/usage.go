@@ -298,6 +298,11 @@ func usageText(w io.Writer, rows []history.Usage, from, to time.Time) error {
 // usageByReport prints the accounting over the span back from now, a line
 // per by (render -usage SPAN -by ...).
 func usageByReport(ctx context.Context, cfg *Config, span string, by accounting.By, format string, now time.Time, stdout io.Writer) error {
+	if by == accounting.ByTeam {
+		if err := cfg.teamsUnread(); err != nil {
+			return err
+		}
+	}
 	d, store, err := spanHistory(cfg, "-usage", span, "24h, 7d or 1d12h")
 	if err != nil {
 		return err

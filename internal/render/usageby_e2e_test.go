@@ -110,3 +110,36 @@ nlp = bob
 		t.Errorf("-usage 1h -by team: %v\n%s", err, text)
 	}
 }
+
+// A [teams] unix group the name service does not give (it is down, or
+// answers "no such group") does not stop the page: render makes it with a
+// warning naming the file and group, and exits 1 so that cron mails it;
+// only a report by team, whose figures would be wrong, refuses to run.
+func TestTeamGroupUnread(t *testing.T) {
+	fakeGroupLookup(t, map[string][]string{"vision-lab": {"alice"}})
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "config.ini")
+	os.WriteFile(ini, []byte("[render]\nhtml = index.html\n[teams]\nvision = @vision-lab\nnlp = @nlp-lab, bob\n"), 0o644)
+	base := time.Date(2026, 11, 23, 13, 0, 0, 0, time.UTC)
+	var stderr string
+	var err error
+	for m := 0; m <= 60; m += 5 {
+		at := base.Add(time.Duration(m) * time.Minute)
+		_, stderr, err = renderMainAt(t, func() time.Time { return at }, "-c", ini, "-i", accountingCSV(t, dir, at))
+	}
+	const problem = "config.ini: [teams] @nlp-lab: no such group: its users are in no team this run"
+	if err == nil || !strings.Contains(stderr, problem) {
+		t.Errorf("render: %v\n%s\nwant an error naming %q", err, stderr, problem)
+	}
+	page, rerr := os.ReadFile(filepath.Join(dir, "index.html"))
+	if rerr != nil || !strings.Contains(string(page), "@nlp-lab") {
+		t.Errorf("the page was not made, or does not warn: %v", rerr)
+	}
+	clock := func() time.Time { return base.Add(90 * time.Minute) }
+	if _, stderr, err := renderMainAt(t, clock, "-c", ini, "-usage", "1h", "-by", "team"); err == nil || !strings.Contains(stderr, problem) {
+		t.Errorf("-usage -by team with a team unread: %v\n%s", err, stderr)
+	}
+	if out, stderr, err := renderMainAt(t, clock, "-c", ini, "-usage", "1h", "-by", "user"); err != nil || !strings.Contains(out, "bob") {
+		t.Errorf("-usage -by user: %v\n%s%s", err, out, stderr)
+	}
+}
