@@ -66,6 +66,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'BenchmarkLive/render' -benchtime 30x ./cmd/fetch
 	$(GO) test -run '^$$' -bench Record -benchtime 10x ./internal/history
 	$(GO) test -run '^$$' -bench Size -benchtime 1x ./internal/history
+	$(GO) test -run '^$$' -bench UsageBy -benchtime 2x ./internal/accounting
 	$(GO) test -run '^$$' -bench Advance -benchtime 5x -benchmem ./internal/notify
 	unshare --pid --fork --mount-proc env IDLEMON_CPU_WINDOW=60s $(GO) test -run '^$$' -bench . ./internal/idlemon
 
