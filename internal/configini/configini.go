@@ -35,7 +35,7 @@ var HistoryKeys = []string{"db", "max_gap", "idle_util_pct", "idle_after", "keep
 var NotifyKeys = []string{
 	"webhook", "mail_to", "mail_users", "mail_from", "sendmail",
 	"host_down_after", "remind_after", "commands", "page_url",
-	"events", "degraded_after",
+	"events", "degraded_after", "unreserved_after",
 }
 
 // AccountingKeys are the keys of [accounting] (render's reports; package

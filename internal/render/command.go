@@ -121,7 +121,7 @@ func mainAt(ctx context.Context, args []string, stdout, stderr io.Writer, clock 
 	if err != nil {
 		return err
 	}
-	return reservationError(problems)
+	return cli.Join(reservationError(problems), teamError(cfg))
 }
 
 // renderFiles is one cron run: cfg.Input read, then published.
@@ -147,7 +147,16 @@ func publishReport(ctx context.Context, rep *Report, problems []error, prog stri
 			return siteFiles(rep, pathsOf(cfg))
 		},
 	})
-	return cli.Join(err, reservationError(problems))
+	return cli.Join(err, reservationError(problems), teamError(rep.Config))
+}
+
+// teamError makes render exit non-zero, after everything was written,
+// when a [teams] unix group could not be read: cron mails it.
+func teamError(cfg *Config) error {
+	if len(cfg.TeamProblems) == 0 {
+		return nil
+	}
+	return cli.WithHint(errors.Join(cfg.TeamProblems...), "the page was written with a warning, those users in no team; check the name service (getent group), or list the users in [teams]")
 }
 
 // Publisher is render's part of fetch's live mode (fetch -every): the
@@ -355,7 +364,6 @@ func buildReport(cfg *Config, rows Rows, now time.Time, loc *time.Location) (*Re
 	}
 	for _, p := range cfg.TeamProblems {
 		rep.Warnings = append(rep.Warnings, "Teams: "+p.Error())
-		problems = append(problems, p)
 	}
 	return rep, problems, nil
 }

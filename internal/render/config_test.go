@@ -270,3 +270,36 @@ func TestRenderExampleAccounting(t *testing.T) {
 		t.Errorf("the example's accounting: %+v", c.Accounting)
 	}
 }
+
+// Every key config.example.ini shows in [notify] is one render takes: the
+// layout lists them all (a key it lacked stopped fetch and render both).
+func TestRenderExampleNotify(t *testing.T) {
+	b, err := os.ReadFile("../../config.example.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tail, ok := strings.Cut(string(b), "\n[notify]\n")
+	if !ok {
+		t.Fatal("config.example.ini has no [notify]")
+	}
+	section, _, _ := strings.Cut(tail, "\n[")
+	var src strings.Builder
+	src.WriteString("[notify]\n")
+	seen := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		if !exampleKey.MatchString(line) {
+			continue
+		}
+		key, _, _ := strings.Cut(strings.TrimPrefix(line, "# "), " =")
+		if !seen[key] { // the example shows some keys more than one way
+			seen[key] = true
+			src.WriteString(strings.TrimPrefix(line, "# ") + "\n")
+		}
+	}
+	if !seen["unreserved_after"] || len(seen) < 8 {
+		t.Fatalf("the example's [notify] keys: %v", seen)
+	}
+	if _, err := ParseConfig(strings.NewReader(src.String()), "example.ini"); err != nil {
+		t.Errorf("%v\n%s", err, src.String())
+	}
+}
