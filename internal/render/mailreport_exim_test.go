@@ -51,10 +51,10 @@ func mailText(t testing.TB, box string) (subject, body string) {
 	return msgs[0].Header.Get("Subject"), string(text)
 }
 
-// Two hours of cron yesterday recorded, then render -report 1d twice
-// through exim into local mailboxes: each user and the team lead get one
-// report, with the figures the accounting gives; the second run sends
-// nothing.
+// Two hours of cron in the middle of last month recorded, then on the
+// 1st render -report month twice through exim into local mailboxes: each
+// user and the team lead get one monthly report, with the figures the
+// accounting gives; the second run sends nothing.
 func TestReportThroughExim(t *testing.T) {
 	needExim(t)
 	boxes := map[string]string{}
@@ -81,8 +81,9 @@ ml = rptlead
 `), 0o644)
 	csv := filepath.Join(dir, "load_data.csv")
 	now := time.Now().In(time.Local)
-	midnight := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.Local)
-	start := midnight.AddDate(0, 0, -1).Add(10 * time.Hour)
+	first := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.Local) // of this month
+	lastMonth := first.AddDate(0, -1, 0)
+	start := lastMonth.AddDate(0, 0, 14).Add(10 * time.Hour)
 	for m := 0; m <= 120; m += 5 {
 		at := start.Add(time.Duration(m) * time.Minute)
 		reportFleetAt(t, csv, at)
@@ -93,18 +94,18 @@ ml = rptlead
 	for u := range boxes {
 		mailbox(t, u) // rptbob was told of his idle GPU: only the reports from here
 	}
-	morning := func() time.Time { return midnight.Add(7 * time.Hour) }
+	morning := func() time.Time { return first.Add(7 * time.Hour) }
 	for run, want := range []string{"render: 3 sent, 0 already sent, 0 skipped, 0 failed\n", "render: 0 sent, 3 already sent, 0 skipped, 0 failed\n"} {
-		stdout, stderr, err := renderMainAt(t, morning, "-c", ini, "-report", "1d")
+		stdout, stderr, err := renderMainAt(t, morning, "-c", ini, "-report", "month")
 		if err != nil || !strings.HasSuffix(stdout, want) {
 			t.Fatalf("run %d: %v\n%s%s", run+1, err, stdout, stderr)
 		}
 	}
-	users := reportFigures(t, ini, midnight.AddDate(0, 0, -1), midnight)
+	users := reportFigures(t, ini, lastMonth, first)
 	for _, u := range []string{"rptalice", "rptbob"} {
 		subject, body := mailText(t, boxes[u])
 		line := users[u]
-		if line.GPUHours < 1.5 || subject != "[gpumon] Your GPU use, "+midnight.AddDate(0, 0, -1).Format(time.DateOnly) {
+		if line.GPUHours < 1.5 || subject != "[gpumon] Your GPU use, "+lastMonth.Format("January 2006") {
 			t.Errorf("%s: %q, %.2f GPU-hours", u, subject, line.GPUHours)
 		}
 		for _, w := range []string{fmt.Sprintf("  GPU-hours:            %.1f\n", line.GPUHours),
