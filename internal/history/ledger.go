@@ -9,30 +9,30 @@ import "time"
 // can say how much of the span it stands for.
 type Figures struct {
 	// GPUSeconds held: a GPU held by n users is 1/n to each.
-	GPUSeconds float64 `json:"g,omitempty"`
+	GPUSeconds float64
 	// EffSeconds are the utilization-weighted GPU-seconds: a GPU at 30 %
 	// for 10 h is 3 effective hours of 10. The holder's own SM % where
 	// it is known (pmon), else the GPU's utilization times their share;
 	// never more than their share. EffKnownSeconds are the GPU-seconds
 	// whose utilization was known (not MIG, not an AMD partition).
-	EffSeconds      float64 `json:"e,omitempty"`
-	EffKnownSeconds float64 `json:"ek,omitempty"`
+	EffSeconds      float64
+	EffKnownSeconds float64
 	// MemSeconds are the share of the GPU's memory the holder used, times
 	// their GPU-seconds, over MemKnownSeconds.
-	MemSeconds      float64 `json:"m,omitempty"`
-	MemKnownSeconds float64 `json:"mk,omitempty"`
+	MemSeconds      float64
+	MemKnownSeconds float64
 	// EnergyJ is the holder's share of the GPU's power draw, integrated
 	// over the span: by their SM % when every holder's is known, else 1/n.
 	// EnergyKnownSeconds are the GPU-seconds whose power was known (and
 	// sane: not negative, not above 10 times the cap).
-	EnergyJ            float64 `json:"j,omitempty"`
-	EnergyKnownSeconds float64 `json:"jk,omitempty"`
+	EnergyJ            float64
+	EnergyKnownSeconds float64
 	// IdleHeldSeconds are the idle-held GPU-seconds (spells that lasted
 	// idle_after), never more than GPUSeconds of the same hours.
-	IdleHeldSeconds float64 `json:"i,omitempty"`
+	IdleHeldSeconds float64
 	// UnreservedSeconds are the GPU-seconds held on a GPU reserved for
 	// someone else.
-	UnreservedSeconds float64 `json:"r,omitempty"`
+	UnreservedSeconds float64
 }
 
 // Add adds o to f.

@@ -5,22 +5,23 @@ import "strings"
 // ledgerRates are one snapshot's accounting as rates: per second of the
 // span its readings stand for, each holder's share of GPUs, effective
 // GPUs, memory, watts. The next snapshot multiplies them by the span.
+// They are never saved (foldState.ledger).
 type ledgerRates struct {
-	Users map[string]*Figures   `json:"u,omitempty"` // by ledgerKey(user, account, "", model)
-	Jobs  map[string]*Figures   `json:"j,omitempty"` // by ledgerKey(user, account, job, model)
-	Hosts map[string]*hostRates `json:"h,omitempty"` // by ledgerKey(host, "", "", model)
+	Users map[string]*Figures   // by ledgerKey(user, account, "", model)
+	Jobs  map[string]*Figures   // by ledgerKey(user, account, job, model)
+	Hosts map[string]*hostRates // by ledgerKey(host, "", "", model)
 }
 
 // hostRates are a host's GPUs of one model at a snapshot: HostRow's
 // figures per second.
 type hostRates struct {
-	GPUs      float64 `json:"g"`
-	Held      float64 `json:"d,omitempty"`
-	Eff       float64 `json:"e,omitempty"`
-	EffKnown  float64 `json:"k,omitempty"`
-	Watts     float64 `json:"w,omitempty"`
-	WattsKnow float64 `json:"n,omitempty"`
-	Unheld    float64 `json:"u,omitempty"` // watts of GPUs nobody holds
+	GPUs      float64
+	Held      float64
+	Eff       float64
+	EffKnown  float64
+	Watts     float64
+	WattsKnow float64
+	Unheld    float64 // watts of GPUs nobody holds
 }
 
 // ledgerKey joins a row's names; none of them holds a NUL (the CSV's

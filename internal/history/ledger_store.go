@@ -532,9 +532,11 @@ func (s *Store) uncountedSpells(tx *sql.Tx, st *foldState, from, to time.Time) (
 	if err := rows.Err(); err != nil || st == nil {
 		return out, err
 	}
-	for _, sp := range idleHeldSpells(st, s.params) {
-		if !sp.Counted {
-			out = append(out, sp)
+	// as idleHeldSpells picks them, without copying and sorting the
+	// fleet's spells at each of the page's windows: almost all count
+	for _, sp := range st.Spells {
+		if !sp.Counted && sp.Last == st.Time && sp.Seconds() >= int64(s.params.IdleAfter/time.Second) {
+			out = append(out, *sp)
 		}
 	}
 	return out, nil
