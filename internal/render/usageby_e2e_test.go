@@ -104,6 +104,32 @@ nlp = bob
 	if diff := cmp.Diff(want, got.Lines, cmpopts.EquateApprox(0, 0.001)); diff != "" {
 		t.Errorf("-usage 1h -by team (-want +got):\n%s\n%s", diff, stdout)
 	}
+	// by host and by job, each from its own part of the ledger
+	for _, tt := range []struct {
+		by   string
+		want map[string]float64 // GPU-hours by key
+	}{
+		{"host", map[string]float64{"gpu1": 2 * h, "gpu2": h}}, // every GPU while the host answered
+		{"job", map[string]float64{"11": h}},
+	} {
+		out, stderr, err := renderMainAt(t, clock, "-c", ini, "-usage", "1h", "-by", tt.by, "-format", "json")
+		var doc struct {
+			Lines []struct {
+				Key      string
+				GPUHours float64 `json:"gpu_hours"`
+			}
+		}
+		if err != nil || json.Unmarshal([]byte(out), &doc) != nil {
+			t.Fatalf("-by %s: %v\n%s%s", tt.by, err, out, stderr)
+		}
+		got := map[string]float64{}
+		for _, l := range doc.Lines {
+			got[l.Key] = l.GPUHours
+		}
+		if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(0, 0.001)); diff != "" {
+			t.Errorf("-usage 1h -by %s (-want +got):\n%s", tt.by, diff)
+		}
+	}
 	// the text names the teams and says the energy is partly known
 	text, _, err := renderMainAt(t, clock, "-c", ini, "-usage", "1h", "-by", "team")
 	if err != nil || !strings.Contains(text, "vision") || !strings.Contains(text, "nlp") || !strings.Contains(text, "EUR") {
