@@ -61,6 +61,13 @@ type Config struct {
 	KFDDevice  string // AMD: /dev/kfd
 	KFDSysfs   string // AMD: the KFD driver's sysfs folder
 
+	// Cgroup is where the jobs' cgroups go: CgroupAuto (the cgroup v2
+	// group idlemon runs in, as systemd's Delegate=yes gives it), CgroupOff
+	// (marks only), or an absolute folder inside a cgroup2 mount.
+	Cgroup      string
+	Limits      Limits // [defaults]' limits: every job's unless its section sets its own
+	TextfileDir string // node_exporter's textfile folder: idlemon.prom goes there; "" = none
+
 	GPUs []GPUSection // [gpu-*]
 	Jobs []JobSection // [process-*]
 	TTY  TTY
@@ -84,7 +91,28 @@ type JobSection struct {
 	All  bool   // gpus = ALL: runs only when every GPU is idle
 	GPUs []int  // when not All
 	Log  string // appended to; "" = idlemon's own stdout
+	// Limits are [defaults]' with this section's own keys over them.
+	Limits Limits
 }
+
+// Cgroup modes besides a folder.
+const (
+	CgroupAuto = "auto"
+	CgroupOff  = "off"
+)
+
+// Limits bound what one run of a job may take of the host. 0 means not set
+// (no limit), except CPUWeight, which defaults to the lowest.
+type Limits struct {
+	CPUWeight  int   // cgroup v2 cpu.weight, 1 to 10000 (v1: cpu.shares scaled); default 1
+	MemoryHigh int64 // bytes: memory.high, throttled and reclaimed above it
+	MemoryMax  int64 // bytes: memory.max, the job's OOM killer above it
+	PidsMax    int64 // pids.max: fork fails above it
+}
+
+// DefaultCPUWeight is the lowest weight: the job gets CPU time only when
+// nobody else wants it.
+const DefaultCPUWeight = 1
 
 // TTY is the [tty] section.
 type TTY struct {
@@ -97,9 +125,9 @@ type TTY struct {
 // process is one of those, as in gpu_mon ([gpus] included).
 var layout = inifile.Layout{
 	Sections: []inifile.SectionRule{
-		{Name: "defaults", Keys: []string{"interval_seconds", "devices", "min_idle_seconds", "grace_seconds", "user", "state_file", "vendor", "kfd_device", "kfd_sysfs"}},
+		{Name: "defaults", Keys: append([]string{"interval_seconds", "devices", "min_idle_seconds", "grace_seconds", "user", "state_file", "vendor", "kfd_device", "kfd_sysfs", "cgroup", "textfile_dir"}, limitKeys...)},
 		{Name: "gpu", Prefix: true, Shown: "[gpu-NAME]", Keys: []string{"gpus", "ignore_programs"}},
-		{Name: "process", Prefix: true, Shown: "[process-NAME]", Keys: []string{"dir", "cmd", "gpus", "log"}},
+		{Name: "process", Prefix: true, Shown: "[process-NAME]", Keys: append([]string{"dir", "cmd", "gpus", "log"}, limitKeys...)},
 		{Name: "tty", Keys: []string{"enabled", "whitelist", "idle_seconds"}},
 	},
 	Home: "defaults",
@@ -138,7 +166,14 @@ func configFrom(f *inifile.File) (*Config, error) {
 		Vendor:    VendorAuto,
 		KFDDevice: holders.DefaultKFDDevice,
 		KFDSysfs:  holders.DefaultKFDSysfs,
+		Cgroup:    CgroupAuto,
+		Limits:    Limits{CPUWeight: DefaultCPUWeight},
 		file:      f,
+	}
+	// [defaults]' limits first: every job section starts from them,
+	// wherever [defaults] is in the file.
+	if err := readLimits(f.Section("defaults"), &c.Limits); err != nil {
+		return nil, err
 	}
 	for _, sec := range f.Sections() {
 		var err error
@@ -180,6 +215,24 @@ func (c *Config) readDefaults(sec inifile.Section) error {
 	}
 	if err := c.readVendor(sec); err != nil {
 		return err
+	}
+	if v, ok := sec.Path("cgroup"); ok {
+		switch raw, _ := sec.String("cgroup"); {
+		case strings.EqualFold(raw, CgroupAuto) || strings.EqualFold(raw, CgroupOff):
+			c.Cgroup = strings.ToLower(raw)
+		case !filepath.IsAbs(raw):
+			e := sec.ErrorAt("cgroup", "%q is not auto, off or an absolute folder in the cgroup v2 hierarchy", raw)
+			e.HintText = "auto (the default) uses the cgroup systemd gives idlemon (Delegate=yes in the unit)"
+			return e
+		default:
+			c.Cgroup = filepath.Clean(v)
+		}
+	}
+	if v, ok := sec.Path("textfile_dir"); ok {
+		if v == "" {
+			return sec.ErrorAt("textfile_dir", "empty: name node_exporter's textfile folder, or remove the key")
+		}
+		c.TextfileDir = v
 	}
 	if v, ok := sec.String("user"); ok {
 		if v == "" {
@@ -266,6 +319,10 @@ func (c *Config) readJob(sec inifile.Section) error {
 		j.Dir = v
 	}
 	j.Log, _ = sec.Path("log")
+	j.Limits = c.Limits
+	if err := readLimits(sec, &j.Limits); err != nil {
+		return err
+	}
 	c.Jobs = append(c.Jobs, j)
 	return nil
 }
@@ -322,4 +379,87 @@ func (c *Config) IgnoreFor(gpu int) []string {
 		}
 	}
 	return ignore.With(extra...)
+}
+
+// limitKeys are the keys of Limits, in [defaults] and in each [process-*].
+var limitKeys = []string{"cpu_weight", "memory_high", "memory_max", "pids_max"}
+
+// readLimits reads sec's limit keys over l. A size or count of "max" (or
+// "infinity", systemd's word) removes a limit [defaults] set.
+func readLimits(sec inifile.Section, l *Limits) error {
+	if err := sec.Int("cpu_weight", inifile.Limits[int]{Min: 1, Max: 10000}, &l.CPUWeight); err != nil {
+		e := err.(*inifile.Error)
+		e.HintText = "1 (the default) is the lowest: the job gets CPU time only when nobody else wants it; 100 is a normal process's"
+		return e
+	}
+	for _, k := range []struct {
+		key string
+		dst *int64
+	}{{"memory_high", &l.MemoryHigh}, {"memory_max", &l.MemoryMax}} {
+		v, ok := sec.String(k.key)
+		if !ok {
+			continue
+		}
+		n, err := ParseSize(v)
+		if err != nil {
+			e := sec.ErrorAt(k.key, "%q is not a size: %v", v, err)
+			e.HintText = "a size such as 512M, 8G or 1.5GiB (K, M, G, T count in 1024s), or max for no limit"
+			return e
+		}
+		*k.dst = n
+	}
+	if v, ok := sec.String("pids_max"); ok {
+		if isUnlimited(v) {
+			l.PidsMax = 0
+		} else if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil || n < 1 || n > 1<<22 {
+			return sec.ErrorAt("pids_max", "%q is not a number of processes from 1 to %d, or max", v, 1<<22)
+		} else {
+			l.PidsMax = n
+		}
+	}
+	_, ownHigh := sec.String("memory_high")
+	_, ownMax := sec.String("memory_max")
+	if l.MemoryHigh > 0 && l.MemoryMax > 0 && l.MemoryHigh >= l.MemoryMax {
+		if !ownHigh || !ownMax {
+			l.MemoryHigh = 0 // an inherited memory_high above this section's memory_max: never reached
+			return nil
+		}
+		return sec.ErrorAt("memory_high", "%d bytes is above memory_max (%d bytes): the job would be killed before it is ever throttled", l.MemoryHigh, l.MemoryMax)
+	}
+	return nil
+}
+
+func isUnlimited(v string) bool {
+	v = strings.TrimSpace(v)
+	return strings.EqualFold(v, "max") || strings.EqualFold(v, "infinity")
+}
+
+// ParseSize reads a size in bytes as systemd's MemoryMax= does: a number
+// with an optional K, M, G or T (powers of 1024; KiB, MB... are read the
+// same), or max / infinity for none (0). At least one page, at most 2^62.
+func ParseSize(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	if isUnlimited(v) {
+		return 0, nil
+	}
+	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' && r != '-' })
+	if i < 0 {
+		i = len(v)
+	}
+	num := v[:i]
+	unit := strings.ToUpper(strings.TrimSpace(v[i:]))
+	unit = strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "I")
+	mult := map[string]float64{"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("unknown unit %q", strings.TrimSpace(v[i:]))
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f != f || f < 0 {
+		return 0, fmt.Errorf("not a number")
+	}
+	b := f * mult
+	if b < 4096 || b > 1<<62 {
+		return 0, fmt.Errorf("out of range (4 KiB to 4 EiB)")
+	}
+	return int64(b), nil
 }

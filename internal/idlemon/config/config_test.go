@@ -138,3 +138,90 @@ func TestExampleConfig(t *testing.T) {
 		t.Errorf("%+v", c)
 	}
 }
+
+// The limits: [defaults]' apply to every job, a section's own keys win,
+// max removes one, and cpu_weight defaults to the lowest.
+func TestLimits(t *testing.T) {
+	src := `[process-a]
+cmd = a
+gpus = 0
+memory_max = 2G
+[defaults]
+memory_max = 8G
+memory_high = 6.5G
+pids_max = 512
+cgroup = off
+textfile_dir = /var/lib/prometheus/node-exporter
+[process-b]
+cmd = b
+gpus = 1
+cpu_weight = 50
+pids_max = max
+memory_high = infinity
+`
+	c, err := Parse(strings.NewReader(src), "/etc/idlemon.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Cgroup != CgroupOff || c.TextfileDir != "/var/lib/prometheus/node-exporter" {
+		t.Errorf("cgroup %q, textfile_dir %q", c.Cgroup, c.TextfileDir)
+	}
+	want := []Limits{
+		{CPUWeight: 1, MemoryMax: 2 << 30, PidsMax: 512}, // [defaults]' memory_high is above its own max: dropped
+		{CPUWeight: 50, MemoryMax: 8 << 30},
+	}
+	for i, j := range c.Jobs {
+		if j.Limits != want[i] {
+			t.Errorf("%s: limits %+v, want %+v", j.Name, j.Limits, want[i])
+		}
+	}
+	d, err := Parse(strings.NewReader("[process-a]\ncmd = a\ngpus = 0\n"), "x.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cgroup != CgroupAuto || d.Jobs[0].Limits != (Limits{CPUWeight: DefaultCPUWeight}) {
+		t.Errorf("defaults: cgroup %q, limits %+v", d.Cgroup, d.Jobs[0].Limits)
+	}
+}
+
+func TestLimitErrors(t *testing.T) {
+	tests := []struct {
+		name, src, want string
+	}{
+		{"weight zero", "[defaults]\ncpu_weight = 0\n", `x.ini:2: cpu_weight: "0" is not a whole number from 1 to 10000`},
+		{"weight big", "[process-a]\ncmd = a\ngpus = 0\ncpu_weight = 10001\n", `x.ini:4: cpu_weight:`},
+		{"size unit", "[defaults]\nmemory_max = 8X\n", `x.ini:2: memory_max: "8X" is not a size: unknown unit "X"`},
+		{"size negative", "[defaults]\nmemory_max = -1G\n", `memory_max: "-1G" is not a size`},
+		{"size tiny", "[defaults]\nmemory_high = 100\n", `memory_high: "100" is not a size: out of range`},
+		{"size nan", "[defaults]\nmemory_max = NaNG\n", `memory_max: "NaNG" is not a size`},
+		{"high over max", "[defaults]\nmemory_max = 1G\nmemory_high = 2G\n", `memory_high: 2147483648 bytes is above memory_max`},
+		{"pids", "[defaults]\npids_max = 0\n", `x.ini:2: pids_max: "0" is not a number of processes`},
+		{"cgroup relative", "[defaults]\ncgroup = idlemon\n", `x.ini:2: cgroup: "idlemon" is not auto, off or an absolute folder`},
+		{"textfile empty", "[defaults]\ntextfile_dir =\n", `textfile_dir: empty`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tt.src), "x.ini")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"4096": 4096, "512M": 512 << 20, "512MiB": 512 << 20, "8G": 8 << 30, "8 GB": 8 << 30,
+		"1.5g": 3 << 29, "2T": 2 << 40, "max": 0, "Infinity": 0, "64k": 64 << 10,
+	} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "G", "1e30", "-5M", "5 Z", "inf", "0x10M"} {
+		if n, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, n)
+		}
+	}
+}
