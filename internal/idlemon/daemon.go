@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/holders"
+	"github.com/gpumon/gpumon/internal/idlemon/textfile"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/supervisor"
 	"github.com/gpumon/gpumon/internal/ttywatch"
@@ -32,6 +33,10 @@ type daemon struct {
 	tty     *ttywatch.Watcher
 	host    string
 	self    int
+	mode    string // modeV2, modeV2V1 or modeMarks, once running
+	metrics *textfile.Metrics
+	// metricsFailed: the last textfile write failed (logged once)
+	metricsFailed bool
 
 	sched schedState // the schedule's state
 	runs  []*jobRun  // what runs for each job (parallel to plan.Jobs)
@@ -54,6 +59,8 @@ type jobRun struct {
 	procs   []idlestate.ProcStart // sorted by pid; see listProcs
 	procsAt time.Time             // when procs last listed every process of the job
 	holders []int                 // the job's processes holding a GPU, this scan
+	stopAt  time.Time             // when the scan that stopped it ran
+	stopWhy string                // textfile's stop reason
 }
 
 type ended struct {
@@ -88,7 +95,9 @@ func newDaemon(plan *hostPlan, opt options) *daemon {
 		unsure: map[[2]uint64]time.Time{},
 		known:  map[[2]uint64]string{},
 		users:  map[int]string{},
+		mode:   modeMarks,
 	}
+	d.metrics = newMetrics(plan, d.mode, time.Now())
 	d.host, _ = os.Hostname()
 	if cfg.TTY.Enabled {
 		d.tty = &ttywatch.Watcher{Dev: opt.TTYDev, Utmp: opt.Utmp, Idle: cfg.TTY.Idle, Whitelist: cfg.TTY.Whitelist}
@@ -129,6 +138,8 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	if plan.Note != "" {
 		d.log.Printf("note: %s", plan.Note)
 	}
+	d.useCgroups()
+	d.metrics = newMetrics(plan, d.mode, time.Now())
 	d.stopLeftovers()
 
 	in, err := newInotify(plan.Devices)
@@ -140,6 +151,29 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	}
 	d.log.Printf("idlemon started: pid %d, %s gpus %s, %d jobs, scan every %s and on device open", d.self, vendorName(plan.Vendor), joinInts(plan.GPUs), len(plan.Jobs), fmtDur(cfg.Interval))
 	return d.loop(ctx, in)
+}
+
+// useCgroups opens the jobs' cgroup tree, or says why there is none, and
+// logs every limit that is not enforced.
+func (d *daemon) useCgroups() {
+	t, warn := d.plan.openCgroup()
+	if warn != "" {
+		d.log.Printf("warning: %s", warn)
+	}
+	d.sup.Tree = t
+	if t == nil {
+		d.mode = modeMarks
+		return
+	}
+	d.mode = d.plan.Cgroup.Mode
+	for i, j := range d.plan.Jobs {
+		for _, e := range d.plan.Cgroup.Enforce[i] {
+			if e.Why != "" {
+				d.log.Printf("warning: job %s: %s %s not enforced: %s", j.Sec.Name, e.Limit, e.Value, e.Why)
+			}
+		}
+	}
+	d.log.Printf("cgroup %s: a group per run under %s", d.mode, t.Dir)
 }
 
 // lockState takes the lock of the state file, making its folder first:
@@ -286,10 +320,14 @@ func (d *daemon) step(now time.Time) (preempted bool) {
 	d.sched, d.wake = st, dec.Wake
 	for _, s := range dec.Stop {
 		preempted = preempted || s.Preempted
+		d.runs[s.Job].stopAt, d.runs[s.Job].stopWhy = now, s.Kind
 		d.stop(s.Job, s.Reason)
 	}
 	for _, i := range dec.Start {
 		d.start(i, now)
+	}
+	for i := range d.runs {
+		d.metrics.Waiting(i, d.sched.waitReason(i, now))
 	}
 	d.dirty = true
 	d.writeState(now, len(dec.Start) > 0)
@@ -340,6 +378,7 @@ func (d *daemon) start(i int, now time.Time) {
 		return
 	}
 	r.job = job
+	d.metrics.Started(i, now)
 	d.log.Printf("gpu %s: started job %s (pid %d) - idle for %s", joinInts(jp.GPUs), jp.Sec.Name, job.PID, fmtDur(idle.Truncate(time.Millisecond)))
 	r.procs, r.procsAt = []idlestate.ProcStart{{PID: job.PID, Start: job.Start}}, time.Time{} // all of them at the next scan
 	go func() {
@@ -388,7 +427,7 @@ func (d *daemon) handle(e ended, now time.Time) {
 			d.log.Printf("gpu %s: job %s: %d processes survived SIGKILL (pids %s)", joinInts(jp.GPUs), jp.Sec.Name, len(e.left), joinInts(memberPIDs(e.left)))
 		}
 		d.forget(e.run)
-		r.job, r.procs, r.holders = nil, nil, nil
+		d.stoppedRun(e.job, now)
 		d.sched = stopped(d.sched, e.job, now)
 		d.dirty = true
 		return
@@ -406,13 +445,31 @@ func (d *daemon) handle(e ended, now time.Time) {
 	d.sched = exited(d.sched, e.job, ran, len(left) > 0, now)
 	d.log.Printf("gpu %s: job %s (pid %d) ended by itself (%s) after %s - restart in %s", joinInts(jp.GPUs), jp.Sec.Name, e.run.PID, status, fmtDur(ran.Truncate(time.Millisecond)), fmtDur(d.sched.Jobs[e.job].Backoff))
 	if len(left) > 0 {
+		r.stopWhy = textfile.Exited
 		d.stop(e.job, fmt.Sprintf("its first process ended, %d of its processes are left", len(left)))
 	} else {
 		d.sup.Release(e.run)
 		d.forget(e.run)
-		r.job, r.procs, r.holders = nil, nil, nil
+		r.stopWhy = textfile.Exited
+		d.stoppedRun(e.job, now)
 	}
 	d.dirty = true
+}
+
+// stoppedRun counts the end of job i's run, gone at now, and forgets it.
+// A run whose first process exited and whose other processes were then
+// stopped counts as exited.
+func (d *daemon) stoppedRun(i int, now time.Time) {
+	r := d.runs[i]
+	why, latency := r.stopWhy, time.Duration(0)
+	if why == "" {
+		why = textfile.Exited
+	}
+	if why == textfile.Preempted {
+		latency = now.Sub(r.stopAt)
+	}
+	d.metrics.Stopped(i, why, now.Sub(r.job.Began), latency, now)
+	r.job, r.procs, r.holders, r.stopAt, r.stopWhy = nil, nil, nil, time.Time{}, ""
 }
 
 // stopAll ends every job on shutdown and waits until they are gone.
@@ -429,6 +486,7 @@ func (d *daemon) stopAll(ctx context.Context) error {
 	st, dec := decide(d.sched, observation{Foreign: foreign, Paused: d.sched.Paused, Shutdown: why}, now)
 	d.sched = st
 	for _, s := range dec.Stop {
+		d.runs[s.Job].stopAt, d.runs[s.Job].stopWhy = now, s.Kind
 		d.stop(s.Job, s.Reason)
 	}
 	for d.stopping() {

@@ -68,6 +68,9 @@ func (d *daemon) owners(snap *holders.Snapshot, now time.Time) map[int]int {
 }
 
 func (d *daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
+	if d.sup.Tree != nil {
+		return d.groupOwner(pid)
+	}
 	for i, r := range d.runs {
 		if r.job != nil && snap.Within(pid, []int{r.job.PID}, map[int]bool{r.job.PID: true}) {
 			// Remembered too: a worker seen only while its parent was
@@ -83,6 +86,33 @@ func (d *daemon) ownerOf(snap *holders.Snapshot, pid int, now time.Time) int {
 		return i
 	}
 	return d.ownerByMark(snap, pid, now)
+}
+
+// groupOwner is ownerOf in cgroup mode: the job whose run's group pid is
+// in, stray for a group of a run that no longer runs, else notOurs
+// (gone once the process has exited). Nothing else counts: no process of
+// a job can leave its group, and none can join it but by root's hand.
+func (d *daemon) groupOwner(pid int) int {
+	m, ok := d.sup.RunOf(pid)
+	if !ok {
+		if snapGone(d.scanner.Root, pid) {
+			return gone
+		}
+		return notOurs
+	}
+	for i, r := range d.runs {
+		if r.job != nil && r.job.Mark.Nonce == m.Nonce {
+			return i
+		}
+	}
+	d.stopStray(m)
+	return stray
+}
+
+// snapGone says whether pid has exited since the scan.
+func snapGone(proc string, pid int) bool {
+	_, err := os.Stat(proc + "/" + strconv.Itoa(pid))
+	return err != nil
 }
 
 // knownOwner is the job that pid was seen with the mark of, if it still
@@ -238,9 +268,13 @@ func (d *daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now
 	}
 	if full {
 		r.procs, r.procsAt = r.procs[:0], now
-		for pid := range snap.Descendants([]int{r.job.PID}, map[int]bool{r.job.PID: true}) {
-			if p := snap.Procs[pid]; p != nil && p.State != 'Z' {
-				r.procs = append(r.procs, idlestate.ProcStart{PID: pid, Start: p.Start})
+		if r.job.Group != nil {
+			r.procs = d.groupProcs(r.job)
+		} else {
+			for pid := range snap.Descendants([]int{r.job.PID}, map[int]bool{r.job.PID: true}) {
+				if p := snap.Procs[pid]; p != nil && p.State != 'Z' {
+					r.procs = append(r.procs, idlestate.ProcStart{PID: pid, Start: p.Start})
+				}
 			}
 		}
 		sort.Slice(r.procs, func(a, b int) bool { return r.procs[a].PID < r.procs[b].PID })
@@ -261,6 +295,15 @@ func (d *daemon) listProcs(i int, snap *holders.Snapshot, owner map[int]int, now
 			r.procs = slices.Insert(r.procs, k, idlestate.ProcStart{PID: pid, Start: p.Start})
 		}
 	}
+}
+
+// groupProcs lists the processes in job's group, with their start times.
+func (d *daemon) groupProcs(job *supervisor.Job) []idlestate.ProcStart {
+	var out []idlestate.ProcStart
+	for _, m := range d.sup.Members(job) {
+		out = append(out, idlestate.ProcStart{PID: m.PID, Start: m.Start})
+	}
+	return out
 }
 
 // findProc finds pid in ps, sorted by pid: its index, or where it would go.

@@ -78,6 +78,7 @@ type hostPlan struct {
 	Ignore  map[int][]string // GPU -> programs that do not make it busy
 	RunAs   string           // user the jobs run as ("" = idlemon's own)
 	JobUID  int              // the jobs' real uid
+	Cgroup  cgroupPlan
 	cred    *syscall.Credential
 }
 
@@ -113,6 +114,7 @@ func resolve(cfg *config.Config) (*hostPlan, error) {
 		}
 		p.Jobs = append(p.Jobs, j)
 	}
+	p.resolveCgroup()
 	return p, nil
 }
 
@@ -299,7 +301,7 @@ func (p *hostPlan) resolveJob(sec config.JobSection, userEnv []string) (jobPlan,
 	}
 	j.Spec = supervisor.Spec{
 		Name: sec.Name, Cmd: sec.Cmd, Dir: sec.Dir, Log: sec.Log, Cred: p.cred, Grace: p.Cfg.Grace,
-		Env: jobEnv(os.Environ(), userEnv, p.Vendor, j.GPUs),
+		Env: jobEnv(os.Environ(), userEnv, p.Vendor, j.GPUs), Limits: cgroupLimits(sec.Limits),
 	}
 	return j, nil
 }
@@ -385,6 +387,7 @@ func (p *hostPlan) describe(w io.Writer) {
 		fmt.Fprintf(w, "job %s: when %s for %s, runs /bin/sh -c %q in %s as %s with %s=%s; output %s; stopped by SIGTERM to each of its processes, SIGKILL after %s\n",
 			j.Sec.Name, when, fmtDur(c.MinIdle), j.Sec.Cmd, j.Sec.Dir, runAs, p.visibleVar(), joinInts(j.GPUs), out, fmtDur(c.Grace))
 	}
+	p.describeCgroup(w)
 	if c.TTY.Enabled {
 		wl := "nobody"
 		if len(c.TTY.Whitelist) > 0 {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/idlemon/textfile"
 	"github.com/gpumon/gpumon/internal/idlestate"
 )
 
@@ -77,7 +78,8 @@ type observation struct {
 type stopJob struct {
 	Job       int
 	Reason    string
-	Preempted bool // by a foreign holder, not by a terminal user
+	Preempted bool   // by a foreign holder, not by a terminal user
+	Kind      string // textfile.Preempted, Terminal or Shutdown
 }
 
 // decision is what to do after a scan.
@@ -125,7 +127,7 @@ func decide(s schedState, obs observation, now time.Time) (schedState, decision)
 		if j.Phase != running {
 			continue
 		}
-		reason, preempted := "", false
+		reason, preempted, kind := "", false, textfile.Preempted
 		for _, gi := range j.GPUs {
 			if g := s.gpu(gi); g != nil && len(g.Holders) > 0 {
 				h := g.Holders[0]
@@ -135,14 +137,14 @@ func decide(s schedState, obs observation, now time.Time) (schedState, decision)
 			}
 		}
 		if reason == "" && obs.Paused != "" {
-			reason = obs.Paused
+			reason, kind = obs.Paused, textfile.Terminal
 		}
 		if reason == "" && obs.Shutdown != "" {
-			reason = obs.Shutdown
+			reason, kind = obs.Shutdown, textfile.Shutdown
 		}
 		if reason != "" {
 			j.Phase = stopping
-			d.Stop = append(d.Stop, stopJob{Job: i, Reason: reason, Preempted: preempted})
+			d.Stop = append(d.Stop, stopJob{Job: i, Reason: reason, Preempted: preempted, Kind: kind})
 		}
 	}
 	if obs.Paused == "" && obs.Shutdown == "" {
@@ -154,6 +156,35 @@ func decide(s schedState, obs observation, now time.Time) (schedState, decision)
 	}
 	s.gpuStates(now)
 	return s, d
+}
+
+// waitReason says why job i is not running at now (a textfile refusal
+// reason), or "" when it runs, is being stopped, or may start now.
+func (s *schedState) waitReason(i int, now time.Time) string {
+	j := s.Jobs[i]
+	if j.Phase != waiting {
+		return ""
+	}
+	if s.Paused != "" {
+		return textfile.TerminalUser
+	}
+	for _, gi := range j.GPUs {
+		if g := s.gpu(gi); g != nil && len(g.Holders) > 0 {
+			return textfile.BusyGPU
+		}
+	}
+	for k, o := range s.Jobs {
+		if k != i && o.Phase != waiting && (j.All || o.All || slices.ContainsFunc(o.GPUs, func(g int) bool { return slices.Contains(j.GPUs, g) })) {
+			return textfile.OtherJob
+		}
+	}
+	if now.Before(j.NotBefore) {
+		return textfile.Backoff
+	}
+	if !s.idle(j.GPUs, now) {
+		return textfile.MinIdle
+	}
+	return ""
 }
 
 // startable lists the jobs that may start at now, in order. The ALL job

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpumon/gpumon/internal/idlemon/textfile"
 	"github.com/gpumon/gpumon/internal/idlestate"
 )
 
@@ -110,7 +111,7 @@ func TestStep(t *testing.T) {
 			st:   schedState{Rules: testRules, GPUs: gpus(2), Jobs: []jobSched{gpuJob("process-0", 0, running), gpuJob("process-1", 1, running)}},
 			obs:  observation{Foreign: heldBy(0)},
 			now:  at(time.Hour),
-			want: decision{Stop: []stopJob{{Job: 0, Reason: "preempted by alice pid 5151 python", Preempted: true}}},
+			want: decision{Stop: []stopJob{{Job: 0, Reason: "preempted by alice pid 5151 python", Preempted: true, Kind: textfile.Preempted}}},
 			check: func(t *testing.T, st schedState) {
 				if st.Jobs[0].Phase != stopping || st.Jobs[1].Phase != running || st.GPUs[0].State != idlestate.Busy {
 					t.Errorf("after: %+v", st)
@@ -134,7 +135,7 @@ func TestStep(t *testing.T) {
 			st:   schedState{Rules: testRules, GPUs: gpus(2), Jobs: []jobSched{gpuJob("process-0", 0, running), gpuJob("process-1", 1, waiting)}},
 			obs:  observation{Paused: "user bob active on pts/3 (input 2s ago)"},
 			now:  at(time.Hour),
-			want: decision{Stop: []stopJob{{Job: 0, Reason: "user bob active on pts/3 (input 2s ago)"}}},
+			want: decision{Stop: []stopJob{{Job: 0, Reason: "user bob active on pts/3 (input 2s ago)", Kind: textfile.Terminal}}},
 			check: func(t *testing.T, st schedState) {
 				if st.GPUs[1].State != idlestate.Idle || st.Paused == "" {
 					t.Errorf("a paused GPU stays free for people: %+v", st)
@@ -146,7 +147,7 @@ func TestStep(t *testing.T) {
 			st:   schedState{Rules: testRules, GPUs: gpus(1), Jobs: []jobSched{gpuJob("process-0", 0, running)}},
 			obs:  observation{Shutdown: "idlemon is stopping"},
 			now:  at(time.Hour),
-			want: decision{Stop: []stopJob{{Job: 0, Reason: "idlemon is stopping"}}},
+			want: decision{Stop: []stopJob{{Job: 0, Reason: "idlemon is stopping", Kind: textfile.Shutdown}}},
 		},
 		{
 			name: "ALL job goes first when every GPU is idle",
@@ -334,5 +335,32 @@ func TestPreemptedComesBack(t *testing.T) {
 	_, d = decide(st, observation{}, d.Wake)
 	if diff := cmp.Diff([]int{0}, d.Start); diff != "" {
 		t.Errorf("after min_idle: %s", diff)
+	}
+}
+
+// Why a job waits, as the textfile counts refusals.
+func TestWaitReason(t *testing.T) {
+	r := rules{MinIdle: 30 * time.Second}
+	job := func(p phase, g ...int) jobSched { return jobSched{Name: "j", GPUs: g, Phase: p} }
+	tests := []struct {
+		name string
+		s    schedState
+		at   time.Duration
+		want string
+	}{
+		{"may start", schedState{Rules: r, GPUs: gpus(2), Jobs: []jobSched{job(waiting, 0)}}, time.Minute, ""},
+		{"running", schedState{Rules: r, GPUs: gpus(2), Jobs: []jobSched{job(running, 0)}}, time.Minute, ""},
+		{"terminal", schedState{Rules: r, GPUs: gpus(2), Jobs: []jobSched{job(waiting, 0)}, Paused: "user bob active"}, time.Minute, textfile.TerminalUser},
+		{"busy gpu", schedState{Rules: r, GPUs: busy(gpus(2), 1), Jobs: []jobSched{job(waiting, 0, 1)}}, time.Minute, textfile.BusyGPU},
+		{"other job", schedState{Rules: r, GPUs: gpus(2), Jobs: []jobSched{job(waiting, 0), allJob(running)}}, time.Minute, textfile.OtherJob},
+		{"backoff", schedState{Rules: r, GPUs: gpus(2), Jobs: []jobSched{{Name: "j", GPUs: []int{0}, NotBefore: at(2 * time.Minute)}}}, time.Minute, textfile.Backoff},
+		{"min idle", schedState{Rules: r, GPUs: gpus(2), Jobs: []jobSched{job(waiting, 0)}}, 10 * time.Second, textfile.MinIdle},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.waitReason(0, at(tt.at)); got != tt.want {
+				t.Errorf("waitReason = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
+	"github.com/gpumon/gpumon/internal/idlemon/textfile"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/supervisor"
+	"github.com/gpumon/gpumon/internal/version"
 )
 
 // writeState writes the state file: at once when force (a job started or
@@ -37,6 +39,9 @@ func (d *daemon) writeState(now time.Time, force bool) {
 				ji.PIDs = append(ji.PIDs, p.PID)
 			}
 			ji.Procs = r.procs
+			if r.job.Group != nil {
+				ji.Cgroup = r.job.Group.Dir
+			}
 		}
 		f.Jobs = append(f.Jobs, ji)
 	}
@@ -45,7 +50,38 @@ func (d *daemon) writeState(now time.Time, force bool) {
 	if err := renameio.WriteFile(d.plan.Cfg.StateFile, buf.Bytes(), 0o644); err != nil {
 		d.log.Printf("state file: %v", err)
 	}
+	d.writeMetrics(now)
 	d.lastW, d.dirty = now, false
+}
+
+// newMetrics starts the textfile's counters for plan's jobs.
+func newMetrics(plan *hostPlan, mode string, now time.Time) *textfile.Metrics {
+	var jobs []textfile.Job
+	for _, j := range plan.Jobs {
+		jobs = append(jobs, textfile.Job{Name: j.Sec.Name, GPUs: len(j.GPUs)})
+	}
+	return textfile.New(jobs, plan.Vendor, mode, version.String(), now)
+}
+
+// writeMetrics writes the textfile, where the config asks for one, with
+// each running job's use read from its group. A failure is logged once
+// until a write succeeds again.
+func (d *daemon) writeMetrics(now time.Time) {
+	dir := d.plan.Cfg.TextfileDir
+	if dir == "" || d.metrics == nil {
+		return
+	}
+	for i, r := range d.runs {
+		if r.job != nil && r.job.Group != nil {
+			u := r.job.Group.Usage()
+			d.metrics.Usage(i, textfile.Usage{CPUSeconds: u.CPUSeconds, MemoryBytes: u.MemoryBytes, OOMKills: u.OOMKills, PidsMaxHits: u.PidsMaxHits})
+		}
+	}
+	err := d.metrics.Write(dir, now)
+	if err != nil && !d.metricsFailed {
+		d.log.Printf("textfile: %v", err)
+	}
+	d.metricsFailed = err != nil
 }
 
 // stopLeftovers stops what an earlier idlemon left running (it was killed
@@ -81,7 +117,15 @@ func (d *daemon) stopLeftovers() {
 	if prev > 0 {
 		earlier = fmt.Sprintf("an earlier idlemon (pid %d)", prev)
 	}
-	for _, l := range d.sup.Leftovers(sessions) {
+	ls := d.sup.Leftovers(sessions)
+	procs := 0
+	for _, l := range ls {
+		procs += len(l.Members)
+	}
+	if d.metrics != nil {
+		d.metrics.Leftovers(len(ls), procs)
+	}
+	for _, l := range ls {
 		where := "job " + l.Job + " (no longer in the config)"
 		if j, ok := byName[l.Job]; ok {
 			where = "gpu " + joinInts(j.GPUs) + ": job " + l.Job

@@ -64,6 +64,8 @@ type JobInfo struct {
 	// /proc/PID/stat field 22) tell a reused pid apart.
 	LeaderStart uint64      `json:"leader_start,omitempty"`
 	Procs       []ProcStart `json:"procs,omitempty"`
+	// Cgroup is the run's cgroup v2 folder; "" without cgroups.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // ProcStart is one process of a job with its start time.

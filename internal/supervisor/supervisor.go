@@ -29,6 +29,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpumon/gpumon/internal/cgroup"
 	"github.com/gpumon/gpumon/internal/holders"
 	"golang.org/x/sys/unix"
 )
@@ -42,6 +43,8 @@ type Spec struct {
 	Log   string   // appended to; "" = the Supervisor's Stdout
 	Cred  *syscall.Credential
 	Grace time.Duration
+	// Limits are the run's cgroup's (cgroup mode only).
+	Limits cgroup.Limits
 }
 
 // A Supervisor starts and stops the jobs of one idlemon.
@@ -50,6 +53,9 @@ type Supervisor struct {
 	Stdout   *os.File // where a job without a log writes
 	Instance string   // the first part of every mark: InstanceOf(the state file)
 	UID      int      // the jobs' real uid: no process of another user is signalled
+	// Tree, when set, is cgroup mode: each run gets a group in it, and its
+	// processes are the group's (see group.go). Without it, marks only.
+	Tree *cgroup.Tree
 }
 
 // Job is one started job.
@@ -59,6 +65,7 @@ type Job struct {
 	PID   int // the leader: pid = pgid = sid
 	Start uint64
 	Began time.Time
+	Group *cgroup.Group // its cgroup; nil without cgroup mode
 
 	cmd      *exec.Cmd
 	exited   chan struct{}
@@ -90,10 +97,16 @@ func (s *Supervisor) Start(spec Spec) (*Job, error) {
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: spec.Cred}
-	if err := cmd.Start(); err != nil {
+	var group *cgroup.Group
+	if s.Tree != nil {
+		var err error
+		if group, err = s.startInGroup(cmd, spec, mark); err != nil {
+			return nil, err
+		}
+	} else if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	j := &Job{Spec: spec, Mark: mark, PID: cmd.Process.Pid, Began: time.Now(), cmd: cmd, exited: make(chan struct{})}
+	j := &Job{Spec: spec, Mark: mark, PID: cmd.Process.Pid, Began: time.Now(), Group: group, cmd: cmd, exited: make(chan struct{})}
 	if p, err := holders.ReadProc(s.Proc, j.PID); err == nil {
 		j.Start = p.Start
 	}
@@ -165,13 +178,23 @@ func (j *Job) reap() {
 func (s *Supervisor) Release(j *Job) {
 	<-j.exited
 	_ = syscall.Kill(-j.PID, syscall.SIGKILL)
+	if j.Group != nil {
+		if populated, err := j.Group.Populated(); err == nil && !populated {
+			_ = j.Group.Remove()
+		}
+	}
 	j.reap()
 }
 
 // Members lists the job's live processes: the leader's session and every
 // process with the job's mark, of the jobs' user. It reads every process's
 // stat and status, and the environment of the jobs' user's processes.
-func (s *Supervisor) Members(j *Job) []Member { return s.find(j.target()) }
+func (s *Supervisor) Members(j *Job) []Member {
+	if j.Group != nil {
+		return s.groupMembers(j.Group)
+	}
+	return s.find(j.target())
+}
 
 // Owns reports whether the live process m (from Identify) is one of j's.
 func (j *Job) Owns(m Member) bool { return j.target().owns(m) }
@@ -199,6 +222,14 @@ type Known struct {
 // time, and get SIGTERM before the others are looked for, for a prompt
 // preemption.
 func (s *Supervisor) Stop(j *Job, known []Known) (killed bool, left []Member) {
+	if j.Group != nil {
+		_ = syscall.Kill(-j.PID, syscall.SIGTERM) // at once, one call: most of a job is in its first process's group
+		killed, left = s.stopGroup(j.Group, j.Spec.Grace, known)
+		if len(left) == 0 {
+			j.reap()
+		}
+		return killed, left
+	}
 	t := j.target()
 	t.Procs = map[int]uint64{}
 	for _, k := range known {
@@ -344,6 +375,7 @@ type Leftover struct {
 	Job     string
 	Members []Member
 	t       target
+	group   *cgroup.Group // cgroup mode: the run's group
 }
 
 // Leftovers finds what earlier runs of this idlemon left running: every
@@ -354,6 +386,9 @@ type Leftover struct {
 func (s *Supervisor) Leftovers(sessions []Session) []*Leftover {
 	any := target{Mark: Mark{Instance: s.Instance}}
 	var out []*Leftover
+	if s.Tree != nil {
+		out = s.groupLeftovers()
+	}
 	byNonce := map[string]*Leftover{}
 	bySID := map[int]*Leftover{}
 	all := s.find(any)
@@ -397,11 +432,24 @@ func (s *Supervisor) Leftovers(sessions []Session) []*Leftover {
 // Run is the leftover of one run of a job: its processes, found when it is
 // stopped.
 func (s *Supervisor) Run(m Mark) *Leftover {
-	return &Leftover{Job: m.Job, t: target{Mark: m}}
+	l := &Leftover{Job: m.Job, t: target{Mark: m}}
+	if s.Tree != nil {
+		gs, _ := s.Tree.Groups()
+		for _, g := range gs {
+			if g.Name == cgroup.GroupName(m.Nonce, m.Job) {
+				l.group = g
+			}
+		}
+	}
+	return l
 }
 
-// StopLeftover stops l as Stop stops a job.
+// StopLeftover stops l as Stop stops a job: its group in cgroup mode,
+// then whatever carries its mark.
 func (s *Supervisor) StopLeftover(l *Leftover, grace time.Duration) (killed bool, left []Member) {
+	if l.group != nil {
+		return s.stopGroup(l.group, grace, nil)
+	}
 	return s.stop(l.t, grace, 0, map[int]uint64{})
 }
 

@@ -1,0 +1,76 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Inspect is what Open(h, dir) would give, found without changing
+// anything (for `idlemon check`): the controllers Open could enable are
+// those of cpu, memory and pids in dir's cgroup.controllers, or, while dir
+// does not exist, in its nearest existing ancestor's
+// cgroup.subtree_control (what a new child is given).
+func Inspect(h Hierarchies, dir string) (*Tree, error) {
+	rel, err := inspectRel(h.V2, dir)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tree{H: h, Dir: dir, Rel: rel}
+	file := filepath.Join(dir, "cgroup.controllers")
+	probe := dir
+	for {
+		if _, err := os.Stat(probe); err == nil {
+			break
+		}
+		parent := filepath.Dir(probe)
+		if parent == probe || len(parent) < len(h.V2) {
+			break
+		}
+		probe, file = parent, filepath.Join(parent, "cgroup.subtree_control")
+	}
+	b, _ := os.ReadFile(file)
+	for _, c := range strings.Fields(string(b)) {
+		if slices.Contains([]string{"cpu", "memory", "pids"}, c) {
+			t.Controllers = append(t.Controllers, c)
+		}
+	}
+	_, err = os.Stat(filepath.Join(probe, "cgroup.kill"))
+	t.CanKill = err == nil
+	if !t.CanKill && probe == h.V2 {
+		t.CanKill = inspectChildKill(h.V2) // the root group has no cgroup.kill of its own
+	}
+	return t, nil
+}
+
+// inspectChildKill says whether a child group of root has cgroup.kill
+// (Linux 5.14).
+func inspectChildKill(root string) bool {
+	es, _ := os.ReadDir(root)
+	for _, e := range es {
+		if e.IsDir() {
+			_, err := os.Stat(filepath.Join(root, e.Name(), "cgroup.kill"))
+			return err == nil
+		}
+	}
+	return false
+}
+
+// inspectRel is dir relative to the mount point root, with a leading "/"; an
+// error when dir is not inside root.
+func inspectRel(root, dir string) (string, error) {
+	if root == "" {
+		return "", errors.New("no cgroup v2 hierarchy")
+	}
+	rel, err := filepath.Rel(root, filepath.Clean(dir))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%s is not inside the cgroup v2 hierarchy (%s)", dir, root)
+	}
+	if rel == "." {
+		return "/", nil
+	}
+	return "/" + rel, nil
+}

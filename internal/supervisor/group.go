@@ -1,0 +1,206 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/gpumon/gpumon/internal/cgroup"
+	"github.com/gpumon/gpumon/internal/holders"
+	"golang.org/x/sys/unix"
+)
+
+// In cgroup mode (Supervisor.Tree set) every run of a job has a cgroup of
+// its own, and a process is the job's when it is in that group: the
+// kernel puts every process the job starts there, and only root can take
+// one out (a move needs write access to the cgroup.procs of the common
+// ancestor of both groups, which is root's). Sessions, process groups,
+// titles and environments no longer matter, and a stop freezes the group,
+// so nothing forks while it is being signalled.
+
+// gate is the job's first program in cgroup mode: it waits, holding
+// nothing but its pipe, until idlemon has put it in every folder of its
+// group (the cgroup v1 ones cannot be joined at birth), then becomes the
+// job. If idlemon dies first, the pipe ends without a word and the job
+// never runs.
+const gate = `read -r go <&3 && [ "$go" = go ] || exit 111; exec 3<&-; exec /bin/sh -c "$0"`
+
+// gateExit is the gate's exit status when idlemon never let it through.
+const gateExit = 111
+
+// startInGroup starts cmd (a /bin/sh -c of spec.Cmd, with its environment
+// and files set) in a new group of s.Tree named after mark.
+func (s *Supervisor) startInGroup(cmd *exec.Cmd, spec Spec, mark Mark) (*cgroup.Group, error) {
+	g, err := s.Tree.Create(cgroup.GroupName(mark.Nonce, spec.Name), spec.Limits)
+	if err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		g.Remove()
+		return nil, err
+	}
+	defer w.Close()
+	cmd.Args = []string{"/bin/sh", "-c", gate, spec.Cmd}
+	cmd.ExtraFiles = []*os.File{r}
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		g.Remove()
+		return nil, err
+	}
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill() // still at the gate: nothing else of the job exists
+		_ = cmd.Wait()
+		g.Kill()
+		g.WaitEmpty(time.Now().Add(5 * time.Second))
+		g.Remove()
+		return nil, fmt.Errorf("cgroup %s: %v", g.Dir, err)
+	}
+	// A failed write means the gate has exited already: the job's end is
+	// reported as any other.
+	_, _ = w.Write([]byte("go\n"))
+	return g, nil
+}
+
+// groupMembers lists g's processes now.
+func (s *Supervisor) groupMembers(g *cgroup.Group) []Member {
+	pids, _ := g.Procs()
+	var out []Member
+	for _, pid := range pids {
+		if m, err := s.read(pid, false); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// inGroup says whether pid is in g now.
+func (s *Supervisor) inGroup(g *cgroup.Group, pid int) bool {
+	ms, err := cgroup.ReadMembership(s.proc(), pid)
+	if err != nil {
+		return false
+	}
+	name, ok := s.Tree.GroupOf(ms)
+	return ok && name == g.Name
+}
+
+// signalInGroup sends sig to pid if it is in g, through a pidfd opened
+// before the check: a pid reused in between is not hit.
+func (s *Supervisor) signalInGroup(g *cgroup.Group, pid int, sig syscall.Signal) bool {
+	if pid <= 1 || pid == os.Getpid() {
+		return false
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOSYS) && s.inGroup(g, pid) {
+			return syscall.Kill(pid, sig) == nil // kernels before 5.3
+		}
+		return false
+	}
+	defer unix.Close(pidfd)
+	if !s.inGroup(g, pid) {
+		return false
+	}
+	return unix.PidfdSendSignal(pidfd, sig, nil, 0) == nil
+}
+
+// freezeWait bounds how long a stop waits for a group to freeze: a
+// process stuck in the kernel (a GPU driver call) may not freeze at once,
+// and the signals go out anyway.
+const freezeWait = 500 * time.Millisecond
+
+// stopGroup stops every process of g: SIGTERM to the known ones (the
+// GPU's holders, for a prompt preemption), then, with the group frozen so
+// nothing forks meanwhile, to every other one; SIGKILL to the group after
+// grace (cgroup.kill, or frozen and one by one), until it is empty or 5 s
+// more have passed. An empty group is removed.
+func (s *Supervisor) stopGroup(g *cgroup.Group, grace time.Duration, known []Known) (killed bool, left []Member) {
+	termed := map[int]bool{}
+	for _, k := range known {
+		if p, err := holders.ReadProc(s.proc(), k.PID); err == nil && p.Start == k.Start && s.signalInGroup(g, k.PID, syscall.SIGTERM) {
+			termed[k.PID] = true
+		}
+	}
+	s.hook("term-known")
+	_ = g.Freeze(time.Now().Add(freezeWait))
+	s.hook("frozen")
+	pids, _ := g.Procs()
+	for _, pid := range pids {
+		if !termed[pid] && s.signalInGroup(g, pid, syscall.SIGTERM) {
+			termed[pid] = true
+		}
+	}
+	s.hook("termed")
+	_ = g.Thaw() // also when the freeze failed: an earlier idlemon may have left it frozen
+	s.hook("thawed")
+	if !g.WaitEmpty(time.Now().Add(grace)) {
+		killed = true
+		_ = g.Kill()
+		s.hook("killed")
+		if !g.WaitEmpty(time.Now().Add(5 * time.Second)) {
+			return killed, s.groupMembers(g)
+		}
+	}
+	if err := g.Remove(); err != nil {
+		s.hook("remove-failed")
+	}
+	return killed, nil
+}
+
+// hook is called at each step of a stop; a test's TestMain sets StopHook
+// to kill idlemon at a chosen step.
+func (s *Supervisor) hook(step string) {
+	if StopHook != nil {
+		StopHook(step)
+	}
+}
+
+// StopHook, when set (by tests only), is called at each step of a
+// cgroup stop: "term-known", "frozen", "termed", "thawed", "killed".
+var StopHook func(step string)
+
+// RunOf says which run of this idlemon's jobs pid belongs to in cgroup
+// mode, by its group: the mark of that run (Instance, Nonce, Job), or
+// false when pid is in no group of ours.
+func (s *Supervisor) RunOf(pid int) (Mark, bool) {
+	if s.Tree == nil {
+		return Mark{}, false
+	}
+	ms, err := cgroup.ReadMembership(s.proc(), pid)
+	if err != nil {
+		return Mark{}, false
+	}
+	name, ok := s.Tree.GroupOf(ms)
+	if !ok {
+		return Mark{}, false
+	}
+	nonce, job, ok := cgroup.ParseGroupName(name)
+	return Mark{Instance: s.Instance, Nonce: nonce, Job: job}, ok
+}
+
+// groupLeftovers lists the groups an earlier idlemon left in the tree,
+// with their processes; empty ones are removed at once.
+func (s *Supervisor) groupLeftovers() []*Leftover {
+	gs, err := s.Tree.Groups()
+	if err != nil {
+		return nil
+	}
+	var out []*Leftover
+	for _, g := range gs {
+		_, job, _ := cgroup.ParseGroupName(g.Name)
+		l := &Leftover{Job: job, group: g, Members: s.groupMembers(g)}
+		if len(l.Members) == 0 {
+			if populated, err := g.Populated(); err == nil && !populated {
+				_ = g.Thaw()
+				_ = g.Remove()
+				continue
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
