@@ -22,6 +22,7 @@ import (
 	"github.com/gpumon/gpumon/internal/idlemon/config"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/sshdtest"
+	"github.com/gpumon/gpumon/internal/supervisor"
 	"github.com/gpumon/gpumon/internal/testenv"
 )
 
@@ -36,6 +37,14 @@ func TestMain(m *testing.M) {
 		helperOpener()
 	}
 	if os.Getenv("IDLEMON_TEST_MAIN") == "1" {
+		if step := os.Getenv("IDLEMON_TEST_DIE_AT"); step != "" {
+			supervisor.StopHook = func(s string) {
+				if s == step {
+					syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					select {} // the signal is on its way
+				}
+			}
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
@@ -55,6 +64,8 @@ type env struct {
 	devs []string // each GPU's device file (AMD: its render node)
 	log  *testenv.SyncBuffer
 
+	cgroup string // the jobs' cgroup tree (v2), removed at the end; "" = off
+
 	amd    bool     // an AMD host: newAMDEnv
 	kfd    string   // AMD: the plain file standing for /dev/kfd
 	sysfs  string   // AMD: the fake KFD folder (/sys/class/kfd/kfd)
@@ -69,7 +80,7 @@ func newEnv(t testing.TB, ngpu int) *env {
 		os.Chmod(d, 0o755)
 	}
 	os.Chmod(dir, 0o777)
-	e := &env{t: t, dir: dir, log: &testenv.SyncBuffer{}}
+	e := &env{t: t, dir: dir, log: &testenv.SyncBuffer{}, cgroup: testTree(t)}
 	os.Mkdir(filepath.Join(dir, "dev"), 0o755)
 	os.Mkdir(filepath.Join(dir, "run"), 0o755) // the state file's: only root writes there
 	for i := 0; i < ngpu; i++ {
@@ -142,11 +153,15 @@ func (e *env) kfdEntry(vram ...uint64) string {
 // defaults is the [defaults] section's lines that point idlemon at the
 // fake host's files.
 func (e *env) defaults(state string) string {
-	if e.amd {
-		return fmt.Sprintf("[defaults]\nvendor = amd\ndevices = %s\nkfd_device = %s\nkfd_sysfs = %s\nstate_file = %s\n",
-			e.path("dev/dri/renderD*"), e.kfd, e.sysfs, state)
+	group := "cgroup = off\n"
+	if e.cgroup != "" {
+		group = "cgroup = " + e.cgroup + "\n"
 	}
-	return fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n", e.path("dev/nvidia[0-9]*"), state)
+	if e.amd {
+		return fmt.Sprintf("[defaults]\nvendor = amd\ndevices = %s\nkfd_device = %s\nkfd_sysfs = %s\nstate_file = %s\n%s",
+			e.path("dev/dri/renderD*"), e.kfd, e.sysfs, state, group)
+	}
+	return fmt.Sprintf("[defaults]\ndevices = %s\nstate_file = %s\n%s", e.path("dev/nvidia[0-9]*"), state, group)
 }
 
 // scanner is a /proc scanner for the fake host's device files.
@@ -234,8 +249,16 @@ func (e *env) start(body string, opt options) (stop func()) {
 // cfg, its output to the file name; the test's end stops it with SIGTERM.
 func (e *env) startBinary(cfg, name string) *exec.Cmd {
 	e.t.Helper()
+	return e.startBinaryEnv(cfg, name)
+}
+
+// startBinaryEnv is startBinary with more environment variables, such as
+// IDLEMON_TEST_DIE_AT=STEP: the idlemon kills itself with SIGKILL at that
+// step of a cgroup stop (supervisor.StopHook).
+func (e *env) startBinaryEnv(cfg, name string, env ...string) *exec.Cmd {
+	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-c", cfg)
-	cmd.Env = append(os.Environ(), "IDLEMON_TEST_MAIN=1")
+	cmd.Env = append(append(os.Environ(), "IDLEMON_TEST_MAIN=1"), env...)
 	logf, err := os.Create(e.path(name))
 	if err != nil {
 		e.t.Fatal(err)

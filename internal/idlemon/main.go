@@ -289,7 +289,11 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 	}
 	for _, j := range f.Jobs {
 		if j.Running {
-			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs))
+			group := ""
+			if j.Cgroup != "" {
+				group = ", cgroup " + hosttext.Printable(j.Cgroup)
+			}
+			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s%s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs), group)
 		} else {
 			fmt.Fprintf(w, "job %s on gpu %s: not running\n", hosttext.Printable(j.Name), joinInts(j.GPUs))
 		}

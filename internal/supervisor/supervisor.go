@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -386,12 +387,18 @@ type Leftover struct {
 func (s *Supervisor) Leftovers(sessions []Session) []*Leftover {
 	any := target{Mark: Mark{Instance: s.Instance}}
 	var out []*Leftover
+	inGroup := map[int]bool{}
 	if s.Tree != nil {
 		out = s.groupLeftovers()
+		for _, l := range out {
+			for _, m := range l.Members {
+				inGroup[m.PID] = true
+			}
+		}
 	}
 	byNonce := map[string]*Leftover{}
 	bySID := map[int]*Leftover{}
-	all := s.find(any)
+	all := slices.DeleteFunc(s.find(any), func(m Member) bool { return inGroup[m.PID] })
 	for _, m := range all {
 		l := byNonce[m.Mark.Nonce]
 		if l == nil {
@@ -416,7 +423,7 @@ func (s *Supervisor) Leftovers(sessions []Session) []*Leftover {
 			}
 			l := &Leftover{Job: sess.Job, t: t}
 			for _, m := range s.find(t) {
-				if !seen[m.PID] {
+				if !seen[m.PID] && !inGroup[m.PID] {
 					l.Members = append(l.Members, m)
 				}
 			}
