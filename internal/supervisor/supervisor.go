@@ -179,10 +179,14 @@ func (j *Job) reap() {
 func (s *Supervisor) Release(j *Job) {
 	<-j.exited
 	_ = syscall.Kill(-j.PID, syscall.SIGKILL)
-	if j.Group != nil {
-		if populated, err := j.Group.Populated(); err == nil && !populated {
-			_ = j.Group.Remove()
+	if g := j.Group; g != nil {
+		// A process Members could not read (one forking in a loop) is
+		// still in the group: it goes too.
+		if populated, err := g.Populated(); err == nil && populated {
+			_ = g.Kill()
+			g.WaitEmpty(time.Now().Add(5 * time.Second))
 		}
+		_ = g.Remove()
 	}
 	j.reap()
 }
