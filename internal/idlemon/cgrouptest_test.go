@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cgroup"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // testTree is a cgroup v2 folder of the test's own for its jobs' groups
@@ -69,4 +70,41 @@ func groupsIn(t testing.TB, dir string) []string {
 		}
 	}
 	return out
+}
+
+// check says which mode the host is in and why, how each limit is
+// enforced, and which one is not; it makes nothing.
+func TestCheckSaysCgroupMode(t *testing.T) {
+	e := newEnv(t, 1)
+	tests := []struct {
+		name string
+		body string
+		want []string
+	}{
+		{"cgroups", "user = root\nmemory_high = 1G\nmemory_max = 2G\npids_max = 64\n[process-a]\ngpus = 0\ncmd = sleep 600\n", []string{
+			"cgroup: v2+v1, a group per run under " + e.cgroup + " (cgroup = " + e.cgroup + "); stop: SIGTERM to every process of the group, then cgroup.kill\n",
+			"job process-a: limits cpu_weight 1 (cgroup v1 cpu.shares", "memory_max 2 GiB (cgroup v1 memory.limit_in_bytes", "pids_max 64 (cgroup v1 pids.max",
+			"warning: job process-a: NOT ENFORCED: memory_high 1 GiB: cgroup v1 has no memory.high",
+		}},
+		{"off", "cgroup = off\nuser = root\npids_max = 64\n[process-a]\ngpus = 0\ncmd = sleep 600\n", []string{
+			"cgroup: none (marks only): cgroup = off in " + e.path("idlemon.ini"),
+			"warning: job process-a: its limits are not enforced without cgroups\n",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out testenv.SyncBuffer
+			if err := Main(t.Context(), []string{"-c", e.config(tt.body), "check"}, &out, &testenv.SyncBuffer{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("check's output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if _, err := os.Stat(e.cgroup); err == nil {
+				t.Errorf("check made %s", e.cgroup)
+			}
+		})
+	}
 }
