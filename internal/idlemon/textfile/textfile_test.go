@@ -83,6 +83,10 @@ func samples(t testing.TB, text string) map[string]string {
 			continue
 		}
 		k := strings.LastIndexByte(line, ' ')
+		if k < 0 {
+			t.Errorf("not a sample: %q", line)
+			continue
+		}
 		if _, dup := got[line[:k]]; dup {
 			t.Errorf("%s written twice", line[:k])
 		}
@@ -153,6 +157,26 @@ func TestSequences(t *testing.T) {
 			"idlemon_preemption_seconds_sum" + job:                "2.043",
 			"idlemon_preempted_run_seconds_bucket" + le("3600.0"): "3",
 			"idlemon_preempted_run_seconds_bucket" + le("1800.0"): "0",
+		}},
+		{"a run of exactly a bound is in its bucket", func(m *Metrics) {
+			m.Started(0, t0)
+			m.Stopped(0, Preempted, 30*time.Second, 10*time.Millisecond, at(30))
+		}, map[string]string{
+			"idlemon_preempted_run_seconds_bucket" + le("10.0"): "0",
+			"idlemon_preempted_run_seconds_bucket" + le("30.0"): "1",
+			"idlemon_preemption_seconds_bucket" + le("0.005"):   "0",
+			"idlemon_preemption_seconds_bucket" + le("0.01"):    "1",
+		}},
+		{"a fresh job has every known reason, at 0", func(m *Metrics) {}, map[string]string{
+			"idlemon_job_stops_total" + reason(Preempted):             "0",
+			"idlemon_job_stops_total" + reason(Shutdown):              "0",
+			"idlemon_job_start_refusals_total" + reason(StartFailed):  "0",
+			"idlemon_job_start_refusals_total" + reason(TerminalUser): "0",
+			"idlemon_job_waiting" + reason(Backoff):                   "0",
+			"idlemon_job_running" + job:                               "0",
+			"idlemon_job_gpu_seconds_total" + job:                     "0",
+			"idlemon_preempted_run_seconds_count" + job:               "0",
+			`idlemon_leftover_runs_total{vendor="nvidia"}`:            "0",
 		}},
 		{"a job that exits is not preempted", func(m *Metrics) {
 			m.Started(0, t0)
