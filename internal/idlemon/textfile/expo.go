@@ -37,6 +37,26 @@ func (m *Metrics) appendText(b []byte, now time.Time) []byte {
 	e.label("vendor", m.vendor)
 	e.label("version", m.version)
 	e.value(1)
+	m.jobFamilies(e, now)
+	e.family("idlemon_leftover_processes_total", "counter", "Processes of runs an earlier idlemon left running, stopped at start.")
+	e.vendorOnly("idlemon_leftover_processes_total", float64(m.leftoverProcs))
+	e.family("idlemon_leftover_runs_total", "counter", "Runs an earlier idlemon left running (it was killed, not stopped), stopped at start.")
+	e.vendorOnly("idlemon_leftover_runs_total", float64(m.leftoverRuns))
+	e.family("idlemon_preempted_run_seconds", "histogram", "How long preempted runs had run (seconds): many short ones are a flapping GPU.")
+	for i := range m.jobs {
+		e.histogram("idlemon_preempted_run_seconds", &m.jobs[i], &m.jobs[i].preemptedRun)
+	}
+	e.family("idlemon_preemption_seconds", "histogram", "From the scan that saw another user's process on a job's GPU to the job's last process gone (seconds).")
+	for i := range m.jobs {
+		e.histogram("idlemon_preemption_seconds", &m.jobs[i], &m.jobs[i].preemption)
+	}
+	e.family("idlemon_start_time_seconds", "gauge", "When this idlemon started (Unix seconds).")
+	e.vendorOnly("idlemon_start_time_seconds", float64(m.started.UnixMilli())/1000)
+	return e.b
+}
+
+// jobFamilies writes the idlemon_job_* families, sorted by name.
+func (m *Metrics) jobFamilies(e *expo, now time.Time) {
 	m.usage(e, "idlemon_job_cpu_seconds", "CPU time the job's current or last run has used (seconds), from its cgroup.",
 		func(u Usage) float64 { return u.CPUSeconds })
 	e.family("idlemon_job_gpu_seconds_total", "counter", "GPU-seconds the job has run: each run's seconds times its GPUs, a current run included.")
@@ -75,21 +95,6 @@ func (m *Metrics) appendText(b []byte, now time.Time) []byte {
 			e.job("idlemon_job_waiting", &m.jobs[i], r.reason, b2f(r.reason == j.waiting))
 		}
 	}
-	e.family("idlemon_leftover_processes_total", "counter", "Processes of runs an earlier idlemon left running, stopped at start.")
-	e.vendorOnly("idlemon_leftover_processes_total", float64(m.leftoverProcs))
-	e.family("idlemon_leftover_runs_total", "counter", "Runs an earlier idlemon left running (it was killed, not stopped), stopped at start.")
-	e.vendorOnly("idlemon_leftover_runs_total", float64(m.leftoverRuns))
-	e.family("idlemon_preempted_run_seconds", "histogram", "How long preempted runs had run (seconds): many short ones are a flapping GPU.")
-	for i := range m.jobs {
-		e.histogram("idlemon_preempted_run_seconds", &m.jobs[i], &m.jobs[i].preemptedRun)
-	}
-	e.family("idlemon_preemption_seconds", "histogram", "From the scan that saw another user's process on a job's GPU to the job's last process gone (seconds).")
-	for i := range m.jobs {
-		e.histogram("idlemon_preemption_seconds", &m.jobs[i], &m.jobs[i].preemption)
-	}
-	e.family("idlemon_start_time_seconds", "gauge", "When this idlemon started (Unix seconds).")
-	e.vendorOnly("idlemon_start_time_seconds", float64(m.started.UnixMilli())/1000)
-	return e.b
 }
 
 // usage writes the family of one Usage field: a sample for each job whose
