@@ -440,6 +440,9 @@ func (d *daemon) handle(e ended, now time.Time) {
 	if err != nil {
 		status = err.Error()
 	}
+	// the run's use as it ended (an OOM kill ends a run by itself), before
+	// its group goes
+	d.readUsage(e.job)
 	// whatever the first process left behind goes too
 	left := d.sup.Members(e.run)
 	d.sched = exited(d.sched, e.job, ran, len(left) > 0, now)

@@ -54,6 +54,14 @@ func (d *daemon) writeState(now time.Time, force bool) {
 	d.lastW, d.dirty = now, false
 }
 
+// readUsage reads job i's use from its run's group, where it runs in one.
+func (d *daemon) readUsage(i int) {
+	if r := d.runs[i]; r.job != nil && r.job.Group != nil && d.plan.Cfg.TextfileDir != "" {
+		u := r.job.Group.Usage()
+		d.metrics.Usage(i, textfile.Usage{CPUSeconds: u.CPUSeconds, MemoryBytes: u.MemoryBytes, OOMKills: u.OOMKills, PidsMaxHits: u.PidsMaxHits})
+	}
+}
+
 // newMetrics starts the textfile's counters for plan's jobs.
 func newMetrics(plan *hostPlan, mode string, now time.Time) *textfile.Metrics {
 	var jobs []textfile.Job
@@ -71,11 +79,8 @@ func (d *daemon) writeMetrics(now time.Time) {
 	if dir == "" || d.metrics == nil {
 		return
 	}
-	for i, r := range d.runs {
-		if r.job != nil && r.job.Group != nil {
-			u := r.job.Group.Usage()
-			d.metrics.Usage(i, textfile.Usage{CPUSeconds: u.CPUSeconds, MemoryBytes: u.MemoryBytes, OOMKills: u.OOMKills, PidsMaxHits: u.PidsMaxHits})
-		}
+	for i := range d.runs {
+		d.readUsage(i)
 	}
 	err := d.metrics.Write(dir, now)
 	if err != nil && !d.metricsFailed {
