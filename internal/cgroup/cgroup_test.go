@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -376,5 +377,39 @@ func TestOpenMovesTheCallerOut(t *testing.T) {
 	}
 	if name, ok := tr.GroupOf(now); ok {
 		t.Errorf("the supervisor's group is taken for job group %q", name)
+	}
+}
+
+// cpuTime is the CPU the test process has used.
+func cpuTime(t testing.TB) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestWaitSleepsOnInotify(t *testing.T) {
+	tr := newTree(t)
+	g := create(t, tr, "waited", Limits{})
+	g.poll = time.Hour // only inotify can wake the waits
+	j := startIn(t, g, "exec sleep 60")
+	cpu, start := cpuTime(t), time.Now()
+	if g.WaitEmpty(start.Add(300 * time.Millisecond)) {
+		t.Fatal("WaitEmpty says a group with a sleep in it is empty")
+	}
+	if waited, used := time.Since(start), cpuTime(t)-cpu; waited < 300*time.Millisecond || used > 50*time.Millisecond {
+		t.Errorf("WaitEmpty of 300 ms took %v and used %v of CPU: want the whole wait, asleep", waited, used)
+	}
+	if err := g.Freeze(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatalf("Freeze woken by inotify only: %v", err)
+	}
+	if err := g.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, func() { _ = j.cmd.Process.Kill() })
+	if !g.WaitEmpty(time.Now().Add(5 * time.Second)) {
+		t.Fatal("WaitEmpty woken by inotify only: not empty after 5 s")
 	}
 }

@@ -24,6 +24,9 @@ type Group struct {
 	// noKillFile makes Kill freeze and signal even where cgroup.kill
 	// exists: a Tree with CanKill false (and tests) sets it.
 	noKillFile bool
+	// poll replaces pollEvery where set (tests: an hour, so that only
+	// inotify wakes a wait).
+	poll time.Duration
 }
 
 // Create makes the group of name under t with l's limits written (v2 and,

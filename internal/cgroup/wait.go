@@ -33,7 +33,11 @@ func (g *Group) waitEvents(deadline time.Time, done func(map[string]string) bool
 		if left <= 0 {
 			return false, nil
 		}
-		sleep(fd, min(left, pollEvery))
+		poll := pollEvery
+		if g.poll > 0 {
+			poll = g.poll
+		}
+		sleep(fd, min(left, poll))
 	}
 }
 
