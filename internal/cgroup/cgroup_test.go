@@ -185,6 +185,9 @@ func TestKill(t *testing.T) {
 				}
 				tr.CanKill = way != "freeze and signal"
 				g := create(t, tr, "victim", Limits{})
+				if g.noKillFile != (way == "freeze and signal") {
+					t.Fatalf("Tree.CanKill %v made a group that kills by cgroup.kill: %v", tr.CanKill, !g.noKillFile)
+				}
 				bystander := exec.Command("sleep", "60")
 				if err := bystander.Start(); err != nil {
 					t.Fatal(err)
@@ -351,10 +354,13 @@ func TestGroupsFindsLeftoversOnly(t *testing.T) {
 // moves it out, into supervisor, so that the group may have children with
 // controllers.
 func TestOpenMovesTheCallerOut(t *testing.T) {
-	tr := newTree(t)
 	self, err := ReadMembership("/proc", os.Getpid())
 	if err != nil {
 		t.Fatal(err)
+	}
+	tr := newTree(t)
+	if now, err := ReadMembership("/proc", os.Getpid()); err != nil || now.V2 != self.V2 {
+		t.Fatalf("Open of a tree the caller is not in moved it from %q to %q (%v)", self.V2, now.V2, err)
 	}
 	back := filepath.Join(tr.H.V2, self.V2, "cgroup.procs")
 	t.Cleanup(func() { // before the tree's removal
@@ -411,5 +417,56 @@ func TestWaitSleepsOnInotify(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, func() { _ = j.cmd.Process.Kill() })
 	if !g.WaitEmpty(time.Now().Add(5 * time.Second)) {
 		t.Fatal("WaitEmpty woken by inotify only: not empty after 5 s")
+	}
+}
+
+// A job run as root may make groups below its own and move into them:
+// still the job's, listed, found, killed and removed.
+func TestGroupBelowAJobsGroup(t *testing.T) {
+	for _, way := range []string{"cgroup.kill", "freeze and signal"} {
+		t.Run(way, func(t *testing.T) {
+			tr := newTree(t)
+			tr.CanKill = tr.CanKill && way == "cgroup.kill"
+			g := create(t, tr, "nested", Limits{PidsMax: 20})
+			sub := filepath.Join(g.Dir, "sub")
+			startIn(t, g, "mkdir '"+sub+"' && sh -c 'echo $$ > \"$1/cgroup.procs\"; exec sleep 60' _ '"+sub+"' & exec sleep 60")
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if b, _ := os.ReadFile(filepath.Join(sub, "cgroup.procs")); len(b) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the job did not move into the group below its own in 5 s")
+				}
+			}
+			procs := waitProcs(t, g, 2)
+			var below []int
+			for _, pid := range procs {
+				m, err := ReadMembership("/proc", pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if name, ok := tr.GroupOf(m); !ok || name != g.Name {
+					t.Errorf("pid %d in %q: GroupOf = %q, %v; want %q", pid, m.V2, name, ok, g.Name)
+				}
+				if strings.HasSuffix(m.V2, "/sub") {
+					below = append(below, pid)
+				}
+			}
+			if len(below) != 1 {
+				t.Fatalf("Procs %v: %d in the group below, want 1", procs, len(below))
+			}
+			if err := g.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if !g.WaitEmpty(time.Now().Add(5 * time.Second)) {
+				t.Fatal("not empty 5 s after Kill")
+			}
+			if err := g.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(g.Dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s after Remove: %v", g.Dir, err)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,10 +37,28 @@ func newTree(t testing.TB) *Tree {
 	return tr
 }
 
-// removeTree kills and removes every folder of tr, children first, v2 and
-// v1 alike: the groups, foreign folders a test made, the tree.
+// removeTree kills what runs in tr's groups, then removes every folder of
+// tr, children first, v2 and v1 alike: the groups, foreign folders a test
+// made, the tree. Nothing runs in them then to make more.
 func removeTree(t testing.TB, tr *Tree) {
 	t.Helper()
+	entries, _ := os.ReadDir(tr.Dir)
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		g := &Group{Dir: filepath.Join(tr.Dir, e.Name())}
+		if procs, _ := g.Procs(); slices.Contains(procs, os.Getpid()) {
+			t.Errorf("cleanup: the test itself is in %s: tree left", g.Dir)
+			return
+		}
+		if err := g.Kill(); err != nil {
+			t.Errorf("cleanup: kill %s: %v", g.Dir, err)
+		}
+		if !g.WaitEmpty(time.Now().Add(5 * time.Second)) {
+			t.Errorf("cleanup: %s still holds processes", g.Dir)
+		}
+	}
 	roots := []string{tr.Dir}
 	for _, mount := range tr.H.V1 {
 		roots = append(roots, filepath.Join(mount, tr.Rel))
@@ -52,17 +71,8 @@ func removeTree(t testing.TB, tr *Tree) {
 			}
 			return nil
 		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			g := &Group{Dir: dirs[i]}
-			if root == tr.Dir && dirs[i] != tr.Dir {
-				if err := g.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					t.Errorf("cleanup: kill %s: %v", dirs[i], err)
-				}
-				if !g.WaitEmpty(time.Now().Add(5 * time.Second)) {
-					t.Errorf("cleanup: %s still holds processes", dirs[i])
-				}
-			}
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		for _, dir := range slices.Backward(dirs) {
+			if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("cleanup: %v", err)
 			}
 		}

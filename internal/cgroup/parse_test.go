@@ -216,7 +216,7 @@ func TestGroupName(t *testing.T) {
 	if got := GroupName("0123abcd0123abcd", strings.Repeat("j", 300)); len(got) != 255 {
 		t.Errorf("a long job's name has %d bytes, want 255", len(got))
 	}
-	for _, foreign := range []string{"supervisor", "user.slice", "system.slice", "0123ABCD.x", "0123abc.x",
+	for _, foreign := range []string{"supervisor", "user.slice", "system.slice", "0123ABCD.x", "0123abc.x", "zzzzzzzz.job",
 		"0123abcd0123abcd.", ".job", "0123abcd0123abcd.a b", "0123abcd0123abcd.x (deleted)", "cgroup.procs"} {
 		if n, j, ok := ParseGroupName(foreign); ok {
 			t.Errorf("ParseGroupName(%q) = %q, %q, true; want not ours", foreign, n, j)
