@@ -243,9 +243,9 @@ type Tree struct {
 // where v2 offers them.
 var limitControllers = []string{"cpu", "memory", "pids"}
 
-// SupervisorGroup is the folder of Dir that Open moves the calling
+// supervisorGroup is the folder of Dir that Open moves the calling
 // process into when it is in Dir itself.
-const SupervisorGroup = "supervisor"
+const supervisorGroup = "supervisor"
 
 // Open makes dir (inside h.V2; an error otherwise) the subtree: makes it
 // and its parents where missing (mode 0755, as root), and enables in its
@@ -313,7 +313,7 @@ func (t *Tree) moveSelfOut() error {
 	if self.V2 != t.Rel {
 		return nil
 	}
-	sup := filepath.Join(t.Dir, SupervisorGroup)
+	sup := filepath.Join(t.Dir, supervisorGroup)
 	if err := os.Mkdir(sup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}

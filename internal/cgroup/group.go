@@ -256,10 +256,12 @@ func (g *Group) Thaw() error {
 // freezeForKill bounds the freeze of Kill's second way.
 const freezeForKill = 2 * time.Second
 
-// Kill sends SIGKILL to every process in g: cgroup.kill where the kernel
-// has it; else Freeze, SIGKILL to each of Procs, Thaw (a frozen group's
-// processes die as they thaw). It does not wait. When the freeze does not
-// complete in 2 s, it still signals and thaws, and says so.
+// Kill sends SIGKILL to every process in g and the groups below it:
+// cgroup.kill where the kernel has it; else Freeze (nothing forks
+// meanwhile), SIGKILL to each of Procs, Thaw. A frozen process dies of
+// SIGKILL at once (seen on 6.18), and cgroup.kill works on a frozen group.
+// It does not wait. When the freeze does not complete in 2 s, it still
+// signals and thaws, and says so.
 func (g *Group) Kill() error {
 	if !g.noKillFile {
 		err := writeFile(filepath.Join(g.Dir, "cgroup.kill"), "1")
