@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // readTrim reads a cgroup file, failing the test on an error.
@@ -72,7 +74,7 @@ func TestCreateWritesLimitsWherePlanSays(t *testing.T) {
 func TestCreateRemovesWhatItMadeOnFailure(t *testing.T) {
 	tr := newTree(t)
 	if len(tr.H.V1["pids"]) == 0 || slices.Contains(tr.Controllers, "pids") {
-		t.Skip("needs pids through v1 (the hybrid layout)")
+		testenv.Need(t, "needs pids through cgroup v1 (the hybrid layout of the test machines)")
 	}
 	name := newName(t, "fails")
 	// A v1 folder left in the way (say, by a crash): Create must fail, naming it.
@@ -181,7 +183,7 @@ func TestKill(t *testing.T) {
 			t.Run(way+"/"+name, func(t *testing.T) {
 				tr := newTree(t)
 				if way != "freeze and signal" && !tr.CanKill {
-					t.Skip("no cgroup.kill here")
+					testenv.Need(t, "no cgroup.kill (Linux 5.14) here")
 				}
 				tr.CanKill = way != "freeze and signal"
 				g := create(t, tr, "victim", Limits{})
@@ -249,7 +251,7 @@ func TestMemoryMaxKillsTheJob(t *testing.T) {
 	tr := newTree(t)
 	l := Limits{MemoryMax: 32 << 20}
 	if e := tr.Plan(l); e[0].File == "" {
-		t.Skipf("memory_max not enforced here: %s", e[0].Why)
+		testenv.Need(t, "memory_max not enforced here: "+e[0].Why)
 	}
 	g := create(t, tr, "hog", l)
 	// tail keeps a line whole until its newline: 200 MiB of zeros, 32 MiB allowed.
@@ -294,7 +296,7 @@ func TestPidsMaxStopsAForkBomb(t *testing.T) {
 	tr := newTree(t)
 	l := Limits{PidsMax: 10}
 	if e := tr.Plan(l); e[0].File == "" {
-		t.Skipf("pids_max not enforced here: %s", e[0].Why)
+		testenv.Need(t, "pids_max not enforced here: "+e[0].Why)
 	}
 	g := create(t, tr, "bomb", l)
 	// The shell fails to fork its 10th sleeper ("Cannot fork") and exits.
