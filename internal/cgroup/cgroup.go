@@ -30,13 +30,22 @@ import (
 	"github.com/gpumon/gpumon/internal/cli"
 )
 
-// maxRead bounds what is read of any one kernel file (cgroup.procs of a
-// group, /proc/PID/cgroup...): 64 KiB.
+// maxRead bounds what is read of any one kernel file (/proc/PID/cgroup,
+// cgroup.events...): 64 KiB.
 const maxRead = 64 << 10
 
+// maxProcs bounds a cgroup.procs: a fork bomb in a group without pids_max
+// may hold tens of thousands of pids, and Kill without cgroup.kill must
+// see them all. 4 MiB is half a million pids.
+const maxProcs = 4 << 20
+
 // maxMountinfo bounds /proc/self/mountinfo, which has a line per mount:
-// thousands on a Kubernetes node.
-const maxMountinfo = 16 << 20
+// thousands on a Kubernetes node; maxMountLine bounds one line (an
+// overlay's lowerdir lists every layer).
+const (
+	maxMountinfo = 16 << 20
+	maxMountLine = 1 << 20
+)
 
 // Hierarchies are the cgroup file systems mounted here.
 type Hierarchies struct {
@@ -60,7 +69,7 @@ var v1Controllers = map[string]bool{
 func ParseMountinfo(r io.Reader) (Hierarchies, error) {
 	h := Hierarchies{V1: map[string]string{}}
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxRead)
+	sc.Buffer(make([]byte, 0, 4096), maxMountLine)
 	for n := 1; sc.Scan(); n++ {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
 		before, after, ok := strings.Cut(sc.Text(), " - ")
@@ -169,18 +178,21 @@ func ReadMembership(proc string, pid int) (Membership, error) {
 }
 
 // readBounded reads path, an error when it holds more than maxRead bytes.
-func readBounded(path string) ([]byte, error) {
+func readBounded(path string) ([]byte, error) { return readAtMost(path, maxRead) }
+
+// readAtMost reads path, an error when it holds more than limit bytes.
+func readAtMost(path string, limit int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxRead+1))
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if len(b) > maxRead {
-		return nil, fmt.Errorf("%s: more than %d bytes", path, maxRead)
+	if len(b) > limit {
+		return nil, fmt.Errorf("%s: more than %d bytes", path, limit)
 	}
 	return b, nil
 }

@@ -179,7 +179,7 @@ func (g *Group) Procs() ([]int, error) {
 		if !d.IsDir() {
 			return nil
 		}
-		b, err := readBounded(filepath.Join(p, "cgroup.procs"))
+		b, err := readAtMost(filepath.Join(p, "cgroup.procs"), maxProcs)
 		if err != nil {
 			if p != g.Dir && errors.Is(err, fs.ErrNotExist) {
 				return nil

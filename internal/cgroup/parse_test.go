@@ -35,6 +35,10 @@ func TestParseMountinfo(t *testing.T) {
 			text: `40 30 0:37 / /mnt/my\040cg\134x rw - cgroup2 cgroup2 rw` + "\n" +
 				"41 30 0:37 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
 			want: Hierarchies{V2: `/mnt/my cg\x`, V1: map[string]string{}}},
+		{name: "a long overlay line",
+			text: "50 1 0:50 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw,lowerdir=" + strings.Repeat("/l/abc:", 20000) + "/l/z\n" +
+				"40 30 0:37 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+			want: Hierarchies{V2: "/sys/fs/cgroup", V1: map[string]string{}}},
 		{name: "a v2 mount named like v1 is not v1",
 			text: "40 30 0:37 / /sys/fs/cgroup/memory rw - cgroup2 none rw,memory_recursiveprot\n",
 			want: Hierarchies{V2: "/sys/fs/cgroup/memory", V1: map[string]string{}}},
@@ -59,7 +63,7 @@ func TestParseMountinfoErrors(t *testing.T) {
 	for name, text := range map[string]string{
 		"no separator":   "30 22 0:27 / /sys/fs/cgroup/cpu rw cgroup cgroup rw,cpu\n",
 		"short":          "30 22 0:27 / - cgroup cgroup rw,cpu\n",
-		"line over 64 K": "30 22 0:27 / /x rw - cgroup cgroup rw," + strings.Repeat("a", maxRead) + "\n",
+		"line over 1 MiB": "30 22 0:27 / /x rw - overlay overlay rw,lowerdir=" + strings.Repeat("a", maxMountLine) + "\n",
 	} {
 		if _, err := ParseMountinfo(strings.NewReader(text)); err == nil {
 			t.Errorf("%s: no error", name)
