@@ -61,8 +61,8 @@ func TestParseMountinfo(t *testing.T) {
 
 func TestParseMountinfoErrors(t *testing.T) {
 	for name, text := range map[string]string{
-		"no separator":   "30 22 0:27 / /sys/fs/cgroup/cpu rw cgroup cgroup rw,cpu\n",
-		"short":          "30 22 0:27 / - cgroup cgroup rw,cpu\n",
+		"no separator":    "30 22 0:27 / /sys/fs/cgroup/cpu rw cgroup cgroup rw,cpu\n",
+		"short":           "30 22 0:27 / - cgroup cgroup rw,cpu\n",
 		"line over 1 MiB": "30 22 0:27 / /x rw - overlay overlay rw,lowerdir=" + strings.Repeat("a", maxMountLine) + "\n",
 	} {
 		if _, err := ParseMountinfo(strings.NewReader(text)); err == nil {
