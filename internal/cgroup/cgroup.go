@@ -16,13 +16,36 @@
 package cgroup
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"io"
-	"time"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpumon/gpumon/internal/cli"
 )
 
-// ErrTODO marks what the contract commit leaves to be written.
-var ErrTODO = errors.New("cgroup: not written yet")
+// maxRead bounds what is read of any one kernel file (/proc/PID/cgroup,
+// cgroup.events...): 64 KiB.
+const maxRead = 64 << 10
+
+// maxProcs bounds a cgroup.procs: a fork bomb in a group without pids_max
+// may hold tens of thousands of pids, and Kill without cgroup.kill must
+// see them all. 4 MiB is half a million pids.
+const maxProcs = 4 << 20
+
+// maxMountinfo bounds /proc/self/mountinfo, which has a line per mount:
+// thousands on a Kubernetes node; maxMountLine bounds one line (an
+// overlay's lowerdir lists every layer).
+const (
+	maxMountinfo = 16 << 20
+	maxMountLine = 1 << 20
+)
 
 // Hierarchies are the cgroup file systems mounted here.
 type Hierarchies struct {
@@ -30,13 +53,79 @@ type Hierarchies struct {
 	V1 map[string]string // controller (cpu, memory, pids, freezer...) -> its v1 mount point
 }
 
+// v1Controllers are the names a v1 mount's super options may hold that
+// are controllers; the other options (rw, name=systemd, xattr,
+// release_agent=...) are not.
+var v1Controllers = map[string]bool{
+	"blkio": true, "cpu": true, "cpuacct": true, "cpuset": true, "devices": true,
+	"freezer": true, "hugetlb": true, "memory": true, "misc": true, "net_cls": true,
+	"net_prio": true, "perf_event": true, "pids": true, "rdma": true, "debug": true,
+}
+
 // ParseMountinfo reads /proc/self/mountinfo's format. A v1 mount holding
 // several controllers (cpu,cpuacct) is listed under each. Mount points are
-// unescaped (\040 is a space).
-func ParseMountinfo(r io.Reader) (Hierarchies, error) { return Hierarchies{}, ErrTODO }
+// unescaped (\040 is a space). Where a hierarchy is mounted twice, the
+// first mount counts.
+func ParseMountinfo(r io.Reader) (Hierarchies, error) {
+	h := Hierarchies{V1: map[string]string{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxMountLine)
+	for n := 1; sc.Scan(); n++ {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
+		before, after, ok := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(before), strings.Fields(after)
+		if !ok || len(fields) < 6 || len(tail) < 3 {
+			return Hierarchies{}, fmt.Errorf("mountinfo line %d: not ID PARENT DEV ROOT POINT OPTIONS ... - TYPE SOURCE OPTIONS", n)
+		}
+		point := unescapeMount(fields[4])
+		switch tail[0] {
+		case "cgroup2":
+			if h.V2 == "" {
+				h.V2 = point
+			}
+		case "cgroup":
+			for _, opt := range strings.Split(tail[2], ",") {
+				if _, seen := h.V1[opt]; v1Controllers[opt] && !seen {
+					h.V1[opt] = point
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Hierarchies{}, fmt.Errorf("mountinfo: %w", err)
+	}
+	return h, nil
+}
+
+// unescapeMount undoes the kernel's octal escapes of a mount point
+// (\040 space, \011 tab, \012 newline, \134 backslash).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
 
 // Mounted reads /proc/self/mountinfo.
-func Mounted() (Hierarchies, error) { return Hierarchies{}, ErrTODO }
+func Mounted() (Hierarchies, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return Hierarchies{}, err
+	}
+	defer f.Close()
+	return ParseMountinfo(io.LimitReader(f, maxMountinfo))
+}
 
 // Membership is a process's groups, from /proc/PID/cgroup: V2 is the
 // path of the "0::" line ("/system.slice/idlemon.service"), V1 each v1
@@ -47,11 +136,83 @@ type Membership struct {
 }
 
 // ParseProcCgroup reads /proc/PID/cgroup's format (bounded: at most 64
-// KiB are read by ReadMembership).
-func ParseProcCgroup(r io.Reader) (Membership, error) { return Membership{}, ErrTODO }
+// KiB are read by ReadMembership). Named v1 hierarchies (name=systemd)
+// are no controllers and are left out.
+func ParseProcCgroup(r io.Reader) (Membership, error) {
+	m := Membership{V1: map[string]string{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxRead)
+	for n := 1; sc.Scan(); n++ {
+		// ID:CONTROLLERS:PATH; the path may hold colons.
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") {
+			return Membership{}, fmt.Errorf("cgroup line %d: not ID:CONTROLLERS:/PATH", n)
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			m.V2 = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c != "" && !strings.HasPrefix(c, "name=") {
+				m.V1[c] = parts[2]
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Membership{}, fmt.Errorf("cgroup: %w", err)
+	}
+	return m, nil
+}
 
 // ReadMembership reads proc/PID/cgroup (proc is "/proc" in production).
-func ReadMembership(proc string, pid int) (Membership, error) { return Membership{}, ErrTODO }
+func ReadMembership(proc string, pid int) (Membership, error) {
+	b, err := readBounded(filepath.Join(proc, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return Membership{}, err
+	}
+	m, err := ParseProcCgroup(strings.NewReader(string(b)))
+	if err != nil {
+		return Membership{}, fmt.Errorf("%s/%d/%w", proc, pid, err)
+	}
+	return m, nil
+}
+
+// readBounded reads path, an error when it holds more than maxRead bytes.
+func readBounded(path string) ([]byte, error) { return readAtMost(path, maxRead) }
+
+// readAtMost reads path, an error when it holds more than limit bytes.
+func readAtMost(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("%s: more than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+// writeFile writes s to an existing kernel file in one write(2), as the
+// cgroup files want it, with the file named in the error.
+func writeFile(path, s string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %q to %s: %w", s, path, err)
+	}
+	return nil
+}
 
 // Limits are what one run of a job may take. 0 is no limit, for each.
 type Limits struct {
@@ -82,12 +243,21 @@ type Tree struct {
 	Dir string // the subtree's v2 folder (absolute)
 	Rel string // Dir relative to H.V2, starting with "/": the v1 groups mirror it
 	// CanKill: cgroup.kill exists (Linux 5.14); else Kill freezes, signals
-	// each process and thaws.
+	// each process and thaws. Groups made or listed by t after it is set
+	// false use the second way even where cgroup.kill exists.
 	CanKill bool
 	// Controllers are the v2 controllers enabled for the jobs' groups (in
 	// Dir's cgroup.subtree_control).
 	Controllers []string
 }
+
+// limitControllers are the controllers the limits need, enabled by Open
+// where v2 offers them.
+var limitControllers = []string{"cpu", "memory", "pids"}
+
+// supervisorGroup is the folder of Dir that Open moves the calling
+// process into when it is in Dir itself.
+const supervisorGroup = "supervisor"
 
 // Open makes dir (inside h.V2; an error otherwise) the subtree: makes it
 // and its parents where missing (mode 0755, as root), and enables in its
@@ -96,86 +266,119 @@ type Tree struct {
 // (auto mode under systemd, Delegate=yes), it first moves itself to
 // dir/supervisor: a v2 group with processes cannot hand controllers to
 // its children. It never enables a controller above dir.
-func Open(h Hierarchies, dir string) (*Tree, error) { return nil, ErrTODO }
-
-// Plan says how each limit that is set in l is enforced in t: through v2
-// where t.Controllers has its controller, else through the v1 hierarchy
-// of it where mounted, else not (Why says so). Pure: reads no file.
-func (t *Tree) Plan(l Limits) []Enforcement { return nil }
-
-// GroupName is the folder name of one run's group: "<nonce>.<job>", the
-// job name with every byte outside [A-Za-z0-9_.-] replaced by '_'.
-func GroupName(nonce, job string) string { return "" }
-
-// ParseGroupName splits a GroupName; ok is false for any other name (not
-// a group of ours: left alone).
-func ParseGroupName(name string) (nonce, job string, ok bool) { return "", "", false }
-
-// Group is one run's group: its v2 folder, and its v1 folders (controller
-// -> folder) where limits go through v1.
-type Group struct {
-	Name string
-	Dir  string
-	V1   map[string]string
+//
+// dir may be h.V2 itself (Rel "/"); its root has no cgroup.kill, so
+// CanKill is then false.
+func Open(h Hierarchies, dir string) (*Tree, error) {
+	if h.V2 == "" {
+		return nil, cli.WithHint(errors.New("no cgroup v2 hierarchy is mounted"),
+			"mount one (hybrid hosts: cgroup2 on /sys/fs/cgroup/unified) or set cgroup = off")
+	}
+	rel, err := relInside(h.V2, dir)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tree{H: h, Dir: filepath.Clean(dir), Rel: rel}
+	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
+		return nil, cli.WithHint(err, "idlemon makes its cgroups as root; a systemd unit needs Delegate=yes")
+	}
+	if err := t.moveSelfOut(); err != nil {
+		return nil, err
+	}
+	t.Controllers, err = enableControllers(t.Dir, writeFile)
+	if err != nil {
+		return nil, err
+	}
+	_, err = os.Stat(filepath.Join(t.Dir, "cgroup.kill"))
+	t.CanKill = err == nil
+	return t, nil
 }
 
-// Create makes the group of name under t with l's limits written (v2 and,
-// per Plan, v1), before any process is in it. A group of that name that
-// already exists is an error (a nonce is never reused).
-func (t *Tree) Create(name string, l Limits) (*Group, error) { return nil, ErrTODO }
+// relInside is dir relative to the mount point v2, starting with "/", or
+// an error when dir is not absolute or not in v2.
+func relInside(v2, dir string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("cgroup folder %q is not an absolute path", dir)
+	}
+	rel, err := filepath.Rel(filepath.Clean(v2), filepath.Clean(dir))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", cli.WithHint(fmt.Errorf("cgroup folder %s is not in the cgroup v2 hierarchy (%s)", dir, v2),
+			"give a folder under %s, or cgroup = auto", v2)
+	}
+	if rel == "." {
+		return "/", nil
+	}
+	return "/" + rel, nil
+}
 
-// Groups lists the groups of ours in t (by ParseGroupName), with their v1
-// folders where they exist: what an earlier idlemon left.
-func (t *Tree) Groups() ([]*Group, error) { return nil, ErrTODO }
+// moveSelfOut moves the calling process from t.Dir, where it may not stay
+// and delegate controllers, to t.Dir/supervisor. The root is exempt from
+// that rule, and never left.
+func (t *Tree) moveSelfOut() error {
+	if t.Rel == "/" {
+		return nil
+	}
+	self, err := ReadMembership("/proc", os.Getpid())
+	if err != nil {
+		return err
+	}
+	if self.V2 != t.Rel {
+		return nil
+	}
+	sup := filepath.Join(t.Dir, supervisorGroup)
+	if err := os.Mkdir(sup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return writeFile(filepath.Join(sup, "cgroup.procs"), strconv.Itoa(os.Getpid()))
+}
+
+// enableControllers writes "+c" to dir's cgroup.subtree_control for each
+// of limitControllers that dir's cgroup.controllers offers, one at a time
+// (a write naming several is refused whole when one is refused), and
+// returns those of them subtree_control then holds. A refusal is not an
+// error: Plan sends that limit elsewhere or says it is not enforced.
+func enableControllers(dir string, write func(path, s string) error) ([]string, error) {
+	offered, err := readBounded(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return nil, err
+	}
+	ctl := filepath.Join(dir, "cgroup.subtree_control")
+	for _, c := range limitControllers {
+		if slices.Contains(strings.Fields(string(offered)), c) {
+			_ = write(ctl, "+"+c)
+		}
+	}
+	enabled, err := readBounded(ctl)
+	if err != nil {
+		return nil, err
+	}
+	var got []string
+	for _, c := range limitControllers {
+		if slices.Contains(strings.Fields(string(enabled)), c) {
+			got = append(got, c)
+		}
+	}
+	return got, nil
+}
 
 // GroupOf says which group of t the membership m (of a process, from
 // ReadMembership) is in, by its v2 path: the group's name, or false when
 // it is in none of t's (a process in a group below a job's group is in
-// that job's group).
-func (t *Tree) GroupOf(m Membership) (name string, ok bool) { return "", false }
-
-// Add moves pid into g: the v2 group, then each v1 folder.
-func (g *Group) Add(pid int) error { return ErrTODO }
-
-// Procs lists the pids in g and the groups below it (cgroup.procs),
-// sorted.
-func (g *Group) Procs() ([]int, error) { return nil, ErrTODO }
-
-// Populated reads cgroup.events' populated: whether any process is in g
-// or below it.
-func (g *Group) Populated() (bool, error) { return false, ErrTODO }
-
-// Freeze freezes g (cgroup.freeze = 1) and waits, until deadline, for
-// cgroup.events to say frozen 1. A frozen process receives signals and
-// acts on them when thawed; it cannot fork meanwhile.
-func (g *Group) Freeze(deadline time.Time) error { return ErrTODO }
-
-// Thaw writes cgroup.freeze = 0.
-func (g *Group) Thaw() error { return ErrTODO }
-
-// Kill sends SIGKILL to every process in g: cgroup.kill where the kernel
-// has it; else Freeze, SIGKILL to each of Procs, Thaw (a frozen group's
-// processes die as they thaw). It does not wait.
-func (g *Group) Kill() error { return ErrTODO }
-
-// WaitEmpty waits until g has no process (populated 0) or deadline; it
-// says whether g is empty. It sleeps on inotify's modify events of
-// cgroup.events (the kernel raises one at each change), with a slow poll
-// as a fallback, never a busy loop.
-func (g *Group) WaitEmpty(deadline time.Time) bool { return false }
-
-// Remove removes g's folders (v2, then v1), which must be empty of
-// processes.
-func (g *Group) Remove() error { return ErrTODO }
-
-// Usage is what g has used, for the textfile: each field is -1 when not
-// known (no such controller).
-type Usage struct {
-	CPUSeconds  float64 // cpu.stat usage_usec (v2, always there) / 1e6
-	MemoryBytes int64   // memory.current (v2) or memory.usage_in_bytes (v1)
-	OOMKills    int64   // memory.events oom_kill (v2) or memory.oom_control oom_kill (v1)
-	PidsMaxHits int64   // pids.events max (v2 and v1): forks refused at pids.max
+// that job's group). A path that is not clean (.., //, a trailing /) is in
+// none, nor is a removed group's (" (deleted)" follows its path).
+func (t *Tree) GroupOf(m Membership) (name string, ok bool) {
+	p := m.V2
+	if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
+		return "", false
+	}
+	prefix := strings.TrimSuffix(t.Rel, "/") + "/"
+	rest, found := strings.CutPrefix(p, prefix)
+	if !found || rest == "" {
+		return "", false
+	}
+	name, _, _ = strings.Cut(rest, "/")
+	if _, _, ok := ParseGroupName(name); !ok {
+		return "", false
+	}
+	return name, true
 }
-
-// Usage reads g's use.
-func (g *Group) Usage() Usage { return Usage{-1, -1, -1, -1} }
