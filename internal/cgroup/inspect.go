@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Inspect is what Open(h, dir) would give, found without changing
@@ -46,8 +48,9 @@ func Inspect(h Hierarchies, dir string) (*Tree, error) {
 	return t, nil
 }
 
-// inspectChildKill says whether a child group of root has cgroup.kill
-// (Linux 5.14).
+// inspectChildKill says whether a child group of root would have
+// cgroup.kill: a child's, where one exists, else the kernel's version
+// (5.14 brought it).
 func inspectChildKill(root string) bool {
 	es, _ := os.ReadDir(root)
 	for _, e := range es {
@@ -56,7 +59,13 @@ func inspectChildKill(root string) bool {
 			return err == nil
 		}
 	}
-	return false
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
+	return major > 5 || major == 5 && minor >= 14
 }
 
 // inspectRel is dir relative to the mount point root, with a leading "/"; an

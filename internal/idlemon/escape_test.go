@@ -138,10 +138,10 @@ grace_seconds = 0.2
 user = idlejob
 [process-mover]
 gpus = 0
-cmd = exec 3<%[1]s; (echo $$ >%[2]s/cgroup.procs) 2>%[3]s.err; echo "status $?" >>%[3]s.err; mv %[3]s.err %[3]s; exec sleep 600
+cmd = exec 3<%[1]s; perl -e 'open(F, ">", $ARGV[0]) or die "open: $!\n"; syswrite(F, getppid()) or die "write: $!\n"' %[2]s/cgroup.procs 2>%[3]s.err; echo "status $?" >>%[3]s.err; mv %[3]s.err %[3]s; exec sleep 600
 `, e.devs[0], own, report), options{})
 	got := string(waitFile(t, report, patience))
-	if !strings.Contains(got, "status 1") || !strings.Contains(strings.ToLower(got), "permission denied") {
+	if got != "write: Permission denied\nstatus 13\n" {
 		t.Errorf("the job's move into its user's own group: %q, want permission denied", got)
 	}
 	f := e.waitState("the job listed", patience, func(f *idlestate.File) bool { return jobInfo(f, "process-mover").PGID > 0 })
