@@ -27,6 +27,8 @@ vet:
 # installs them.
 test: vet
 	$(GO) test -count=1 ./...
+	# idlemon once more on marks alone, its fallback where no cgroup can be made
+	IDLEMON_TEST_CGROUP=off $(GO) test -count=1 ./internal/idlemon
 	$(GO) test -run '^$$' -fuzz '^FuzzParseGPUs$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseProcesses$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePmon$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
@@ -68,6 +70,9 @@ bench:
 	$(GO) test -run '^$$' -bench Size -benchtime 1x ./internal/history
 	$(GO) test -run '^$$' -bench UsageBy -benchtime 2x ./internal/accounting
 	$(GO) test -run '^$$' -bench Advance -benchtime 5x -benchmem ./internal/notify
+	$(GO) test -run '^$$' -bench . -benchtime 100x ./internal/cgroup
+	$(GO) test -run '^$$' -bench JobStart -benchtime 100x ./internal/supervisor
+	$(GO) test -run '^$$' -bench . ./internal/idlemon/textfile
 	unshare --pid --fork --mount-proc env IDLEMON_CPU_WINDOW=60s $(GO) test -run '^$$' -bench . ./internal/idlemon
 
 # A simulated fleet on 127.0.1.x, fetch and render over it (again every

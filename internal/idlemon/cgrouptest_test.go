@@ -75,7 +75,7 @@ func groupsIn(t testing.TB, dir string) []string {
 // check says which mode the host is in and why, how each limit is
 // enforced, and which one is not; it makes nothing.
 func TestCheckSaysCgroupMode(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newCgroupEnv(t, 1)
 	tests := []struct {
 		name string
 		body string

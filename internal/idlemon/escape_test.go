@@ -23,7 +23,7 @@ import (
 // not make its GPU busy, it is listed as the job's, and it goes with the
 // job.
 func TestEscapeSessionAndEnvironment(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newCgroupEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
 	pidfile := e.path("escaped")
 	// a double fork, setsid, and env -i: nothing of the job's is left on it
@@ -60,7 +60,7 @@ func TestEscapeSessionAndEnvironment(t *testing.T) {
 // inside its group (the OOM killer of that group): the host never runs
 // short. tail -n 1 keeps a line without a newline whole in memory.
 func TestMemoryCeiling(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newCgroupEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
 	out := e.path("hog")
 	e.start(fmt.Sprintf(`interval_seconds = 30
@@ -79,7 +79,7 @@ cmd = head -c 400M /dev/zero | tail -n 1 >/dev/null; echo "tail $?" >%[1]s.tmp; 
 
 // A fork bomb inside a job meets its pids_max, not the host's limit.
 func TestForkBombMeetsCeiling(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newCgroupEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
 	done := e.path("bombed")
 	e.start(fmt.Sprintf(`interval_seconds = 30
@@ -119,7 +119,7 @@ func countIn(t testing.TB, dir string) int {
 // process needs write access to the cgroup.procs of the lowest common
 // ancestor of both groups, and that is root's.
 func TestJobCannotLeaveItsGroup(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newCgroupEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
 	uid, gid := lookupIDs(t, "idlejob")
 	own := testTree(t) // a group of idlejob's own, outside idlemon's tree
@@ -164,7 +164,7 @@ cmd = exec 3<%[1]s; perl -e 'open(F, ">", $ARGV[0]) or die "open: $!\n"; syswrit
 // SIGTERM) left by an idlemon killed with SIGKILL has no leader to hold
 // its process group: the next idlemon stops it by its group.
 func TestForkWalkerAfterSIGKILL(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newCgroupEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
 	cfg := e.config(fmt.Sprintf(`interval_seconds = 30
 min_idle_seconds = 0
@@ -203,7 +203,7 @@ cmd = exec 3<%s; perl -e '$SIG{TERM} = "IGNORE"; while (1) { exit 0 if fork; sel
 func TestKilledAtEveryStepOfAStop(t *testing.T) {
 	for _, step := range []string{"term-known", "frozen", "termed", "thawed", "killed"} {
 		t.Run(step, func(t *testing.T) {
-			e := newEnv(t, 1)
+			e := newCgroupEnv(t, 1)
 			sshdtest.EnsureUser(t, "idlejob")
 			cfg := e.config(fmt.Sprintf(`interval_seconds = 30
 min_idle_seconds = 0

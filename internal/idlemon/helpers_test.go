@@ -73,6 +73,15 @@ type env struct {
 }
 
 func newEnv(t testing.TB, ngpu int) *env {
+	e := newCgroupEnv(t, ngpu)
+	if os.Getenv("IDLEMON_TEST_CGROUP") == "off" {
+		e.cgroup = "" // the whole package again on marks alone (make test)
+	}
+	return e
+}
+
+// newCgroupEnv is newEnv in cgroup mode always: for what needs cgroups.
+func newCgroupEnv(t testing.TB, ngpu int) *env {
 	testenv.NeedRoot(t) // other users' processes, jobs run as another user
 	dir := t.TempDir()
 	// other users (the foreign openers, the job's user) must reach the files
