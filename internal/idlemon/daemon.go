@@ -90,6 +90,7 @@ func newDaemon(plan *hostPlan, opt options) *daemon {
 		users:  map[int]string{},
 	}
 	d.host, _ = os.Hostname()
+	d.scanner.Warn = func(msg string) { d.log.Printf("warning: %s", msg) } // a device path that is not a device file
 	if cfg.TTY.Enabled {
 		d.tty = &ttywatch.Watcher{Dev: opt.TTYDev, Utmp: opt.Utmp, Idle: cfg.TTY.Idle, Whitelist: cfg.TTY.Whitelist}
 	}
