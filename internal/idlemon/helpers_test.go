@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 		helperTerm()
 	case "opener":
 		helperOpener()
+	case "setuid":
+		helperSetuid()
 	}
 	if os.Getenv("IDLEMON_TEST_MAIN") == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
