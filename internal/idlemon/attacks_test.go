@@ -164,42 +164,57 @@ cmd = exec sleep 600
 
 // A process that opened the GPU as root and then took another user's uid
 // without exec (setuid in a running process, which makes it not
-// dumpable: its /proc files are root's) is that user's, not root's.
+// dumpable: its /proc files are root's) is that user's, not root's; named
+// like a program that never makes a GPU busy (when root's), it is not
+// ignored either.
 func TestSetuidHolderNamed(t *testing.T) {
-	e := newEnv(t, 1)
-	sshdtest.EnsureUser(t, "alice")
-	u, err := user.Lookup("alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.start("interval_seconds = 3600\n", options{})
-	e.waitState("gpu 0 idle", patience, func(f *idlestate.File) bool {
-		return len(f.GPUs) == 1 && f.GPUs[0].State == idlestate.Idle
-	})
-	ready := e.path("ready")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "IDLEMON_TEST_HELPER=setuid", "DEV="+e.devs[0], "SETUID_UID="+u.Uid, "READY_FILE="+ready)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	pid := e.readPID("ready")
-	f := e.waitState("the setuid process holding gpu 0", patience, func(f *idlestate.File) bool {
-		return f.GPUs[0].State == idlestate.Busy && len(f.GPUs[0].Holders) == 1 && f.GPUs[0].Holders[0].PID == pid
-	})
-	if got := f.GPUs[0].Holders[0].User; got != "alice" {
-		t.Errorf("holder pid %d is %q, want alice", pid, got)
+	for _, tc := range []struct{ name, comm string }{
+		{"plain", ""},
+		{"named like an ignored program", "nvidia-smi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 1)
+			sshdtest.EnsureUser(t, "alice")
+			u, err := user.Lookup("alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.start("interval_seconds = 3600\n", options{})
+			e.waitState("gpu 0 idle", patience, func(f *idlestate.File) bool {
+				return len(f.GPUs) == 1 && f.GPUs[0].State == idlestate.Idle
+			})
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), "IDLEMON_TEST_HELPER=setuid", "DEV="+e.devs[0], "SETUID_UID="+u.Uid,
+				"READY_FILE="+e.path("ready"), "COMM="+tc.comm)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			pid := e.readPID("ready")
+			f := e.waitState("the setuid process holding gpu 0", patience, func(f *idlestate.File) bool {
+				return f.GPUs[0].State == idlestate.Busy && len(f.GPUs[0].Holders) == 1 && f.GPUs[0].Holders[0].PID == pid
+			})
+			if got := f.GPUs[0].Holders[0].User; got != "alice" {
+				t.Errorf("holder pid %d is %q, want alice", pid, got)
+			}
+		})
 	}
 }
 
-// helperSetuid opens $DEV as root, becomes $SETUID_UID without exec,
-// writes its pid to $READY_FILE and sleeps.
+// helperSetuid opens $DEV as root, names itself $COMM if set, becomes
+// $SETUID_UID without exec, writes its pid to $READY_FILE and sleeps.
 func helperSetuid() {
 	f, err := os.Open(os.Getenv("DEV"))
 	if err != nil {
 		os.Exit(2)
 	}
 	defer f.Close()
+	if comm := os.Getenv("COMM"); comm != "" {
+		// the thread group leader's name, which /proc/PID/stat shows
+		if err := os.WriteFile("/proc/self/comm", []byte(comm), 0); err != nil {
+			os.Exit(2)
+		}
+	}
 	uid, err := strconv.Atoi(os.Getenv("SETUID_UID"))
 	if err != nil {
 		os.Exit(2)
@@ -207,7 +222,6 @@ func helperSetuid() {
 	if err := syscall.Setuid(uid); err != nil { // every thread, since Go 1.16
 		os.Exit(3)
 	}
-	// written by root before: a file it may not write any more
 	tmp := os.Getenv("READY_FILE") + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		os.Exit(4)
