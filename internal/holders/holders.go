@@ -35,6 +35,7 @@ type Device struct {
 	ino   uint64
 	rdev  uint64 // for a character device: its device number
 	char  bool
+	mode  uint32 // the file's type (S_IFMT bits)
 }
 
 var trailingNumber = regexp.MustCompile(`([0-9]+)$`)
@@ -85,7 +86,26 @@ func statDevice(name string) (Device, error) {
 		ino:  uint64(st.Ino),
 		rdev: uint64(st.Rdev),
 		char: st.Mode&unix.S_IFMT == unix.S_IFCHR,
+		mode: st.Mode & unix.S_IFMT,
 	}, nil
+}
+
+// oddKind names the type of a device file that is neither a character
+// device nor a regular file (which stands for one in tests), or is "".
+func (d Device) oddKind() string {
+	switch d.mode {
+	case unix.S_IFCHR, unix.S_IFREG:
+		return ""
+	case unix.S_IFIFO:
+		return "a fifo"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFDIR:
+		return "a folder"
+	case unix.S_IFBLK:
+		return "a block device"
+	}
+	return "a file of another kind"
 }
 
 // Proc is what /proc/PID/stat and status say about one process.
@@ -117,8 +137,14 @@ type Snapshot struct {
 // It reuses its buffers from scan to scan and is not safe for concurrent
 // use.
 type Scanner struct {
-	Root    string // "/proc" unless set
-	devs    []Device
+	Root string // "/proc" unless set
+	// Warn, when set, is told once about a device path that names
+	// something else than a device file (a fifo put in its place), or the
+	// file of another GPU.
+	Warn    func(msg string)
+	devs    []Device          // each device path's file at the last scan
+	warned  []bool            // parallel to devs: Warn was told about it
+	past    map[int][]Device  // GPU index -> the files its path named, oldest first
 	byIno   map[[2]uint64]int // (dev, ino) -> GPU index
 	byRdev  map[uint64]int    // rdev of a character device -> GPU index
 	buf     []byte            // getdents of an fd dir; stat lines
@@ -131,14 +157,92 @@ type Scanner struct {
 
 // NewScanner returns a scanner for devs.
 func NewScanner(devs []Device) *Scanner {
-	s := &Scanner{Root: "/proc", devs: devs, byIno: map[[2]uint64]int{}, byRdev: map[uint64]int{}}
+	s := &Scanner{
+		Root: "/proc", devs: slices.Clone(devs), warned: make([]bool, len(devs)),
+		past: map[int][]Device{}, byIno: map[[2]uint64]int{}, byRdev: map[uint64]int{},
+	}
 	for _, d := range devs {
-		s.byIno[[2]uint64{d.Dev, d.ino}] = d.Index
-		if d.char {
-			s.byRdev[d.rdev] = d.Index
-		}
+		s.remember(d)
 	}
 	return s
+}
+
+// maxPast bounds the files a device path is remembered to have named.
+const maxPast = 8
+
+// remember counts d's file as its GPU's, unless it is another GPU's
+// already. A GPU's earlier files stay counted (up to maxPast): a device
+// node removed and made again, as a driver reload does, is a new inode,
+// and a process may still hold the old one.
+func (s *Scanner) remember(d Device) bool {
+	key := [2]uint64{d.Dev, d.ino}
+	if idx, ok := s.byIno[key]; ok && idx != d.Index {
+		return false
+	}
+	if d.char {
+		if idx, ok := s.byRdev[d.rdev]; ok && idx != d.Index {
+			return false
+		}
+		s.byRdev[d.rdev] = d.Index
+	}
+	s.byIno[key] = d.Index
+	past := append(s.past[d.Index], d)
+	if len(past) > maxPast {
+		old := past[0]
+		past = past[1:]
+		if !slices.ContainsFunc(past, func(p Device) bool { return p.Dev == old.Dev && p.ino == old.ino }) {
+			delete(s.byIno, [2]uint64{old.Dev, old.ino})
+		}
+		if old.char && !slices.ContainsFunc(past, func(p Device) bool { return p.char && p.rdev == old.rdev }) {
+			delete(s.byRdev, old.rdev)
+		}
+	}
+	s.past[d.Index] = past
+	return true
+}
+
+// refresh stats the device paths again (a stat never opens: a fifo in a
+// device's place cannot block it). A path that names another file than at
+// the last scan has that file counted too: whoever holds what is now at
+// the GPU's path holds the GPU, as far as idlemon can tell.
+func (s *Scanner) refresh() {
+	for i := range s.devs {
+		d := &s.devs[i]
+		if d.Path == "" {
+			continue
+		}
+		nd, err := statDevice(d.Path)
+		if err != nil || (nd.Dev == d.Dev && nd.ino == d.ino) {
+			s.warnOdd(i) // gone for now (removed, not yet made again), or the same
+			continue
+		}
+		nd.Index = d.Index
+		*d = nd
+		s.warned[i] = false
+		if !s.remember(nd) {
+			s.warnOnce(i, fmt.Sprintf("%s is now the same file as another GPU's device file: it counts as that GPU's", d.Path))
+			continue
+		}
+		s.warnOdd(i)
+	}
+}
+
+// warnOdd tells Warn, once per file, that device i's path names what is
+// not a device file, if it does.
+func (s *Scanner) warnOdd(i int) {
+	d := s.devs[i]
+	if kind := d.oddKind(); kind != "" {
+		s.warnOnce(i, fmt.Sprintf("%s is %s, not a device file: its holders count as the GPU's, and so do the holders of what it named before", d.Path, kind))
+	}
+}
+
+// warnOnce tells Warn msg about device i's file, unless it was told one.
+func (s *Scanner) warnOnce(i int, msg string) {
+	if s.warned[i] || s.Warn == nil {
+		return
+	}
+	s.warned[i] = true
+	s.Warn(msg)
 }
 
 func (s *Scanner) root() string {
@@ -172,6 +276,7 @@ func (s *Scanner) Scan() (*Snapshot, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "readdirent", Path: s.root(), Err: err}
 	}
+	s.refresh()
 	snap := &Snapshot{PIDs: pids, Procs: map[int]*Proc{}, Holders: map[int][]int{}, s: s}
 	if s.kfd != nil {
 		s.kfd.holders = s.kfd.holders[:0]
@@ -304,7 +409,7 @@ func (s *Scanner) check(dir int, name []byte, pid int, snap *Snapshot) bool {
 }
 
 // readStat reads PID/stat under dfd (or Root when dfd is AT_FDCWD), and
-// when uid is set the uid from the file's owner.
+// when uid is set the real uid (realUID).
 func (s *Scanner) readStat(dfd, pid int, uid bool) (*Proc, error) {
 	p := &Proc{}
 	if err := s.readStatInto(dfd, pid, uid, p); err != nil {
@@ -338,9 +443,47 @@ func (s *Scanner) readStatInto(dfd, pid int, uid bool, p *Proc) error {
 		return errors.New("bad stat")
 	}
 	if uid {
-		p.UID, p.uidKnown = int(st.Uid), true
+		p.UID, p.uidKnown = s.realUID(dfd, pid, int(st.Uid)), true
 	}
 	return nil
+}
+
+// realUID is pid's real uid, from its status file: the owner of its /proc
+// files is its effective uid, and root while it is not dumpable (after it
+// changed its uids without exec, or asked prctl), whoever it runs as. It
+// is owner (the stat file's) when status cannot be read: the process has
+// just gone, or a fake tree has none.
+func (s *Scanner) realUID(dfd, pid, owner int) int {
+	fd, err := openat(dfd, s.path(dfd, pid, "status"), unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return owner
+	}
+	n, err := unix.Read(fd, s.buf) // Uid is line 9: the first read holds it
+	unix.Close(fd)
+	if err != nil {
+		return owner
+	}
+	if uid, ok := statusUID(s.buf[:n]); ok {
+		return uid
+	}
+	return owner
+}
+
+// statusUID reads the first number (the real uid) of status's Uid line.
+func statusUID(status []byte) (int, bool) {
+	i := bytes.Index(status, []byte("\nUid:"))
+	if i < 0 {
+		return 0, false
+	}
+	b := status[i+5:]
+	for len(b) > 0 && isSpace(b[0]) && b[0] != '\n' {
+		b = b[1:]
+	}
+	end := 0
+	for end < len(b) && b[end] >= '0' && b[end] <= '9' {
+		end++
+	}
+	return atoi(b[:end])
 }
 
 // Proc returns process pid, read now if it was not yet (with its uid), or

@@ -99,6 +99,7 @@ func newDaemon(plan *hostPlan, opt options) *daemon {
 	}
 	d.metrics = newMetrics(plan, d.mode, time.Now())
 	d.host, _ = os.Hostname()
+	d.scanner.Warn = func(msg string) { d.log.Printf("warning: %s", msg) } // a device path that is not a device file
 	if cfg.TTY.Enabled {
 		d.tty = &ttywatch.Watcher{Dev: opt.TTYDev, Utmp: opt.Utmp, Idle: cfg.TTY.Idle, Whitelist: cfg.TTY.Whitelist}
 	}

@@ -35,6 +35,8 @@ func TestMain(m *testing.M) {
 		helperTerm()
 	case "opener":
 		helperOpener()
+	case "setuid":
+		helperSetuid()
 	}
 	if os.Getenv("IDLEMON_TEST_MAIN") == "1" {
 		if step := os.Getenv("IDLEMON_TEST_DIE_AT"); step != "" {

@@ -92,6 +92,9 @@ type jobPlan struct {
 // resolve checks cfg against this machine.
 func resolve(cfg *config.Config) (*hostPlan, error) {
 	p := &hostPlan{Cfg: cfg, Ignore: map[int][]string{}, JobUID: os.Getuid()}
+	if err := checkStopTimeout(cfg); err != nil {
+		return nil, err
+	}
 	if err := p.findDevices(); err != nil {
 		return nil, err
 	}
@@ -397,6 +400,7 @@ func (p *hostPlan) describe(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "tty: not watched\n")
 	}
+	describeStopTimeout(w, c.Grace)
 	fmt.Fprintf(w, "state file: %s\n", c.StateFile)
 	if warn := folderWarning(c.StateFile); warn != "" {
 		fmt.Fprintf(w, "warning: %s\n", warn)
