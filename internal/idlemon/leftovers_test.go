@@ -230,7 +230,7 @@ func TestKilledMidStop(t *testing.T) {
 		return e.config(fmt.Sprintf("interval_seconds = 10\nmin_idle_seconds = 0\ngrace_seconds = %s\nuser = idlejob\n[process-a]\ngpus = 0\ncmd = %s\n",
 			grace, daemonizingJob(e.devs[0], e.path("worker"))))
 	}
-	first := e.startBinary(config("3600"), "first.log")
+	first := e.startBinary(config("20"), "first.log")
 	worker := readPIDFile(t, e.path("worker"))
 	waitStateAt(t, e.statePath(), "the worker listed", patience, func(f *idlestate.File) bool {
 		return slices.Contains(jobInfo(f, "process-a").PIDs, worker)
