@@ -3,6 +3,7 @@ package idlemon
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpumon/gpumon/internal/cgroup"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/sshdtest"
+	"github.com/gpumon/gpumon/internal/testenv"
 )
 
 // The ways out of a job that marks alone could not close (issue 23), on
@@ -238,5 +240,43 @@ cmd = %s
 				t.Errorf("processes with the job's mark left: %+v", left)
 			}
 		})
+	}
+}
+
+// The textfile from a real run: a job in its group, with a memory limit,
+// preempted by alice. node_exporter's folder gets idlemon-nvidia.prom,
+// which promtool accepts, and which tells the preemption, its latency, the
+// run's memory and the cgroup mode.
+func TestTextfileFromARealRun(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		testenv.Need(t, "promtool not found (apt-get install prometheus)")
+	}
+	e := newCgroupEnv(t, 1)
+	sshdtest.EnsureUser(t, "idlejob")
+	dir := e.path("textfile")
+	os.Mkdir(dir, 0o755)
+	e.start(fmt.Sprintf("interval_seconds = 30\nmin_idle_seconds = 0\ngrace_seconds = 0.5\nuser = idlejob\nmemory_max = 256M\ntextfile_dir = %s\n[process-a]\ngpus = 0\ncmd = exec 3<%s; exec sleep 600\n", dir, e.devs[0]), options{})
+	e.waitState("the job running", patience, jobRunning("process-a"))
+	foreign(t, "alice", e.devs[0])
+	e.waitLog(`gpu 0: stopped job process-a .* preempted by alice`, 1, patience)
+	prom := filepath.Join(dir, "idlemon-nvidia.prom")
+	waitFileMatch(t, prom, `^idlemon_job_stops_total\{name="process-a",reason="preempted",vendor="nvidia"\} 1$`, 1)
+	b, _ := os.ReadFile(prom)
+	for _, want := range []string{
+		`idlemon_info{cgroup_mode="v2+v1",`,
+		`idlemon_job_starts_total{name="process-a",vendor="nvidia"} 1`,
+		`idlemon_preemption_seconds_count{name="process-a",vendor="nvidia"} 1`,
+		`idlemon_job_memory_bytes{name="process-a",vendor="nvidia"} `,
+		`idlemon_job_running{name="process-a",vendor="nvidia"} 0`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %q:\n%s", prom, want, b)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(string(b))
+	if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }
