@@ -45,10 +45,14 @@ func BenchmarkPreemptionLatencyAMD(b *testing.B) {
 // the opener's environments.
 func benchPreemption(b *testing.B, e *env, dev string, jobEnv, openerEnv []string) {
 	ready, term := e.path("ready"), e.path("term")
+	// The job notes when its SIGTERM arrives: at the lowest CPU weight (the
+	// default) it waits for a CPU itself on a busy machine, which is not
+	// idlemon's latency. A normal process's weight keeps that out.
 	e.start(fmt.Sprintf(`interval_seconds = 10
 min_idle_seconds = 0
 grace_seconds = 5
 user = root
+cpu_weight = 100
 [process-bench]
 gpus = 0
 cmd = IDLEMON_TEST_HELPER=term READY_FILE=%s TERM_FILE=%s %s exec %s

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpumon/gpumon/internal/cgroup"
 	"github.com/gpumon/gpumon/internal/idlestate"
@@ -200,21 +201,21 @@ cmd = exec 3<%s; perl -e '$SIG{TERM} = "IGNORE"; while (1) { exit 0 if fork; sel
 }
 
 // idlemon killed with SIGKILL at each step of a stop (the job ignores
-// SIGTERM): the next idlemon finishes the stop, a group left frozen
-// included, and removes the group; nobody else's process is touched.
+// SIGTERM; at the steps of a freeze, 20 processes fork and exit in a loop,
+// faster than idlemon's sweeps of the group): the next idlemon finishes
+// the stop, a group left frozen included, and removes the group; nobody
+// else's process is touched.
 func TestKilledAtEveryStepOfAStop(t *testing.T) {
+	walkers := `(i=0; while [ $i -lt 20 ]; do perl -e '$SIG{TERM} = "IGNORE"; while (1) { exit 0 if fork; select(undef, undef, undef, 0.0005) }' & i=$((i+1)); done); `
 	for _, step := range []string{"term-known", "frozen", "termed", "thawed", "killed"} {
 		t.Run(step, func(t *testing.T) {
 			e := newCgroupEnv(t, 1)
 			sshdtest.EnsureUser(t, "idlejob")
-			cfg := e.config(fmt.Sprintf(`interval_seconds = 30
-min_idle_seconds = 0
-grace_seconds = 0.3
-user = idlejob
-[process-a]
-gpus = 0
-cmd = %s
-`, daemonizingJob(e.devs[0], e.path("worker"))))
+			job := daemonizingJob(e.devs[0], e.path("worker"))
+			if step == "frozen" || step == "termed" {
+				job = "exec 3<" + e.devs[0] + "; " + walkers + job
+			}
+			cfg := e.config(fmt.Sprintf("interval_seconds = 30\nmin_idle_seconds = 0\ngrace_seconds = 0.3\nuser = idlejob\n[process-a]\ngpus = 0\ncmd = %s\n", job))
 			first := e.startBinaryEnv(cfg, "first.log", "IDLEMON_TEST_DIE_AT="+step)
 			worker := readPIDFile(t, e.path("worker"))
 			f := waitStateAt(t, e.statePath(), "the worker listed", patience, func(f *idlestate.File) bool {
@@ -222,8 +223,9 @@ cmd = %s
 			})
 			group := jobInfo(f, "process-a").Cgroup
 			alice := foreign(t, "alice", e.devs[0])
-			if err := first.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
-				t.Fatalf("the first idlemon did not die at %s: %v", step, err)
+			if err := waitCmd(first, patience); err == nil || !strings.Contains(err.Error(), "killed") {
+				b, _ := os.ReadFile(e.path("first.log"))
+				t.Fatalf("the first idlemon did not die at %s: %v\n%s", step, err, b)
 			}
 			e.startBinary(cfg, "second.log")
 			waitFileMatch(t, e.path("second.log"), `idlemon started`, 1)
@@ -278,5 +280,19 @@ func TestTextfileFromARealRun(t *testing.T) {
 	cmd.Stdin = strings.NewReader(string(b))
 	if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// waitCmd waits for cmd to exit, at most timeout; then it kills it.
+func waitCmd(cmd *exec.Cmd, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("still running after %s", timeout)
 	}
 }

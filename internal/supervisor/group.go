@@ -114,10 +114,10 @@ func (s *Supervisor) signalInGroup(g *cgroup.Group, pid int, sig syscall.Signal)
 const freezeWait = 500 * time.Millisecond
 
 // stopGroup stops every process of g: SIGTERM to the known ones (the
-// GPU's holders, for a prompt preemption), then, with the group frozen so
-// nothing forks meanwhile, to every other one; SIGKILL to the group after
-// grace (cgroup.kill, or frozen and one by one), until it is empty or 5 s
-// more have passed. An empty group is removed.
+// GPU's holders, for a prompt preemption), then to every other one;
+// SIGKILL to the group after grace (cgroup.kill, or frozen and one by
+// one), until it is empty or 5 s more have passed. An empty group is
+// removed.
 func (s *Supervisor) stopGroup(g *cgroup.Group, grace time.Duration, known []Known) (killed bool, left []Member) {
 	termed := map[int]bool{}
 	for _, k := range known {
@@ -126,17 +126,7 @@ func (s *Supervisor) stopGroup(g *cgroup.Group, grace time.Duration, known []Kno
 		}
 	}
 	s.hook("term-known")
-	_ = g.Freeze(time.Now().Add(freezeWait))
-	s.hook("frozen")
-	pids, _ := g.Procs()
-	for _, pid := range pids {
-		if !termed[pid] && s.signalInGroup(g, pid, syscall.SIGTERM) {
-			termed[pid] = true
-		}
-	}
-	s.hook("termed")
-	_ = g.Thaw() // also when the freeze failed: an earlier idlemon may have left it frozen
-	s.hook("thawed")
+	s.termAll(g, termed)
 	if !g.WaitEmpty(time.Now().Add(grace)) {
 		killed = true
 		_ = g.Kill()
@@ -151,6 +141,43 @@ func (s *Supervisor) stopGroup(g *cgroup.Group, grace time.Duration, known []Kno
 	return killed, nil
 }
 
+// termAll sends SIGTERM once to every process of g not in termed. A
+// sweep of cgroup.procs or two is enough for most jobs, and leaves them
+// running meanwhile (a frozen process acts on its SIGTERM only once
+// thawed: a millisecond or two more for the GPU's user). A job that
+// still has new processes after that forks faster than the sweeps: it is
+// frozen, so nothing forks, swept once more and thawed. A group an
+// earlier idlemon left frozen is thawed too.
+func (s *Supervisor) termAll(g *cgroup.Group, termed map[int]bool) {
+	for sweep := 0; sweep < 3; sweep++ {
+		if s.termSweep(g, termed) == 0 {
+			_ = g.Thaw()
+			s.hook("thawed")
+			return
+		}
+	}
+	_ = g.Freeze(time.Now().Add(freezeWait))
+	s.hook("frozen")
+	s.termSweep(g, termed)
+	s.hook("termed")
+	_ = g.Thaw() // also when the freeze failed
+	s.hook("thawed")
+}
+
+// termSweep sends SIGTERM to each process of g not in termed, and says
+// how many it sent.
+func (s *Supervisor) termSweep(g *cgroup.Group, termed map[int]bool) int {
+	pids, _ := g.Procs()
+	n := 0
+	for _, pid := range pids {
+		if !termed[pid] && s.signalInGroup(g, pid, syscall.SIGTERM) {
+			termed[pid] = true
+			n++
+		}
+	}
+	return n
+}
+
 // hook is called at each step of a stop; a test's TestMain sets StopHook
 // to kill idlemon at a chosen step.
 func (s *Supervisor) hook(step string) {
@@ -160,7 +187,8 @@ func (s *Supervisor) hook(step string) {
 }
 
 // StopHook, when set (by tests only), is called at each step of a
-// cgroup stop: "term-known", "frozen", "termed", "thawed", "killed".
+// cgroup stop: "term-known", "frozen" and "termed" (only for a job that
+// forks faster than the sweeps), "thawed", "killed".
 var StopHook func(step string)
 
 // RunOf says which run of this idlemon's jobs pid belongs to in cgroup
