@@ -26,8 +26,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gpumon/gpumon/internal/cli"
+	"golang.org/x/sys/unix"
 )
 
 // maxRead bounds what is read of any one kernel file (/proc/PID/cgroup,
@@ -267,6 +269,11 @@ const supervisorGroup = "supervisor"
 // dir/supervisor: a v2 group with processes cannot hand controllers to
 // its children. It never enables a controller above dir.
 //
+// It takes an exclusive flock on dir, held until the process ends: a
+// second idlemon given the same folder (another state file, the same
+// cgroup key) is refused, as it would take the first one's runs for
+// leftovers of its own and stop them.
+//
 // dir may be h.V2 itself (Rel "/"); its root has no cgroup.kill, so
 // CanKill is then false.
 func Open(h Hierarchies, dir string) (*Tree, error) {
@@ -282,6 +289,9 @@ func Open(h Hierarchies, dir string) (*Tree, error) {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
 		return nil, cli.WithHint(err, "idlemon makes its cgroups as root; a systemd unit needs Delegate=yes")
 	}
+	if err := lockTree(t.Dir); err != nil {
+		return nil, err
+	}
 	if err := t.moveSelfOut(); err != nil {
 		return nil, err
 	}
@@ -292,6 +302,55 @@ func Open(h Hierarchies, dir string) (*Tree, error) {
 	_, err = os.Stat(filepath.Join(t.Dir, "cgroup.kill"))
 	t.CanKill = err == nil
 	return t, nil
+}
+
+// treeLocks are the trees this process holds the flock of, by folder: a
+// daemon opens its tree once, tests open theirs again in the same process.
+var (
+	treeLocksMu sync.Mutex
+	treeLocks   = map[string]*os.File{}
+)
+
+// lockTree takes an exclusive flock on dir for the rest of this process's
+// life (the descriptor is close-on-exec: no job inherits it), or finds it
+// held by this process already.
+func lockTree(dir string) error {
+	treeLocksMu.Lock()
+	defer treeLocksMu.Unlock()
+	if f, ok := treeLocks[dir]; ok {
+		if same, err := sameFile(f, dir); err == nil && same {
+			return nil
+		}
+		f.Close() // the folder was removed and made again
+		delete(treeLocks, dir)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return cli.WithHint(fmt.Errorf("cgroup folder %s is in use by another idlemon", dir),
+				"give each idlemon a folder of its own (cgroup = auto does), or stop the other one")
+		}
+		return fmt.Errorf("lock %s: %w", dir, err)
+	}
+	treeLocks[dir] = f
+	return nil
+}
+
+// sameFile says whether the open f is the file at path now.
+func sameFile(f *os.File, path string) (bool, error) {
+	held, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	now, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(held, now), nil
 }
 
 // relInside is dir relative to the mount point v2, starting with "/", or
