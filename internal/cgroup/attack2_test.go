@@ -42,3 +42,22 @@ func TestOpenRefusesATreeHeldElsewhere(t *testing.T) {
 		t.Errorf("a shared flock on %s was granted while this process holds it: %s", tr.Dir, out)
 	}
 }
+
+// cgroup = the v2 root itself: the root has no cgroup.kill, but the runs'
+// groups, its children, have, and check (Inspect) says so. Open must agree,
+// so that a stop is the cgroup.kill check promised, not a freeze and a
+// SIGKILL to each process.
+func TestOpenOfTheRootKnowsItsChildrenKill(t *testing.T) {
+	tr := newTree(t) // a child of the root: has it cgroup.kill?
+	inspected, err := Inspect(tr.H, tr.H.V2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := Open(tr.H, tr.H.V2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opened.CanKill != tr.CanKill || inspected.CanKill != tr.CanKill {
+		t.Errorf("CanKill of the root tree: Open %v, Inspect %v; a child group's: %v", opened.CanKill, inspected.CanKill, tr.CanKill)
+	}
+}

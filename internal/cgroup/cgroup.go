@@ -274,8 +274,9 @@ const supervisorGroup = "supervisor"
 // cgroup key) is refused, as it would take the first one's runs for
 // leftovers of its own and stop them.
 //
-// dir may be h.V2 itself (Rel "/"); its root has no cgroup.kill, so
-// CanKill is then false.
+// dir may be h.V2 itself (Rel "/"); the root has no cgroup.kill, but its
+// children, the runs' groups, have where the kernel has it: CanKill says
+// so.
 func Open(h Hierarchies, dir string) (*Tree, error) {
 	if h.V2 == "" {
 		return nil, cli.WithHint(errors.New("no cgroup v2 hierarchy is mounted"),
@@ -301,6 +302,9 @@ func Open(h Hierarchies, dir string) (*Tree, error) {
 	}
 	_, err = os.Stat(filepath.Join(t.Dir, "cgroup.kill"))
 	t.CanKill = err == nil
+	if t.Rel == "/" {
+		t.CanKill = inspectChildKill(t.Dir) // the runs' groups are the root's children
+	}
 	return t, nil
 }
 
