@@ -3,11 +3,16 @@ package idlemon
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpumon/gpumon/internal/cgroup"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/sshdtest"
+	"github.com/gpumon/gpumon/internal/supervisor"
 )
 
 // Attacks on cgroup mode (issue 23), second round: what a tired sysadmin's
@@ -58,4 +63,55 @@ cmd = exec sleep 600
 		b, _ := os.ReadFile(e.path("second.log"))
 		t.Fatalf("the first idlemon's job (pid %d) was stopped by the second:\n%s", job, b)
 	}
+}
+
+// A job's first process is in its run's group from its first instruction,
+// not only from idlemon's write to cgroup.procs a moment after exec: in
+// that moment any other process of the jobs' user (another job) may
+// ptrace the gate and make it fork a child that stays in idlemon's own
+// group, found by no stop and held by no limit.
+func TestGateIsBornInItsGroup(t *testing.T) {
+	e := newCgroupEnv(t, 1)
+	sshdtest.EnsureUser(t, "idlejob")
+	marker := "born-in-group-" + filepath.Base(e.dir)
+	seen := make(chan string, 1)
+	supervisor.StopHook = func(step string) {
+		if step == "gate" {
+			select {
+			case seen <- groupOfCmdline(marker):
+			default:
+			}
+		}
+	}
+	t.Cleanup(func() { supervisor.StopHook = nil })
+	e.start(fmt.Sprintf("interval_seconds = 30\nmin_idle_seconds = 0\nuser = idlejob\n[process-born]\ngpus = 0\ncmd = exec sleep 600 # %s\n", marker), options{})
+	select {
+	case got := <-seen:
+		rel := strings.TrimPrefix(e.cgroup, filepath.Dir(e.cgroup)) // "/gpumon-test-..." below the v2 mount
+		if !strings.HasPrefix(got, rel+"/") || !strings.HasSuffix(got, ".process-born") {
+			t.Errorf("before idlemon moved it, the gate was in %q, want its run's group under %s", got, rel)
+		}
+	case <-time.After(patience):
+		t.Fatal("no job start reached the gate step")
+	}
+}
+
+// groupOfCmdline is the v2 group of the process whose command line holds
+// marker, or why none was found.
+func groupOfCmdline(marker string) string {
+	ds, _ := os.ReadDir("/proc")
+	for _, d := range ds {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if b, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline"); strings.Contains(string(b), marker) {
+			m, err := cgroup.ReadMembership("/proc", pid)
+			if err != nil {
+				return err.Error()
+			}
+			return m.V2
+		}
+	}
+	return "no process with " + marker
 }

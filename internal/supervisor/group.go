@@ -46,12 +46,20 @@ func (s *Supervisor) startInGroup(cmd *exec.Cmd, spec Spec, mark Mark) (*cgroup.
 	defer w.Close()
 	cmd.Args = []string{"/bin/sh", "-c", gate, spec.Cmd}
 	cmd.ExtraFiles = []*os.File{r}
+	// Born in its v2 group (clone3's CLONE_INTO_CGROUP, Linux 5.7): until
+	// Add, another process of the jobs' user could ptrace the gate and
+	// make it fork a child outside the group.
+	if dir := groupFD(g.Dir); dir >= 0 {
+		defer unix.Close(dir)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, dir
+	}
 	err = cmd.Start()
 	r.Close()
 	if err != nil {
 		g.Remove()
 		return nil, err
 	}
+	s.hook("gate")
 	if err := g.Add(cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill() // still at the gate: nothing else of the job exists
 		_ = cmd.Wait()
@@ -64,6 +72,26 @@ func (s *Supervisor) startInGroup(cmd *exec.Cmd, spec Spec, mark Mark) (*cgroup.
 	// reported as any other.
 	_, _ = w.Write([]byte("go\n"))
 	return g, nil
+}
+
+// groupFD is a descriptor of the group folder dir for clone3's
+// CLONE_INTO_CGROUP (Linux 5.7), or -1 where the kernel is older or the
+// folder cannot be opened (Add alone then puts the gate in).
+func groupFD(dir string) int {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return -1
+	}
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
+	if major < 5 || major == 5 && minor < 7 {
+		return -1
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
 }
 
 // groupMembers lists g's processes now.
@@ -160,7 +188,8 @@ func (s *Supervisor) hook(step string) {
 }
 
 // StopHook, when set (by tests only), is called at each step of a
-// cgroup stop: "term-known", "frozen", "termed", "thawed", "killed".
+// cgroup stop: "term-known", "frozen", "termed", "thawed", "killed"; and
+// at a start, "gate": the job's first process runs, not yet let through.
 var StopHook func(step string)
 
 // RunOf says which run of this idlemon's jobs pid belongs to in cgroup
