@@ -3,8 +3,11 @@ package cgroup
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 
+	"github.com/gpumon/gpumon/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,5 +62,35 @@ func TestOpenOfTheRootKnowsItsChildrenKill(t *testing.T) {
 	}
 	if opened.CanKill != tr.CanKill || inspected.CanKill != tr.CanKill {
 		t.Errorf("CanKill of the root tree: Open %v, Inspect %v; a child group's: %v", opened.CanKill, inspected.CanKill, tr.CanKill)
+	}
+}
+
+// A Remove cut short (idlemon killed between its rmdirs; here a v1 folder
+// still busy) leaves the group where the next idlemon finds it: its v2
+// folder goes last, as Groups lists groups by it. Else its v1 folders stay
+// forever, unlisted.
+func TestRemoveCutShortLeavesTheGroupFindable(t *testing.T) {
+	tr := newTree(t)
+	g := create(t, tr, "half", Limits{PidsMax: 10})
+	if g.V1["pids"] == "" {
+		testenv.Need(t, "pids_max through a v1 pids hierarchy (a hybrid host)")
+	}
+	busy := exec.Command("sleep", "60")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Process.Kill(); busy.Wait() })
+	if err := writeFile(filepath.Join(g.V1["pids"], "cgroup.procs"), strconv.Itoa(busy.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Remove(); err == nil {
+		t.Fatal("Remove of a group whose v1 folder holds a process: no error")
+	}
+	groups, err := tr.Groups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 1 || groups[0].Name != g.Name {
+		t.Errorf("after a Remove cut short, Groups = %v, want %s (its v1 folder %s is left)", groups, g.Name, g.V1["pids"])
 	}
 }
