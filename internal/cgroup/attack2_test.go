@@ -1,10 +1,12 @@
 package cgroup
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/gpumon/gpumon/internal/testenv"
@@ -92,5 +94,34 @@ func TestRemoveCutShortLeavesTheGroupFindable(t *testing.T) {
 	}
 	if len(groups) != 1 || groups[0].Name != g.Name {
 		t.Errorf("after a Remove cut short, Groups = %v, want %s (its v1 folder %s is left)", groups, g.Name, g.V1["pids"])
+	}
+}
+
+// Anybody who may read the tree's folder may flock it: a flock held by a
+// process of the jobs' user (here nobody) must not make Open refuse the
+// tree, or any job could turn cgroups off for the next idlemon.
+func TestOpenIgnoresAFlockNotRoots(t *testing.T) {
+	tr := newTree(t)
+	treeLocksMu.Lock() // forget this process's hold, as a new idlemon would have none
+	if held := treeLocks[tr.Dir]; held != nil {
+		held.Close()
+		delete(treeLocks, tr.Dir)
+	}
+	treeLocksMu.Unlock()
+	nobody := exec.Command("flock", "-n", tr.Dir, "-c", "echo held; exec sleep 60")
+	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := nobody.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nobody.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nobody.Process.Kill(); nobody.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "held\n" {
+		t.Fatalf("flock as nobody: %q, %v", line, err)
+	}
+	if _, err := Open(tr.H, tr.Dir); err != nil {
+		t.Errorf("Open while nobody holds a flock on %s: %v", tr.Dir, err)
 	}
 }

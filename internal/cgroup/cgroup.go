@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"golang.org/x/sys/unix"
@@ -272,7 +273,9 @@ const supervisorGroup = "supervisor"
 // It takes an exclusive flock on dir, held until the process ends: a
 // second idlemon given the same folder (another state file, the same
 // cgroup key) is refused, as it would take the first one's runs for
-// leftovers of its own and stop them.
+// leftovers of its own and stop them. A flock held by a process that is
+// not root's (anybody may take one) is no idlemon's, and does not stop
+// Open.
 //
 // dir may be h.V2 itself (Rel "/"); the root has no cgroup.kill, but its
 // children, the runs' groups, have where the kernel has it: CanKill says
@@ -333,7 +336,13 @@ func lockTree(dir string) error {
 		return err
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
+		defer f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) && !heldByRoot(f) {
+			// Anybody who may read the folder may flock it: a job's user
+			// holding it must not turn idlemon's cgroups off. No idlemon
+			// holds it, so go on without it.
+			return nil
+		}
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return cli.WithHint(fmt.Errorf("cgroup folder %s is in use by another idlemon", dir),
 				"give each idlemon a folder of its own (cgroup = auto does), or stop the other one")
@@ -342,6 +351,36 @@ func lockTree(dir string) error {
 	}
 	treeLocks[dir] = f
 	return nil
+}
+
+// heldByRoot says whether a process running as root holds a flock on
+// the open f, by /proc/locks ("1: FLOCK  ADVISORY  WRITE PID MAJ:MIN:INODE
+// 0 EOF"; waiters' lines have "->" after the number).
+func heldByRoot(f *os.File) bool {
+	fi, err := f.Stat()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if err != nil || !ok {
+		return true // unknown: take it for another idlemon
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	locks, err := readAtMost("/proc/locks", maxMountinfo)
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(locks), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[1] != "FLOCK" || fields[5] != id {
+			continue
+		}
+		status, err := readBounded(filepath.Join("/proc", fields[4], "status"))
+		if err != nil {
+			continue // exited meanwhile, or in another pid namespace
+		}
+		if uids := keyValues(strings.ReplaceAll(string(status), ":\t", " "))["Uid"]; strings.HasPrefix(uids, "0\t0\t") {
+			return true
+		}
+	}
+	return false
 }
 
 // sameFile says whether the open f is the file at path now.
