@@ -26,8 +26,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/gpumon/gpumon/internal/cli"
+	"golang.org/x/sys/unix"
 )
 
 // maxRead bounds what is read of any one kernel file (/proc/PID/cgroup,
@@ -267,8 +270,16 @@ const supervisorGroup = "supervisor"
 // dir/supervisor: a v2 group with processes cannot hand controllers to
 // its children. It never enables a controller above dir.
 //
-// dir may be h.V2 itself (Rel "/"); its root has no cgroup.kill, so
-// CanKill is then false.
+// It takes an exclusive flock on dir, held until the process ends: a
+// second idlemon given the same folder (another state file, the same
+// cgroup key) is refused, as it would take the first one's runs for
+// leftovers of its own and stop them. A flock held by a process that is
+// not root's (anybody may take one) is no idlemon's, and does not stop
+// Open.
+//
+// dir may be h.V2 itself (Rel "/"); the root has no cgroup.kill, but its
+// children, the runs' groups, have where the kernel has it: CanKill says
+// so.
 func Open(h Hierarchies, dir string) (*Tree, error) {
 	if h.V2 == "" {
 		return nil, cli.WithHint(errors.New("no cgroup v2 hierarchy is mounted"),
@@ -282,6 +293,9 @@ func Open(h Hierarchies, dir string) (*Tree, error) {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
 		return nil, cli.WithHint(err, "idlemon makes its cgroups as root; a systemd unit needs Delegate=yes")
 	}
+	if err := lockTree(t.Dir); err != nil {
+		return nil, err
+	}
 	if err := t.moveSelfOut(); err != nil {
 		return nil, err
 	}
@@ -291,7 +305,95 @@ func Open(h Hierarchies, dir string) (*Tree, error) {
 	}
 	_, err = os.Stat(filepath.Join(t.Dir, "cgroup.kill"))
 	t.CanKill = err == nil
+	if t.Rel == "/" {
+		t.CanKill = inspectChildKill(t.Dir) // the runs' groups are the root's children
+	}
 	return t, nil
+}
+
+// treeLocks are the trees this process holds the flock of, by folder: a
+// daemon opens its tree once, tests open theirs again in the same process.
+var (
+	treeLocksMu sync.Mutex
+	treeLocks   = map[string]*os.File{}
+)
+
+// lockTree takes an exclusive flock on dir for the rest of this process's
+// life (the descriptor is close-on-exec: no job inherits it), or finds it
+// held by this process already.
+func lockTree(dir string) error {
+	treeLocksMu.Lock()
+	defer treeLocksMu.Unlock()
+	if f, ok := treeLocks[dir]; ok {
+		if same, err := sameFile(f, dir); err == nil && same {
+			return nil
+		}
+		f.Close() // the folder was removed and made again
+		delete(treeLocks, dir)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) && !heldByRoot(f) {
+			// Anybody who may read the folder may flock it: a job's user
+			// holding it must not turn idlemon's cgroups off. No idlemon
+			// holds it, so go on without it.
+			return nil
+		}
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return cli.WithHint(fmt.Errorf("cgroup folder %s is in use by another idlemon", dir),
+				"give each idlemon a folder of its own (cgroup = auto does), or stop the other one")
+		}
+		return fmt.Errorf("lock %s: %w", dir, err)
+	}
+	treeLocks[dir] = f
+	return nil
+}
+
+// heldByRoot says whether a process running as root holds a flock on
+// the open f, by /proc/locks ("1: FLOCK  ADVISORY  WRITE PID MAJ:MIN:INODE
+// 0 EOF"; waiters' lines have "->" after the number).
+func heldByRoot(f *os.File) bool {
+	fi, err := f.Stat()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if err != nil || !ok {
+		return true // unknown: take it for another idlemon
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	locks, err := readAtMost("/proc/locks", maxMountinfo)
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(locks), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[1] != "FLOCK" || fields[5] != id {
+			continue
+		}
+		status, err := readBounded(filepath.Join("/proc", fields[4], "status"))
+		if err != nil {
+			continue // exited meanwhile, or in another pid namespace
+		}
+		if uids := keyValues(strings.ReplaceAll(string(status), ":\t", " "))["Uid"]; strings.HasPrefix(uids, "0\t0\t") {
+			return true
+		}
+	}
+	return false
+}
+
+// sameFile says whether the open f is the file at path now.
+func sameFile(f *os.File, path string) (bool, error) {
+	held, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	now, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(held, now), nil
 }
 
 // relInside is dir relative to the mount point v2, starting with "/", or

@@ -293,9 +293,15 @@ func (g *Group) WaitEmpty(deadline time.Time) bool {
 	return empty
 }
 
-// Remove removes g's folders (v2, then v1), which must be empty of
-// processes: the v2 groups below g (a job's own) first.
+// Remove removes g's folders (v1, then v2), which must be empty of
+// processes: the v2 groups below g (a job's own) first. The v2 folder goes
+// last: a Remove cut short leaves it, and Groups finds the group by it.
 func (g *Group) Remove() error {
+	for _, d := range g.v1Dirs() {
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
 	var dirs []string
 	err := filepath.WalkDir(g.Dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() {
@@ -308,11 +314,6 @@ func (g *Group) Remove() error {
 	}
 	for _, d := range slices.Backward(dirs) {
 		if err := os.Remove(d); err != nil {
-			return err
-		}
-	}
-	for _, d := range g.v1Dirs() {
-		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}

@@ -18,8 +18,9 @@ import (
 // kernel puts every process the job starts there, and only root can take
 // one out (a move needs write access to the cgroup.procs of the common
 // ancestor of both groups, which is root's). Sessions, process groups,
-// titles and environments no longer matter, and a stop freezes the group,
-// so nothing forks while it is being signalled.
+// titles and environments no longer matter, and SIGKILL at the end of a
+// stop's grace goes to the whole group at once (cgroup.kill), forks in
+// flight included.
 
 // gate is the job's first program in cgroup mode: it waits, holding
 // nothing but its pipe, until idlemon has put it in every folder of its
@@ -46,12 +47,20 @@ func (s *Supervisor) startInGroup(cmd *exec.Cmd, spec Spec, mark Mark) (*cgroup.
 	defer w.Close()
 	cmd.Args = []string{"/bin/sh", "-c", gate, spec.Cmd}
 	cmd.ExtraFiles = []*os.File{r}
+	// Born in its v2 group (clone3's CLONE_INTO_CGROUP, Linux 5.7): until
+	// Add, another process of the jobs' user could ptrace the gate and
+	// make it fork a child outside the group.
+	if dir := groupFD(g.Dir); dir >= 0 {
+		defer unix.Close(dir)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, dir
+	}
 	err = cmd.Start()
 	r.Close()
 	if err != nil {
 		g.Remove()
 		return nil, err
 	}
+	s.hook("gate")
 	if err := g.Add(cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill() // still at the gate: nothing else of the job exists
 		_ = cmd.Wait()
@@ -64,6 +73,26 @@ func (s *Supervisor) startInGroup(cmd *exec.Cmd, spec Spec, mark Mark) (*cgroup.
 	// reported as any other.
 	_, _ = w.Write([]byte("go\n"))
 	return g, nil
+}
+
+// groupFD is a descriptor of the group folder dir for clone3's
+// CLONE_INTO_CGROUP (Linux 5.7), or -1 where the kernel is older or the
+// folder cannot be opened (Add alone then puts the gate in).
+func groupFD(dir string) int {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return -1
+	}
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
+	if major < 5 || major == 5 && minor < 7 {
+		return -1
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
 }
 
 // groupMembers lists g's processes now.
@@ -108,11 +137,6 @@ func (s *Supervisor) signalInGroup(g *cgroup.Group, pid int, sig syscall.Signal)
 	return unix.PidfdSendSignal(pidfd, sig, nil, 0) == nil
 }
 
-// freezeWait bounds how long a stop waits for a group to freeze: a
-// process stuck in the kernel (a GPU driver call) may not freeze at once,
-// and the signals go out anyway.
-const freezeWait = 500 * time.Millisecond
-
 // stopGroup stops every process of g: SIGTERM to the known ones (the
 // GPU's holders, for a prompt preemption), then to every other one;
 // SIGKILL to the group after grace (cgroup.kill, or frozen and one by
@@ -141,27 +165,20 @@ func (s *Supervisor) stopGroup(g *cgroup.Group, grace time.Duration, known []Kno
 	return killed, nil
 }
 
-// termAll sends SIGTERM once to every process of g not in termed. A
-// sweep of cgroup.procs or two is enough for most jobs, and leaves them
-// running meanwhile (a frozen process acts on its SIGTERM only once
-// thawed: a millisecond or two more for the GPU's user). A job that
-// still has new processes after that forks faster than the sweeps: it is
-// frozen, so nothing forks, swept once more and thawed. A group an
-// earlier idlemon left frozen is thawed too.
+// termAll sends SIGTERM once to every process of g not in termed: a
+// sweep of cgroup.procs, again while the last one found new processes,
+// three at most. The job runs meanwhile: a frozen process would act on
+// its SIGTERM only once thawed, later for the GPU's user. One that forks
+// faster than the sweeps gets SIGKILL with the rest at the end of the
+// grace period. A group an earlier idlemon left frozen is thawed first.
 func (s *Supervisor) termAll(g *cgroup.Group, termed map[int]bool) {
+	_ = g.Thaw()
 	for sweep := 0; sweep < 3; sweep++ {
 		if s.termSweep(g, termed) == 0 {
-			_ = g.Thaw()
-			s.hook("thawed")
-			return
+			break
 		}
 	}
-	_ = g.Freeze(time.Now().Add(freezeWait))
-	s.hook("frozen")
-	s.termSweep(g, termed)
 	s.hook("termed")
-	_ = g.Thaw() // also when the freeze failed
-	s.hook("thawed")
 }
 
 // termSweep sends SIGTERM to each process of g not in termed, and says
@@ -187,8 +204,8 @@ func (s *Supervisor) hook(step string) {
 }
 
 // StopHook, when set (by tests only), is called at each step of a
-// cgroup stop: "term-known", "frozen" and "termed" (only for a job that
-// forks faster than the sweeps), "thawed", "killed".
+// cgroup stop: "term-known", "termed", "killed"; and at a start, "gate":
+// the job's first process runs, not yet let through.
 var StopHook func(step string)
 
 // RunOf says which run of this idlemon's jobs pid belongs to in cgroup
