@@ -36,7 +36,23 @@ type cgroupPlan struct {
 // hierarchy, and in it the folder the cgroup key names (auto: the unit's
 // own group under systemd, which Delegate=yes hands to idlemon; else
 // idlemon-INSTANCE at the top of the hierarchy).
-func (p *hostPlan) resolveCgroup() {
+//
+// A folder the config names that cannot be used is an error: whoever wrote
+// it wants its limits. In auto mode idlemon falls back to marks, and check
+// and the log say why.
+func (p *hostPlan) resolveCgroup() error {
+	p.findCgroup()
+	cfg, c := p.Cfg, &p.Cgroup
+	if c.Tree == nil && cfg.Cgroup != config.CgroupAuto && cfg.Cgroup != config.CgroupOff {
+		e := cfg.ErrorAt("defaults", "cgroup", "%s cannot hold the jobs' groups: %s", cfg.Cgroup, c.Why)
+		e.HintText = "name a folder in the cgroup v2 hierarchy (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host), or cgroup = auto"
+		return e
+	}
+	return nil
+}
+
+// findCgroup fills p.Cgroup.
+func (p *hostPlan) findCgroup() {
 	cfg := p.Cfg
 	c := &p.Cgroup
 	c.Mode = modeMarks
@@ -157,4 +173,22 @@ func (p *hostPlan) openCgroup() (t *cgroup.Tree, warn string) {
 		return nil, fmt.Sprintf("no cgroups, marks only: cannot use %s: %v", c.Dir, err)
 	}
 	return t, ""
+}
+
+// closeTree removes the tree's folders (v2 and the v1 ones) on a clean
+// stop, once its groups are gone: a folder of its own when run by hand
+// or named in the config. The unit's own group stays (systemd's), and so
+// does a folder that still holds something.
+func closeTree(t *cgroup.Tree) {
+	if t == nil {
+		return
+	}
+	for _, m := range t.H.V1 {
+		if dir := filepath.Join(m, t.Rel); dir != m {
+			os.Remove(dir)
+		}
+	}
+	if t.Dir != t.H.V2 {
+		os.Remove(t.Dir)
+	}
 }

@@ -108,3 +108,28 @@ func TestCheckSaysCgroupMode(t *testing.T) {
 		})
 	}
 }
+
+// A cgroup folder or textfile folder the config names and that cannot be
+// used is an error naming the line, for check and run alike: whoever
+// wrote it wants its limits, or its metrics.
+func TestCheckRefusesUnusableFolders(t *testing.T) {
+	e := newCgroupEnv(t, 1)
+	tests := []struct {
+		name, body, want string
+	}{
+		{"cgroup outside v2", "cgroup = " + e.path("cg") + "\n", "cgroup: " + e.path("cg") + " cannot hold the jobs' groups: " + e.path("cg") + " is not inside the cgroup v2 hierarchy"},
+		{"textfile missing", "textfile_dir = " + e.path("nope") + "\n", "textfile_dir: " + e.path("nope") + " does not exist"},
+		{"textfile a file", "textfile_dir = " + e.path("idlemon.ini") + "\n", "textfile_dir: " + e.path("idlemon.ini") + " is not a folder"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := e.config(tt.body)
+			for _, cmd := range []string{"check", "run"} {
+				err := Main(t.Context(), []string{"-c", cfg, cmd}, &testenv.SyncBuffer{}, &testenv.SyncBuffer{})
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("%s: %v, want an error with %q", cmd, err, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/holders"
+	"github.com/gpumon/gpumon/internal/idlemon/config"
 	"github.com/gpumon/gpumon/internal/idlemon/textfile"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/supervisor"
@@ -139,7 +143,13 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	if plan.Note != "" {
 		d.log.Printf("note: %s", plan.Note)
 	}
-	d.useCgroups()
+	// A log to a pipe that closes (idlemon run | head, a journal restarted)
+	// must not kill idlemon with its jobs unwatched: a write fails instead.
+	signal.Ignore(syscall.SIGPIPE)
+	if err := d.useCgroups(); err != nil {
+		return err
+	}
+	defer closeTree(d.sup.Tree)
 	d.metrics = newMetrics(plan, d.mode, time.Now())
 	d.stopLeftovers()
 
@@ -156,25 +166,31 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 
 // useCgroups opens the jobs' cgroup tree, or says why there is none, and
 // logs every limit that is not enforced.
-func (d *daemon) useCgroups() {
+func (d *daemon) useCgroups() error {
 	t, warn := d.plan.openCgroup()
+	if cfg := d.plan.Cfg; t == nil && cfg.Cgroup != config.CgroupAuto && cfg.Cgroup != config.CgroupOff {
+		e := cfg.ErrorAt("defaults", "cgroup", "%s", strings.TrimPrefix(warn, "no cgroups, marks only: "))
+		e.HintText = "another idlemon may use that folder: give each its own, or cgroup = auto"
+		return e
+	}
 	if warn != "" {
 		d.log.Printf("warning: %s", warn)
 	}
 	d.sup.Tree = t
 	if t == nil {
 		d.mode = modeMarks
-		return
+		return nil
 	}
 	d.mode = d.plan.Cgroup.Mode
 	for i, j := range d.plan.Jobs {
 		for _, e := range d.plan.Cgroup.Enforce[i] {
 			if e.Why != "" {
-				d.log.Printf("warning: job %s: %s %s not enforced: %s", j.Sec.Name, e.Limit, e.Value, e.Why)
+				d.log.Printf("warning: job %s: NOT ENFORCED: %s %s: %s", j.Sec.Name, e.Limit, e.Value, e.Why)
 			}
 		}
 	}
 	d.log.Printf("cgroup %s: a group per run under %s", d.mode, t.Dir)
+	return nil
 }
 
 // lockState takes the lock of the state file, making its folder first:

@@ -117,8 +117,31 @@ func resolve(cfg *config.Config) (*hostPlan, error) {
 		}
 		p.Jobs = append(p.Jobs, j)
 	}
-	p.resolveCgroup()
+	if err := p.resolveCgroup(); err != nil {
+		return nil, err
+	}
+	if err := checkTextfileDir(cfg); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// checkTextfileDir says what is wrong with textfile_dir: it must be a
+// folder that exists (node_exporter's package makes it).
+func checkTextfileDir(cfg *config.Config) error {
+	if cfg.TextfileDir == "" {
+		return nil
+	}
+	fi, err := os.Stat(cfg.TextfileDir)
+	if err == nil && fi.IsDir() {
+		return nil
+	}
+	e := cfg.ErrorAt("defaults", "textfile_dir", "%s is not a folder", cfg.TextfileDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		e.Msg = cfg.TextfileDir + " does not exist"
+	}
+	e.HintText = "name node_exporter's --collector.textfile.directory (Debian: /var/lib/prometheus/node-exporter), or remove the key"
+	return e
 }
 
 // findDevices finds the GPUs and their device files of the vendor the

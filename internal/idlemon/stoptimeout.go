@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"os/exec"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/cgroup"
 	"github.com/gpumon/gpumon/internal/idlemon/config"
 )
 
@@ -47,16 +50,29 @@ type stopTimeout struct {
 	d        time.Duration // unless infinite
 	infinite bool
 	assumed  string // why the shipped unit's is assumed, or ""
+	// noSystemd says why there is no systemd here (no systemctl, not PID
+	// 1): nothing kills idlemon in the middle of a stop, whatever its grace.
+	noSystemd string
+	unit      string // the unit asked about; "" = unitName
+}
+
+func (s stopTimeout) unitName() string {
+	if s.unit == "" {
+		return unitName
+	}
+	return s.unit
 }
 
 func (s stopTimeout) String() string {
 	switch {
+	case s.noSystemd != "":
+		return "no stop timeout (" + s.noSystemd + ")"
 	case s.assumed != "":
 		return "the shipped unit's TimeoutStopSec (" + seconds(s.d) + ")"
 	case s.infinite:
-		return "the TimeoutStopSec of " + unitName + " (infinity)"
+		return "the TimeoutStopSec of " + s.unitName() + " (infinity)"
 	}
-	return "the TimeoutStopSec of " + unitName + " (" + seconds(s.d) + ")"
+	return "the TimeoutStopSec of " + s.unitName() + " (" + seconds(s.d) + ")"
 }
 
 // why says, after a message, why the shipped unit's timeout is assumed.
@@ -74,10 +90,31 @@ func seconds(d time.Duration) string {
 
 // findStopTimeout is idlemon.service's stop timeout as systemctl tells it;
 // the shipped unit's where it cannot (no systemctl, no systemd as PID 1,
-// the unit not installed).
+// the unit not installed); none where systemd is not there at all.
 func findStopTimeout() stopTimeout {
-	out, err := systemctlShow(unitName)
-	return stopTimeoutFrom(out, err)
+	unit := runningUnit()
+	out, err := systemctlShow(unit)
+	st := stopTimeoutFrom(out, err)
+	st.unit = unit
+	return st
+}
+
+// runningUnit is the unit idlemon runs as under systemd (a second idlemon
+// for AMD GPUs runs as a copy of the unit under another name), else
+// idlemon.service, the shipped unit that check speaks for.
+func runningUnit() string {
+	if os.Getenv("INVOCATION_ID") == "" {
+		return unitName
+	}
+	m, err := cgroup.ReadMembership("/proc", os.Getpid())
+	if err != nil {
+		return unitName
+	}
+	base := path.Base(strings.TrimSuffix(m.V2, "/supervisor"))
+	if !strings.HasSuffix(base, ".service") {
+		return unitName
+	}
+	return base
 }
 
 // stopTimeoutFrom reads systemctl show's answer (out, err).
@@ -90,6 +127,10 @@ func stopTimeoutFrom(out string, err error) stopTimeout {
 	}
 	var why string
 	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		return stopTimeout{noSystemd: "no systemctl"}
+	case err != nil && strings.Contains(firstLine(err), "not been booted with systemd"):
+		return stopTimeout{noSystemd: "systemd is not running"}
 	case err != nil:
 		why = "systemctl: " + firstLine(err)
 	case props["LoadState"] != "loaded":
@@ -123,13 +164,13 @@ func checkStopTimeout(cfg *config.Config) error {
 }
 
 func checkGraceFits(cfg *config.Config, st stopTimeout) error {
-	if st.infinite || cfg.Grace+stopMargin <= st.d {
+	if st.infinite || st.noSystemd != "" || cfg.Grace+stopMargin <= st.d {
 		return nil
 	}
 	e := cfg.ErrorAt("defaults", "grace_seconds", "%s and a %s margin do not fit in %s: systemd would kill idlemon in the middle of a stop%s",
 		seconds(cfg.Grace), seconds(stopMargin), st, st.why())
 	want := time.Duration(math.Ceil((cfg.Grace + hintMargin).Seconds())) * time.Second
-	e.HintText = fmt.Sprintf("run systemctl edit idlemon and add the lines [Service] and TimeoutStopSec=%s", seconds(want))
+	e.HintText = fmt.Sprintf("run systemctl edit %s and add the lines [Service] and TimeoutStopSec=%s", strings.TrimSuffix(st.unitName(), ".service"), seconds(want))
 	if fits := st.d - stopMargin; fits > 0 {
 		e.HintText += "; or lower grace_seconds to " + strings.TrimSuffix(seconds(fits), "s") + " or less"
 	}
@@ -139,6 +180,10 @@ func checkGraceFits(cfg *config.Config, st stopTimeout) error {
 // describeStopTimeout prints what check found of the stop timeout.
 func describeStopTimeout(w io.Writer, grace time.Duration) {
 	st := findStopTimeout()
+	if st.noSystemd != "" {
+		fmt.Fprintf(w, "stop: %s: nothing limits how long a stop takes; under systemd, grace_seconds (%s) and a %s margin must fit in the unit's TimeoutStopSec\n", st, seconds(grace), seconds(stopMargin))
+		return
+	}
 	fmt.Fprintf(w, "stop: grace_seconds (%s) and a %s margin fit in %s%s\n", seconds(grace), seconds(stopMargin), st, st.why())
 }
 
