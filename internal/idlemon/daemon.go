@@ -463,6 +463,11 @@ func (d *daemon) handle(e ended, now time.Time) {
 	// whatever the first process left behind goes too
 	left := d.sup.Members(e.run)
 	d.sched = exited(d.sched, e.job, ran, len(left) > 0, now)
+	if g := e.run.Group; g != nil {
+		if u := g.Usage(); u.OOMKills > 0 {
+			status += fmt.Sprintf("; the OOM killer killed %d of its processes at its memory limit", u.OOMKills)
+		}
+	}
 	d.log.Printf("gpu %s: job %s (pid %d) ended by itself (%s) after %s - restart in %s", joinInts(jp.GPUs), jp.Sec.Name, e.run.PID, status, fmtDur(ran.Truncate(time.Millisecond)), fmtDur(d.sched.Jobs[e.job].Backoff))
 	if len(left) > 0 {
 		r.stopWhy = textfile.Exited

@@ -72,12 +72,14 @@ user = idlejob
 memory_max = 64M
 [process-hog]
 gpus = 0
-cmd = head -c 400M /dev/zero | tail -n 1 >/dev/null; echo "tail $?" >%[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 600
+cmd = head -c 400M /dev/zero | tail -n 1 >/dev/null; echo "tail $?" >%[1]s.tmp; mv %[1]s.tmp %[1]s
 `, out), options{})
 	got := strings.TrimSpace(string(waitFile(t, out, patience)))
 	if got != "tail 137" {
 		t.Fatalf("the job's 400 MiB in a 64 MiB group: %q, want tail killed (tail 137)", got)
 	}
+	// the run ends; the log says why
+	e.waitLog(`gpu 0: job process-hog \(pid \d+\) ended by itself \(.*; the OOM killer killed 1 of its processes at its memory limit\)`, 1, patience)
 }
 
 // A fork bomb inside a job meets its pids_max, not the host's limit.

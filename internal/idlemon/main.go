@@ -293,7 +293,11 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 			if j.Cgroup != "" {
 				group = ", cgroup " + hosttext.Printable(j.Cgroup)
 			}
-			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, processes %s%s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, joinInts(j.PIDs), group)
+			procs := "processes " + joinInts(j.PIDs)
+			if len(j.PIDs) == 0 {
+				procs = "no process listed yet"
+			}
+			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, %s%s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, procs, group)
 		} else {
 			fmt.Fprintf(w, "job %s on gpu %s: not running\n", hosttext.Printable(j.Name), joinInts(j.GPUs))
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
+	"github.com/gpumon/gpumon/internal/cgroup"
 	"github.com/gpumon/gpumon/internal/idlemon/textfile"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/supervisor"
@@ -117,6 +118,10 @@ func (d *daemon) stopLeftovers() {
 	byName := map[string]jobPlan{}
 	for _, j := range d.plan.Jobs {
 		byName[j.Sec.Name] = j
+		// a group's name carries the job's name with odd bytes as '_'
+		if _, clean, ok := cgroup.ParseGroupName(cgroup.GroupName("0000000000000000", j.Sec.Name)); ok {
+			byName[clean] = j
+		}
 	}
 	earlier := "an earlier idlemon"
 	if prev > 0 {

@@ -67,6 +67,10 @@ func (m *Metrics) jobFamilies(e *expo, now time.Time) {
 		func(u Usage) float64 { return float64(u.MemoryBytes) })
 	m.usage(e, "idlemon_job_oom_kills", "Processes of the job's current or last run the OOM killer killed, from its cgroup.",
 		func(u Usage) float64 { return float64(u.OOMKills) })
+	e.family("idlemon_job_oom_kills_total", "counter", "Processes of the job the OOM killer killed, every run, from its cgroups.")
+	for i := range m.jobs {
+		e.job("idlemon_job_oom_kills_total", &m.jobs[i], "", float64(m.jobs[i].oomTotal))
+	}
 	m.usage(e, "idlemon_job_pids_max_hits", "Forks the job's current or last run was refused at its pids ceiling, from its cgroup.",
 		func(u Usage) float64 { return float64(u.PidsMaxHits) })
 	e.family("idlemon_job_running", "gauge", "1 while the job runs, else 0.")

@@ -75,6 +75,7 @@ type jobCounters struct {
 	refusals tally   // also the reasons idlemon_job_waiting writes
 	usage    Usage
 	hasUsage bool
+	oomTotal int64 // OOM kills of every run
 
 	preemption, preemptedRun histogram
 }
@@ -166,8 +167,34 @@ func (m *Metrics) Waiting(i int, reason string) {
 // gauges of the current run; not written where -1). After a run ends they
 // stay at its last values until the next run starts: the OOM kill that
 // ended a run is seen.
+//
+// A field of u that is -1 keeps what the run last had: a group read as it
+// is removed says nothing, and must not hide the OOM kill that ended the
+// run. OOM kills the run had not had before go into
+// idlemon_job_oom_kills_total, which, unlike the gauge, outlives the run.
 func (m *Metrics) Usage(i int, u Usage) {
-	m.jobs[i].usage, m.jobs[i].hasUsage = u, true
+	j := &m.jobs[i]
+	if j.hasUsage {
+		keep := func(v *int64, old int64) {
+			if *v == -1 {
+				*v = old
+			}
+		}
+		if u.CPUSeconds == -1 {
+			u.CPUSeconds = j.usage.CPUSeconds
+		}
+		keep(&u.MemoryBytes, j.usage.MemoryBytes)
+		keep(&u.OOMKills, j.usage.OOMKills)
+		keep(&u.PidsMaxHits, j.usage.PidsMaxHits)
+	}
+	before := int64(0)
+	if j.hasUsage && j.usage.OOMKills > 0 {
+		before = j.usage.OOMKills
+	}
+	if u.OOMKills > before {
+		j.oomTotal += u.OOMKills - before
+	}
+	j.usage, j.hasUsage = u, true
 }
 
 // tally counts by reason, sorted by reason.

@@ -356,3 +356,25 @@ func TestDeterministic(t *testing.T) {
 		t.Errorf("two writes differ:\n%s", cmp.Diff(a, b))
 	}
 }
+
+// A run's OOM kills outlive it in the counter; a group read as it goes
+// (every field -1) keeps the run's last values.
+func TestOOMKillsOutliveTheRun(t *testing.T) {
+	m := New([]Job{{Name: "process-a", GPUs: 1}}, "nvidia", "v2", "1", at(0))
+	m.Started(0, at(0))
+	m.Usage(0, Usage{CPUSeconds: 1, MemoryBytes: 100, OOMKills: 0, PidsMaxHits: 0})
+	m.Usage(0, Usage{CPUSeconds: 2, MemoryBytes: 200, OOMKills: 2, PidsMaxHits: 0})
+	m.Usage(0, Usage{-1, -1, -1, -1}) // the group is gone
+	m.Stopped(0, Exited, 10*time.Second, 0, at(10))
+	m.Started(0, at(11))
+	m.Usage(0, Usage{CPUSeconds: 0, MemoryBytes: 10, OOMKills: 1, PidsMaxHits: 0})
+	got := samples(t, text(t, m, at(12)))
+	for series, want := range map[string]string{
+		`idlemon_job_oom_kills_total{name="process-a",vendor="nvidia"}`: "3",
+		`idlemon_job_oom_kills{name="process-a",vendor="nvidia"}`:       "1",
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %q, want %s", series, got[series], want)
+		}
+	}
+}
