@@ -22,10 +22,10 @@ import (
 // stop's grace goes to the whole group at once (cgroup.kill), forks in
 // flight included.
 
-// gate is the job's first program in cgroup mode: it waits, holding
-// nothing but its pipe, until idlemon has put it in every folder of its
-// group (the cgroup v1 ones cannot be joined at birth), then becomes the
-// job. If idlemon dies first, the pipe ends without a word and the job
+// gate is the job's first program in cgroup mode where its group has v1
+// folders (or the kernel is older than 5.7): it waits, holding nothing
+// but its pipe, until idlemon has put it in every folder of its group
+// (the cgroup v1 ones cannot be joined at birth), then becomes the job. If idlemon dies first, the pipe ends without a word and the job
 // never runs.
 const gate = `read -r go <&3 && [ "$go" = go ] || exit 111; exec 3<&-; exec /bin/sh -c "$0"`
 
@@ -39,6 +39,23 @@ func (s *Supervisor) startInGroup(cmd *exec.Cmd, spec Spec, mark Mark) (*cgroup.
 	if err != nil {
 		return nil, err
 	}
+	// Born in its v2 group (clone3's CLONE_INTO_CGROUP, Linux 5.7): until
+	// Add, another process of the jobs' user could ptrace the gate and
+	// make it fork a child outside the group.
+	dir := groupFD(g.Dir)
+	if dir >= 0 {
+		defer unix.Close(dir)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, dir
+		if len(g.V1) == 0 {
+			// in every folder of its group from birth (a pure-v2 host):
+			// no gate, no second exec
+			if err := cmd.Start(); err != nil {
+				g.Remove()
+				return nil, err
+			}
+			return g, nil
+		}
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		g.Remove()
@@ -47,13 +64,6 @@ func (s *Supervisor) startInGroup(cmd *exec.Cmd, spec Spec, mark Mark) (*cgroup.
 	defer w.Close()
 	cmd.Args = []string{"/bin/sh", "-c", gate, spec.Cmd}
 	cmd.ExtraFiles = []*os.File{r}
-	// Born in its v2 group (clone3's CLONE_INTO_CGROUP, Linux 5.7): until
-	// Add, another process of the jobs' user could ptrace the gate and
-	// make it fork a child outside the group.
-	if dir := groupFD(g.Dir); dir >= 0 {
-		defer unix.Close(dir)
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, dir
-	}
 	err = cmd.Start()
 	r.Close()
 	if err != nil {
