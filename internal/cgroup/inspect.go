@@ -17,7 +17,10 @@ import (
 // does not exist, in its nearest existing ancestor's
 // cgroup.subtree_control (what a new child is given).
 func Inspect(h Hierarchies, dir string) (*Tree, error) {
-	rel, err := inspectRel(h.V2, dir)
+	if h.V2 == "" {
+		return nil, errors.New("no cgroup v2 hierarchy")
+	}
+	rel, err := relInside(h.V2, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -66,20 +69,4 @@ func inspectChildKill(root string) bool {
 	var major, minor int
 	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
 	return major > 5 || major == 5 && minor >= 14
-}
-
-// inspectRel is dir relative to the mount point root, with a leading "/"; an
-// error when dir is not inside root.
-func inspectRel(root, dir string) (string, error) {
-	if root == "" {
-		return "", errors.New("no cgroup v2 hierarchy")
-	}
-	rel, err := filepath.Rel(root, filepath.Clean(dir))
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("%s is not inside the cgroup v2 hierarchy (%s)", dir, root)
-	}
-	if rel == "." {
-		return "/", nil
-	}
-	return "/" + rel, nil
 }

@@ -45,6 +45,9 @@ func (p *hostPlan) resolveCgroup() error {
 	cfg, c := p.Cfg, &p.Cgroup
 	if c.Tree == nil && cfg.Cgroup != config.CgroupAuto && cfg.Cgroup != config.CgroupOff {
 		e := cfg.ErrorAt("defaults", "cgroup", "%s cannot hold the jobs' groups: %s", cfg.Cgroup, c.Why)
+		if strings.Contains(c.Why, cfg.Cgroup) {
+			e.Msg = c.Why // it names the folder already
+		}
 		e.HintText = "name a folder in the cgroup v2 hierarchy (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host), or cgroup = auto"
 		return e
 	}

@@ -117,7 +117,7 @@ func TestCheckRefusesUnusableFolders(t *testing.T) {
 	tests := []struct {
 		name, body, want string
 	}{
-		{"cgroup outside v2", "cgroup = " + e.path("cg") + "\n", "cgroup: " + e.path("cg") + " cannot hold the jobs' groups: " + e.path("cg") + " is not inside the cgroup v2 hierarchy"},
+		{"cgroup outside v2", "cgroup = " + e.path("cg") + "\n", "cgroup: cgroup folder " + e.path("cg") + " is not in the cgroup v2 hierarchy ("},
 		{"textfile missing", "textfile_dir = " + e.path("nope") + "\n", "textfile_dir: " + e.path("nope") + " does not exist"},
 		{"textfile a file", "textfile_dir = " + e.path("idlemon.ini") + "\n", "textfile_dir: " + e.path("idlemon.ini") + " is not a folder"},
 	}
