@@ -19,6 +19,7 @@ import (
 	"github.com/gpumon/gpumon/internal/cli"
 	"github.com/gpumon/gpumon/internal/hosttext"
 	"github.com/gpumon/gpumon/internal/idlemon/config"
+	"github.com/gpumon/gpumon/internal/idlemon/textfile"
 	"github.com/gpumon/gpumon/internal/idlestate"
 	"github.com/gpumon/gpumon/internal/version"
 )
@@ -299,7 +300,7 @@ func printStatus(w io.Writer, f *idlestate.File, now time.Time) {
 			}
 			fmt.Fprintf(w, "job %s on gpu %s: running since %s, pid %d, %s%s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), ago(j.Since), j.PGID, procs, group)
 		} else {
-			fmt.Fprintf(w, "job %s on gpu %s: not running\n", hosttext.Printable(j.Name), joinInts(j.GPUs))
+			fmt.Fprintf(w, "job %s on gpu %s: not running%s\n", hosttext.Printable(j.Name), joinInts(j.GPUs), waitingWhy(j.Waiting))
 		}
 	}
 }
@@ -323,4 +324,19 @@ func printAvailable(w io.Writer, f *idlestate.File, limit int) error {
 	}
 	fmt.Fprintln(w, joinInts(free))
 	return nil
+}
+
+// waitingWhy says why a job waits, for status: ", " and a few words, or "".
+func waitingWhy(reason string) string {
+	why, ok := map[string]string{
+		textfile.BusyGPU:      "somebody else holds one of its GPUs",
+		textfile.TerminalUser: "a terminal user is active",
+		textfile.OtherJob:     "another job of ours holds one of its GPUs",
+		textfile.Backoff:      "it ended by itself and waits to restart",
+		textfile.MinIdle:      "its GPUs have not been idle for min_idle_seconds yet",
+	}[reason]
+	if !ok {
+		return ""
+	}
+	return " (" + why + ")"
 }

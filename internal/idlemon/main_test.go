@@ -88,3 +88,23 @@ func assertPlainText(t testing.TB, out string) {
 		}
 	}
 }
+
+// status says why a job waits, and where a running one's group is.
+func TestStatusSaysWhyAJobWaits(t *testing.T) {
+	f := &idlestate.File{PID: os.Getpid(), Host: "gpu07", Jobs: []idlestate.JobInfo{
+		{Name: "process-a", GPUs: []int{0}, Waiting: "busy_gpu"},
+		{Name: "process-b", GPUs: []int{1}},
+		{Name: "process-c", GPUs: []int{2}, Running: true, PGID: 42, Cgroup: "/sys/fs/cgroup/x/0123456789abcdef.process-c"},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, f, time.Now())
+	for _, want := range []string{
+		"job process-a on gpu 0: not running (somebody else holds one of its GPUs)\n",
+		"job process-b on gpu 1: not running\n",
+		"job process-c on gpu 2: running since -, pid 42, no process listed yet, cgroup /sys/fs/cgroup/x/0123456789abcdef.process-c\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -44,6 +44,7 @@ func (d *daemon) writeState(now time.Time, force bool) {
 				ji.Cgroup = r.job.Group.Dir
 			}
 		}
+		ji.Waiting = d.sched.waitReason(i, now)
 		f.Jobs = append(f.Jobs, ji)
 	}
 	var buf bytes.Buffer

@@ -66,6 +66,9 @@ type JobInfo struct {
 	Procs       []ProcStart `json:"procs,omitempty"`
 	// Cgroup is the run's cgroup v2 folder; "" without cgroups.
 	Cgroup string `json:"cgroup,omitempty"`
+	// Waiting says why a job that does not run waits (busy_gpu,
+	// terminal_user, other_job, backoff, min_idle), or "".
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // ProcStart is one process of a job with its start time.
