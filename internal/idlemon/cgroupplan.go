@@ -27,6 +27,9 @@ type cgroupPlan struct {
 	Why  string // marks: why no group can be made; else how Dir was chosen
 	Dir  string
 	Tree *cgroup.Tree // inspected, not opened: runDaemon opens it
+	// Unit: Dir is systemd's group of this unit, not a folder of idlemon's
+	// own (which a clean stop removes).
+	Unit bool
 	// Enforce lists, per job (parallel to hostPlan.Jobs), how each limit
 	// set is enforced, or why not.
 	Enforce [][]cgroup.Enforcement
@@ -71,7 +74,7 @@ func (p *hostPlan) findCgroup() {
 		}
 		return
 	}
-	c.Dir, c.Why = autoCgroupDir(h, cfg)
+	c.Dir, c.Why, c.Unit = autoCgroupDir(h, cfg)
 	if !writable(c.Dir) {
 		c.Why = fmt.Sprintf("%s is not writable (a read-only cgroup file system, as in a container?)", c.Dir)
 		c.Dir = ""
@@ -95,17 +98,17 @@ func (p *hostPlan) findCgroup() {
 }
 
 // autoCgroupDir is the folder the cgroup key names, and how it was chosen.
-func autoCgroupDir(h cgroup.Hierarchies, cfg *config.Config) (dir, why string) {
+func autoCgroupDir(h cgroup.Hierarchies, cfg *config.Config) (dir, why string, unit bool) {
 	if cfg.Cgroup != config.CgroupAuto {
-		return cfg.Cgroup, "cgroup = " + cfg.Cgroup
+		return cfg.Cgroup, "cgroup = " + cfg.Cgroup, false
 	}
 	if os.Getenv("INVOCATION_ID") != "" {
 		if m, err := cgroup.ReadMembership("/proc", os.Getpid()); err == nil && m.V2 != "/" && m.V2 != "" {
 			own := strings.TrimSuffix(m.V2, "/supervisor") // where an earlier start moved itself
-			return filepath.Join(h.V2, own), "systemd's group of this unit (Delegate=yes)"
+			return filepath.Join(h.V2, own), "systemd's group of this unit (Delegate=yes)", true
 		}
 	}
-	return filepath.Join(h.V2, "idlemon-"+supervisor.InstanceOf(cfg.StateFile)), "not run by systemd: a group of its own at the top of the hierarchy; under systemd, the unit's own group (Delegate=yes)"
+	return filepath.Join(h.V2, "idlemon-"+supervisor.InstanceOf(cfg.StateFile)), "not run by systemd: a group of its own at the top of the hierarchy; under systemd, the unit's own group (Delegate=yes)", false
 }
 
 // writable says whether dir, or the nearest folder above it that exists,
@@ -180,10 +183,10 @@ func (p *hostPlan) openCgroup() (t *cgroup.Tree, warn string) {
 
 // closeTree removes the tree's folders (v2 and the v1 ones) on a clean
 // stop, once its groups are gone: a folder of its own when run by hand
-// or named in the config. The unit's own group stays (systemd's), and so
-// does a folder that still holds something.
-func closeTree(t *cgroup.Tree) {
-	if t == nil {
+// or named in the config. The unit's own group and its v1 folders stay
+// (systemd's), and so does a folder that still holds something.
+func (p *hostPlan) closeTree(t *cgroup.Tree) {
+	if t == nil || p.Cgroup.Unit {
 		return
 	}
 	for _, m := range t.H.V1 {

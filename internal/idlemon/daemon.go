@@ -149,7 +149,7 @@ func runDaemon(ctx context.Context, plan *hostPlan, opt options) error {
 	if err := d.useCgroups(); err != nil {
 		return err
 	}
-	defer closeTree(d.sup.Tree)
+	defer func() { d.plan.closeTree(d.sup.Tree) }()
 	d.metrics = newMetrics(plan, d.mode, time.Now())
 	d.stopLeftovers()
 
