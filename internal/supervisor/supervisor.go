@@ -191,9 +191,10 @@ func (s *Supervisor) Release(j *Job) {
 	j.reap()
 }
 
-// Members lists the job's live processes: the leader's session and every
-// process with the job's mark, of the jobs' user. It reads every process's
-// stat and status, and the environment of the jobs' user's processes.
+// Members lists the job's live processes: in cgroup mode, those in its
+// group; else the leader's session and every process with the job's
+// mark, of the jobs' user, which means reading every process's stat and
+// status, and the environment of the jobs' user's processes.
 func (s *Supervisor) Members(j *Job) []Member {
 	if j.Group != nil {
 		return s.groupMembers(j.Group)
