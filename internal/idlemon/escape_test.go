@@ -253,10 +253,7 @@ func TestKilledAtEveryStepOfAStop(t *testing.T) {
 // which promtool accepts, and which tells the preemption, its latency, the
 // run's memory and the cgroup mode.
 func TestTextfileFromARealRun(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		testenv.Need(t, "promtool not found (apt-get install prometheus)")
-	}
+	testenv.Promtool(t) // before anything starts
 	e := newCgroupEnv(t, 1)
 	sshdtest.EnsureUser(t, "idlejob")
 	dir := e.path("textfile")
@@ -279,11 +276,7 @@ func TestTextfileFromARealRun(t *testing.T) {
 			t.Errorf("%s lacks %q:\n%s", prom, want, b)
 		}
 	}
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = strings.NewReader(string(b))
-	if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
-	}
+	testenv.CheckMetrics(t, b)
 }
 
 // waitCmd waits for cmd to exit, at most timeout; then it kills it.

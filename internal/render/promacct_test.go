@@ -2,7 +2,6 @@ package render
 
 import (
 	"bytes"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -84,13 +83,5 @@ func TestPromAccounting(t *testing.T) {
 // checkMetrics runs promtool check metrics on a metrics.prom.
 func checkMetrics(t *testing.T, metrics []byte) {
 	t.Helper()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		testenv.Need(t, "promtool not found (apt-get install prometheus)")
-	}
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = bytes.NewReader(metrics)
-	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
-	}
+	testenv.CheckMetrics(t, metrics)
 }

@@ -16,10 +16,7 @@ import (
 // Prom writes: promtool must accept both rule files (duplicate rules are
 // fatal) and pass their unit tests, dist/prometheus/tests.yml.
 func TestPromRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		testenv.Need(t, "promtool not found (apt-get install prometheus)")
-	}
+	promtool := testenv.Promtool(t)
 	dir := filepath.Join("..", "..", "dist", "prometheus")
 	for _, args := range [][]string{
 		{"check", "rules", "--lint=all", "--lint-fatal", "gpumon.rules.yml", "gpumon.alerts.yml"},

@@ -255,10 +255,7 @@ func TestXSS(t *testing.T) {
 
 // promtool is Prometheus's own checker; CI installs it (Debian's prometheus).
 func TestPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		testenv.Need(t, "promtool not found (apt-get install prometheus)")
-	}
+	promtool := testenv.Promtool(t)
 	rows := readRows(t, "testdata/load_data.csv")
 	// label values that need escaping
 	rows = append(rows, loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: `we"ird\host` + "\n", HostStatus: hoststatus.OK,

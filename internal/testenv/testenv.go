@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -192,5 +193,27 @@ func FillFileSystem(t testing.TB, dir string) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// Promtool is the path of Prometheus's own checker (Debian's prometheus
+// package, which CI installs); Need stops the test without it.
+func Promtool(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		Need(t, "promtool not found (apt-get install prometheus)")
+	}
+	return p
+}
+
+// CheckMetrics runs `promtool check metrics` on an exposition text: it
+// must print nothing.
+func CheckMetrics(t testing.TB, metrics []byte) {
+	t.Helper()
+	cmd := exec.Command(Promtool(t), "check", "metrics")
+	cmd.Stdin = bytes.NewReader(metrics)
+	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }

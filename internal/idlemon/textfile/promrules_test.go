@@ -15,10 +15,7 @@ import (
 // The alerts in dist/prometheus/idlemon.alerts.yml: promtool accepts them
 // and passes their unit tests, idlemon.tests.yml.
 func TestPromRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		testenv.Need(t, "promtool not found (apt-get install prometheus)")
-	}
+	promtool := testenv.Promtool(t)
 	dir := filepath.Join("..", "..", "..", "dist", "prometheus")
 	for _, args := range [][]string{
 		{"check", "rules", "--lint=all", "--lint-fatal", "idlemon.alerts.yml"},
