@@ -102,15 +102,7 @@ func TestRecreatedDeviceStillPreempts(t *testing.T) {
 	for _, tc := range replacements {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 1)
-			e.start(`interval_seconds = 3600
-min_idle_seconds = 0
-grace_seconds = 1
-user = root
-[process-miner]
-gpus = 0
-cmd = exec sleep 600
-`, options{})
-			job := jobInfo(e.waitState("the job running", patience, jobRunning("process-miner")), "process-miner")
+			job := e.startSleeper()
 			tc.replace(t, e.devs[0])
 			alice := foreign(t, "alice", e.devs[0])
 			e.waitLog(`gpu 0: stopped job process-miner \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by alice pid `+strconv.Itoa(alice)+` `, 1, atOnce)
@@ -125,15 +117,7 @@ cmd = exec sleep 600
 // that the path is odd.
 func TestDeviceReplacedByFifo(t *testing.T) {
 	e := newEnv(t, 1)
-	e.start(`interval_seconds = 3600
-min_idle_seconds = 0
-grace_seconds = 1
-user = root
-[process-miner]
-gpus = 0
-cmd = exec sleep 600
-`, options{})
-	job := jobInfo(e.waitState("the job running", patience, jobRunning("process-miner")), "process-miner")
+	job := e.startSleeper()
 	original := e.path("dev/real-gpu0") // the device, still reachable
 	if err := os.Link(e.devs[0], original); err != nil {
 		t.Fatal(err)

@@ -116,6 +116,18 @@ const atOnce = 5 * time.Second
 // periodic scan.
 func TestOpenStopsJobAtOnce(t *testing.T) {
 	e := newEnv(t, 1)
+	job := e.startSleeper()
+	alice := foreign(t, "alice", e.devs[0])
+	e.waitHolder(0, alice, patience)
+	e.waitLog(`gpu 0: stopped job process-miner \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by alice pid `+strconv.Itoa(alice)+` `, 1, atOnce)
+	sessionGone(t, job.PGID, patience)
+}
+
+// startSleeper runs idlemon with a job that sleeps on gpu 0 (process-miner,
+// as root, grace 1 s) and the periodic scan an hour away, so that only
+// inotify can stop the job promptly; it returns the job once it runs.
+func (e *env) startSleeper() idlestate.JobInfo {
+	e.t.Helper()
 	e.start(`interval_seconds = 3600
 min_idle_seconds = 0
 grace_seconds = 1
@@ -124,12 +136,7 @@ user = root
 gpus = 0
 cmd = exec sleep 600
 `, options{})
-	f := e.waitState("the job running", patience, jobRunning("process-miner"))
-	job := jobInfo(f, "process-miner")
-	alice := foreign(t, "alice", e.devs[0])
-	e.waitHolder(0, alice, patience)
-	e.waitLog(`gpu 0: stopped job process-miner \(pid `+strconv.Itoa(job.PGID)+`\) - preempted by alice pid `+strconv.Itoa(alice)+` `, 1, atOnce)
-	sessionGone(t, job.PGID, patience)
+	return jobInfo(e.waitState("the job running", patience, jobRunning("process-miner")), "process-miner")
 }
 
 // A job that ignores SIGTERM, and whose children do too, is killed after the
