@@ -26,6 +26,7 @@ var CommonKeys = []string{
 var RenderKeys = []string{
 	"title", "input", "html", "json", "prom", "stale_after", "free_memory_mib",
 	"ignore_processes", "refresh", "reservations", "prom_detail",
+	"text", "free_text", "commands", "users", "pseudonym_key",
 }
 
 // HistoryKeys are the keys of [history] (render's history database).

@@ -24,6 +24,12 @@ const (
 	DefaultHTML       = "index.html"
 	DefaultJSON       = "status.json"
 	DefaultProm       = "metrics.prom"
+	DefaultText       = "index.txt"
+	DefaultFreeText   = "free.txt"
+	// PageState is the small file beside the page that the page's script
+	// fetches to update itself in place; not configurable, as the page
+	// (and its group pages, one folder down) name it by a relative URL.
+	PageState = "page-state.json"
 	DefaultStaleAfter = 15 * time.Minute
 	DefaultRefresh    = 60 * time.Second
 	DefaultFreeMemMiB = 1024
@@ -41,6 +47,8 @@ type Config struct {
 	HTML         string        // never "": the page is render's main output
 	JSON         string        // "" means not written; default beside HTML
 	Prom         string        // "" means not written; default beside HTML
+	Text         string        // index.txt, the -text table: "" means not written; default beside HTML
+	FreeText     string        // free.txt, the free GPUs a line per host: "" means not written; default beside HTML
 	StaleAfter   time.Duration // data older than this gets a banner
 	Refresh      time.Duration // the page reloads itself this often; 0 never
 	RefreshSet   bool          // refresh is in the file
@@ -53,7 +61,14 @@ type Config struct {
 
 	// JSONSet and PromSet tell an explicit path (even an empty one) from the
 	// default, which follows HTML (and so -o).
-	JSONSet, PromSet bool
+	JSONSet, PromSet, TextSet, FreeTextSet bool
+
+	// Privacy of the published files (page, group pages, page-state.json,
+	// status.json, metrics.prom, index.txt, free.txt); -text on a terminal
+	// shows everything, as whoever runs it can read load_data.csv.
+	Commands     string // CommandsShow, CommandsProgram or CommandsHide
+	Users        string // UsersShow or UsersHide (a stable pseudonym each)
+	PseudonymKey string // the secret file keying the pseudonyms; default beside Input
 
 	History history.Config
 	Notify  notify.Config
@@ -84,6 +99,10 @@ func DefaultConfig() *Config {
 		HTML:       DefaultHTML,
 		JSON:       DefaultJSON,
 		Prom:       DefaultProm,
+		Text:       DefaultText,
+		FreeText:   DefaultFreeText,
+		Commands:   CommandsShow,
+		Users:      UsersShow,
 		StaleAfter: DefaultStaleAfter,
 		Refresh:    DefaultRefresh,
 		FreeMemMiB: DefaultFreeMemMiB,
@@ -184,6 +203,11 @@ func readRender(sec inifile.Section, c *Config) error {
 	// an empty json or prom turns that output off
 	c.JSON, c.JSONSet = pathOr(sec, "json", c.JSON)
 	c.Prom, c.PromSet = pathOr(sec, "prom", c.Prom)
+	c.Text, c.TextSet = pathOr(sec, "text", c.Text)
+	c.FreeText, c.FreeTextSet = pathOr(sec, "free_text", c.FreeText)
+	if err := readPrivacy(sec, c); err != nil {
+		return err
+	}
 	err := sec.Duration("stale_after", inifile.Limits[time.Duration]{
 		Min: time.Nanosecond, Want: "a duration (e.g. 900, 900s or 15m)",
 	}, &c.StaleAfter)
@@ -220,6 +244,37 @@ const (
 	promHost  = "host"
 	promFleet = "fleet"
 )
+
+// [render] commands and users: what the published files show.
+const (
+	CommandsShow    = "show"    // the whole command line
+	CommandsProgram = "program" // the program's name only (python, not its arguments)
+	CommandsHide    = "hide"    // nothing of it
+	UsersShow       = "show"
+	UsersHide       = "hide" // a stable pseudonym per user
+)
+
+// readPrivacy reads [render] commands, users and pseudonym_key.
+func readPrivacy(sec inifile.Section, c *Config) error {
+	if v, ok := sec.String("commands"); ok {
+		switch v {
+		case CommandsShow, CommandsProgram, CommandsHide:
+			c.Commands = v
+		default:
+			return sec.ErrorAt("commands", "%q: want show, program or hide", v)
+		}
+	}
+	if v, ok := sec.String("users"); ok {
+		switch v {
+		case UsersShow, UsersHide:
+			c.Users = v
+		default:
+			return sec.ErrorAt("users", "%q: want show or hide", v)
+		}
+	}
+	c.PseudonymKey, _ = sec.Path("pseudonym_key")
+	return nil
+}
 
 // pathOr returns the key's path and true when the key is there (even
 // empty), else def and false.
