@@ -20,16 +20,16 @@ import (
 
 // Render's defaults, documented in config.example.ini.
 const (
-	DefaultTitle      = "GPU status"
-	DefaultHTML       = "index.html"
-	DefaultJSON       = "status.json"
-	DefaultProm       = "metrics.prom"
-	DefaultText       = "index.txt"
-	DefaultFreeText   = "free.txt"
+	DefaultTitle    = "GPU status"
+	DefaultHTML     = "index.html"
+	DefaultJSON     = "status.json"
+	DefaultProm     = "metrics.prom"
+	DefaultText     = "index.txt"
+	DefaultFreeText = "free.txt"
 	// PageState is the small file beside the page that the page's script
 	// fetches to update itself in place; not configurable, as the page
 	// (and its group pages, one folder down) name it by a relative URL.
-	PageState = "page-state.json"
+	PageState         = "page-state.json"
 	DefaultStaleAfter = 15 * time.Minute
 	DefaultRefresh    = 60 * time.Second
 	DefaultFreeMemMiB = 1024
