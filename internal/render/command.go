@@ -136,15 +136,20 @@ func renderFiles(ctx context.Context, cfg *Config, now time.Time, stderr io.Writ
 // publishReport is the run over rep (package publish): the history
 // recorded, the page with its group pages, status.json and metrics.prom
 // written each on its own, the notifications sent. The reservations
-// file's problems come last: everything was written with a warning.
+// file's problems come last: everything was written with a warning. The
+// files show rep as [render] commands and users allow (privacy.go).
 func publishReport(ctx context.Context, rep *Report, problems []error, prog string, log io.Writer) error {
 	cfg := rep.Config
-	err := publish.Publish(ctx, publish.Config{History: cfg.History, Notify: cfg.Notify}, publish.Run{
+	priv, err := privacyOf(cfg)
+	if err != nil {
+		return err // nothing written: no file may show what is hidden
+	}
+	err = publish.Publish(ctx, publish.Config{History: cfg.History, Notify: cfg.Notify}, publish.Run{
 		Cluster: rep.Cluster, Now: rep.Now, Loc: rep.Loc, Log: log, Prog: prog,
 		Files: func(h publish.History) []publish.File {
 			rep.History = h.Summary
 			rep.Warnings = append(rep.Warnings, h.Warnings...)
-			return siteFiles(rep, pathsOf(cfg))
+			return siteFiles(priv.apply(rep), pathsOf(cfg))
 		},
 	})
 	return cli.Join(err, reservationError(problems), teamError(rep.Config))

@@ -1,0 +1,465 @@
+package render
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gpumon/gpumon/internal/accounting"
+	"github.com/gpumon/gpumon/internal/cli"
+	"github.com/gpumon/gpumon/internal/cluster"
+	"github.com/gpumon/gpumon/internal/history"
+	"github.com/gpumon/gpumon/internal/reservations"
+)
+
+// The privacy settings ([render] commands and users) act on a copy of the
+// report, made once before any published file is written, so that every
+// file (page, group pages, page-state.json, status.json, metrics.prom,
+// index.txt, free.txt) shows the same, and none is left out by a writer
+// that forgot. The history, the notifications and -text keep the real
+// names: they are the lab's own, not published.
+
+// DefaultPseudonymKey is the key file's name beside the CSV.
+const DefaultPseudonymKey = "pseudonym.key"
+
+// pseudonymKeySize is the key's length in bytes: an HMAC-SHA256 key.
+const pseudonymKeySize = 32
+
+// privacy is what [render] commands and users make of a report's text.
+type privacy struct {
+	commands string // CommandsShow, CommandsProgram or CommandsHide
+	key      []byte // nil: user names are shown
+	// names are the real user names to hide, each with its pseudonym;
+	// scrub finds them inside free text (commands, job and container
+	// names, reservation comments).
+	names map[string]string
+	scrub *nameFinder
+}
+
+// privacyOf is cfg's privacy, nil when everything is shown. With users
+// hidden it reads the pseudonym key, making it on first use.
+func privacyOf(cfg *Config) (*privacy, error) {
+	if cfg.Commands == CommandsShow && cfg.Users == UsersShow {
+		return nil, nil
+	}
+	p := &privacy{commands: cfg.Commands, names: map[string]string{}}
+	if cfg.Users == UsersHide {
+		key, err := pseudonymKey(cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.key = key
+	}
+	return p, nil
+}
+
+// pseudonymKeyPath is where the key is: [render] pseudonym_key, else
+// beside the CSV (not in the web root: with the key, anyone could tell
+// who a pseudonym is by trying the lab's user names).
+func pseudonymKeyPath(cfg *Config) string {
+	if cfg.PseudonymKey != "" {
+		return cfg.PseudonymKey
+	}
+	return filepath.Join(filepath.Dir(cfg.Input), DefaultPseudonymKey)
+}
+
+// pseudonymKey reads the key, or makes one (random, mode 0600) where
+// there is none. A key in the page's folder is refused: nginx would serve
+// it.
+func pseudonymKey(cfg *Config) ([]byte, error) {
+	path := pseudonymKeyPath(cfg)
+	hint := "set [render] pseudonym_key to a file outside the web root, readable only by the account render runs as"
+	if inFolder(path, filepath.Dir(cfg.HTML)) {
+		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: in the page's folder, where the web server would publish it", path), "%s", hint)
+	}
+	key, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		key, err = makeKey(path)
+	}
+	if err != nil {
+		return nil, cli.WithHint(fmt.Errorf("pseudonym key: %w", err), "%s", hint)
+	}
+	if len(key) != pseudonymKeySize {
+		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: %d bytes, want %d", path, len(key), pseudonymKeySize),
+			"remove it to have render make a new one (the pseudonyms change), or restore it from a backup")
+	}
+	return key, nil
+}
+
+// makeKey writes a new random key at path, failing if another render made
+// one meanwhile (then that one is read).
+func makeKey(path string) ([]byte, error) {
+	key := make([]byte, pseudonymKeySize)
+	if _, err := io.ReadFull(rand.Reader, key); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".pseudonym-key-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(key); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	// a hard link, not a rename: it fails where the key appeared since
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		return os.ReadFile(path)
+	} else if err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// inFolder reports whether path is in dir or below it.
+func inFolder(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, filepath.Dir(p))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// pseudonym is name's stable stand-in: "user-" and 8 hex digits of an
+// HMAC of the name under the key. Stable across runs and files, so that
+// the page still shows two GPUs are one person's; not reversible without
+// the key, even by trying every user name of the lab.
+func pseudonym(key []byte, name string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(name))
+	return "user-" + hex.EncodeToString(m.Sum(nil)[:4])
+}
+
+// keptName reports whether a user name stays as it is with users hidden:
+// the unknown user (""), and root, which is nobody's name (and whose GPU
+// work a page shows by its container).
+func keptName(name string) bool { return name == "" || name == "root" }
+
+// apply makes the published report of rep: a copy with the settings
+// applied to its cluster, history and teams; rep itself is not changed.
+func (p *privacy) apply(rep *Report) *Report {
+	if p == nil {
+		return rep
+	}
+	out := *rep
+	if p.key != nil {
+		p.learnNames(rep)
+	}
+	out.Cluster = p.cluster(rep.Cluster)
+	out.History = p.summary(rep.History)
+	cfg := *rep.Config
+	cfg.Accounting = p.accounting(rep.Config.Accounting)
+	out.Config = &cfg
+	return &out
+}
+
+// learnNames gives each user name the report holds its pseudonym.
+func (p *privacy) learnNames(rep *Report) {
+	add := func(name string) {
+		if !keptName(name) && p.names[name] == "" {
+			p.names[name] = pseudonym(p.key, name)
+		}
+	}
+	for _, h := range rep.Cluster.Hosts {
+		for _, g := range h.GPUs {
+			for _, pr := range g.Procs {
+				add(pr.User)
+			}
+		}
+	}
+	for _, u := range rep.Cluster.Users {
+		add(u.Name)
+	}
+	for _, h := range rep.Cluster.Hosts {
+		if h.Reserved != nil {
+			add(h.Reserved.Name)
+		}
+		for _, g := range h.GPUs {
+			if g.Reservation != nil {
+				add(g.Reservation.Name)
+			}
+		}
+	}
+	if s := rep.History; s != nil {
+		for _, u := range s.Users {
+			add(u.User)
+		}
+		for _, sp := range s.IdleHeld {
+			for _, u := range sp.Users {
+				add(u)
+			}
+		}
+		for _, m := range []map[string]float64{s.Totals.User, s.Totals.IdleHeld, s.Totals.UserEnergyJ} {
+			for u := range m {
+				add(u)
+			}
+		}
+		for u := range s.UserDays {
+			add(u)
+		}
+		for u := range s.UserModels30d {
+			add(u)
+		}
+		for u := range s.Totals.UserModelGPU {
+			add(u)
+		}
+	}
+	for _, t := range rep.Config.Accounting.Teams {
+		for _, m := range t.Members {
+			add(m)
+		}
+	}
+	p.scrub = newNameFinder(slices.Collect(maps.Keys(p.names)))
+}
+
+// user is name as published.
+func (p *privacy) user(name string) string {
+	if p.key == nil || keptName(name) {
+		return name
+	}
+	if ps := p.names[name]; ps != "" {
+		return ps
+	}
+	return pseudonym(p.key, name)
+}
+
+// text is free text (a job's or container's name, a comment) with every
+// user name in it replaced by its pseudonym.
+func (p *privacy) text(s string) string {
+	if p.key == nil || p.scrub == nil {
+		return s
+	}
+	return p.scrub.replace(s, p.names)
+}
+
+// command is a command line as published: whole, its program's name
+// only, or nothing; user names in it pseudonymized.
+func (p *privacy) command(c string) string {
+	switch p.commands {
+	case CommandsHide:
+		return ""
+	case CommandsProgram:
+		c = programName(c)
+	}
+	return p.text(c)
+}
+
+// programName is a command line's program, by base name: "python" of
+// "/opt/conda/bin/python -u train.py --token x", "python.exe" of
+// Windows' "C:\Python\python.exe".
+func programName(c string) string {
+	c = strings.TrimSpace(c)
+	if i := strings.Index(strings.ToLower(c), ".exe"); i >= 0 { // "C:\Program Files\..."
+		c = c[:i+len(".exe")]
+	} else if i := strings.IndexAny(c, " \t"); i >= 0 {
+		c = c[:i]
+	}
+	if i := strings.LastIndexAny(c, `/\`); i >= 0 {
+		c = c[i+1:]
+	}
+	return c
+}
+
+// cluster is a copy of c as published. Classification (busy, ignored
+// programs) was made on the real command lines before.
+func (p *privacy) cluster(c *cluster.Cluster) *cluster.Cluster {
+	out := *c
+	resv := map[*reservations.Reservation]*reservations.Reservation{nil: nil}
+	out.Hosts = make([]*cluster.Host, len(c.Hosts))
+	for i, h := range c.Hosts {
+		nh := *h
+		nh.Error = p.text(h.Error)
+		nh.Reserved = p.reservation(h.Reserved, resv)
+		nh.GPUs = make([]*cluster.GPU, len(h.GPUs))
+		for j, g := range h.GPUs {
+			ng := *g
+			ng.Reservation = p.reservation(g.Reservation, resv)
+			ng.Procs = make([]*cluster.Proc, len(g.Procs))
+			for k, pr := range g.Procs {
+				np := *pr
+				np.User = p.user(pr.User)
+				np.Command = p.command(pr.Command)
+				np.SlurmJobName = p.text(pr.SlurmJobName)
+				np.SlurmAccount = p.text(pr.SlurmAccount)
+				np.ContainerName = p.text(pr.ContainerName)
+				ng.Procs[k] = &np
+			}
+			nh.GPUs[j] = &ng
+		}
+		out.Hosts[i] = &nh
+	}
+	out.Users = make([]*cluster.User, len(c.Users))
+	for i, u := range c.Users {
+		nu := *u
+		nu.Name = p.user(u.Name)
+		nu.Containers = make([]string, len(u.Containers))
+		for j, ct := range u.Containers {
+			nu.Containers[j] = p.text(ct)
+		}
+		out.Users[i] = &nu
+	}
+	return &out
+}
+
+// reservation is r as published, one copy for each reservation however
+// many GPUs share it.
+func (p *privacy) reservation(r *reservations.Reservation, done map[*reservations.Reservation]*reservations.Reservation) *reservations.Reservation {
+	if nr, ok := done[r]; ok {
+		return nr
+	}
+	nr := *r
+	if p.key != nil {
+		// whoever it is for: hidden as a user is, even one who holds
+		// no GPU now (it may be words, "ICML team": hidden all the same)
+		nr.Name = p.user(nr.Name)
+	}
+	nr.Comment = p.text(r.Comment)
+	done[r] = &nr
+	return &nr
+}
+
+// summary is a copy of s as published: every user-keyed figure under the
+// user's pseudonym.
+func (p *privacy) summary(s *history.Summary) *history.Summary {
+	if s == nil || p.key == nil {
+		return s
+	}
+	out := *s
+	out.Users = make([]history.UserHours, len(s.Users))
+	for i, u := range s.Users {
+		u.User = p.user(u.User)
+		out.Users[i] = u
+	}
+	out.IdleHeld = make([]history.Spell, len(s.IdleHeld))
+	for i, sp := range s.IdleHeld {
+		users := make([]string, len(sp.Users))
+		for j, u := range sp.Users {
+			users[j] = p.user(u)
+		}
+		sp.Users = users
+		out.IdleHeld[i] = sp
+	}
+	out.UserDays = renameKeys(s.UserDays, p.user)
+	out.UserModels30d = renameKeys(s.UserModels30d, p.user)
+	out.Totals.User = renameKeys(s.Totals.User, p.user)
+	out.Totals.IdleHeld = renameKeys(s.Totals.IdleHeld, p.user)
+	out.Totals.UserEnergyJ = renameKeys(s.Totals.UserEnergyJ, p.user)
+	out.Totals.UserModelGPU = renameKeys(s.Totals.UserModelGPU, p.user)
+	return &out
+}
+
+// accounting is a copy of a with the teams' members and leads
+// pseudonymized, so that the history's pseudonymized users still add up
+// to their teams.
+func (p *privacy) accounting(a accounting.Config) accounting.Config {
+	if p.key == nil {
+		return a
+	}
+	a.Teams = slices.Clone(a.Teams)
+	for i, t := range a.Teams {
+		members := make([]string, len(t.Members))
+		for j, m := range t.Members {
+			members[j] = p.user(m)
+		}
+		a.Teams[i].Members = members
+		a.Teams[i].Lead = p.text(t.Lead)
+	}
+	return a
+}
+
+// renameKeys is m with each key renamed; nil stays nil.
+func renameKeys[V any](m map[string]V, rename func(string) string) map[string]V {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]V, len(m))
+	for k, v := range m {
+		out[rename(k)] = v
+	}
+	return out
+}
+
+// nameFinder finds user names in free text: whole words only ("ali" is
+// not found in "alibaba"), letter case ignored ("Alice-run" holds alice).
+type nameFinder struct {
+	byLower map[string]string // lower-case name -> the name
+	longest int
+}
+
+func newNameFinder(names []string) *nameFinder {
+	f := &nameFinder{byLower: map[string]string{}}
+	for _, n := range names {
+		f.byLower[strings.ToLower(n)] = n
+		f.longest = max(f.longest, len(n))
+	}
+	return f
+}
+
+// replace is s with every name found replaced by with[name]. At each
+// word start it tries the longest name first, so that "ann.lee" wins
+// over "ann".
+func (f *nameFinder) replace(s string, with map[string]string) string {
+	if s == "" || len(f.byLower) == 0 {
+		return s
+	}
+	var b strings.Builder
+	last := 0
+	lower := strings.ToLower(s)
+	if len(lower) != len(s) { // a rune whose lower case has another length: match as is
+		lower = s
+	}
+	for i := 0; i < len(s); {
+		if i > 0 && wordByte(s[i-1]) || !wordByte(s[i]) {
+			i++
+			continue
+		}
+		n := 0
+		for l := min(f.longest, len(s)-i); l > 0; l-- {
+			if i+l < len(s) && wordByte(s[i+l]) {
+				continue
+			}
+			if _, ok := f.byLower[lower[i:i+l]]; ok {
+				n = l
+				break
+			}
+		}
+		if n == 0 {
+			i++
+			continue
+		}
+		b.WriteString(s[last:i])
+		b.WriteString(with[f.byLower[lower[i:i+n]]])
+		i += n
+		last = i
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// wordByte reports whether c may be inside a word: letters and digits;
+// "-", "_", "." and "/" end one, as in alice-run, /home/alice.
+func wordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+}
