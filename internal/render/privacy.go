@@ -44,6 +44,9 @@ type privacy struct {
 	// names, reservation comments).
 	names map[string]string
 	scrub *nameFinder
+	// done holds each text already made: a command line is on each GPU
+	// its process uses, a job's name on each of its processes
+	done map[string]string
 }
 
 // privacyOf is cfg's privacy, nil when everything is shown. With users
@@ -52,7 +55,7 @@ func privacyOf(cfg *Config) (*privacy, error) {
 	if cfg.Commands == CommandsShow && cfg.Users == UsersShow {
 		return nil, nil
 	}
-	p := &privacy{commands: cfg.Commands, names: map[string]string{}}
+	p := &privacy{commands: cfg.Commands, names: map[string]string{}, done: map[string]string{}}
 	if cfg.Users == UsersHide {
 		key, err := pseudonymKey(cfg)
 		if err != nil {
@@ -245,10 +248,15 @@ func (p *privacy) user(name string) string {
 // text is free text (a job's or container's name, a comment) with every
 // user name in it replaced by its pseudonym.
 func (p *privacy) text(s string) string {
-	if p.key == nil || p.scrub == nil {
+	if p.key == nil || p.scrub == nil || s == "" {
 		return s
 	}
-	return p.scrub.replace(s, p.names)
+	if out, ok := p.done[s]; ok {
+		return out
+	}
+	out := p.scrub.replace(s, p.names)
+	p.done[s] = out
+	return out
 }
 
 // command is a command line as published: whole, its program's name
@@ -258,7 +266,7 @@ func (p *privacy) command(c string) string {
 	case CommandsHide:
 		return ""
 	case CommandsProgram:
-		c = programName(c)
+		c = programName(c) // a substring: no copy
 	}
 	return p.text(c)
 }
@@ -268,8 +276,8 @@ func (p *privacy) command(c string) string {
 // Windows' "C:\Python\python.exe".
 func programName(c string) string {
 	c = strings.TrimSpace(c)
-	if i := strings.Index(strings.ToLower(c), ".exe"); i >= 0 { // "C:\Program Files\..."
-		c = c[:i+len(".exe")]
+	if i := exeEnd(c); i >= 0 { // "C:\Program Files\...\app.exe --flag"
+		c = c[:i]
 	} else if i := strings.IndexAny(c, " \t"); i >= 0 {
 		c = c[:i]
 	}
@@ -279,33 +287,63 @@ func programName(c string) string {
 	return c
 }
 
+// exeEnd is where a Windows program's path ends (after ".exe", in any
+// letter case), -1 in a command line that has none.
+func exeEnd(c string) int {
+	if !strings.ContainsRune(c, '\\') {
+		return -1
+	}
+	for i := 0; i+4 <= len(c); i++ {
+		if strings.EqualFold(c[i:i+4], ".exe") {
+			return i + 4
+		}
+	}
+	return -1
+}
+
 // cluster is a copy of c as published. Classification (busy, ignored
 // programs) was made on the real command lines before.
 func (p *privacy) cluster(c *cluster.Cluster) *cluster.Cluster {
 	out := *c
 	resv := map[*reservations.Reservation]*reservations.Reservation{nil: nil}
+	// one allocation for all the hosts, GPUs and processes each: a
+	// 10,000-host fleet has 80,000 GPUs
+	nGPUs, nProcs := 0, 0
+	for _, h := range c.Hosts {
+		nGPUs += len(h.GPUs)
+		for _, g := range h.GPUs {
+			nProcs += len(g.Procs)
+		}
+	}
+	hosts, gpus, procs := make([]cluster.Host, len(c.Hosts)), make([]cluster.GPU, 0, nGPUs), make([]cluster.Proc, 0, nProcs)
+	gpuPtrs, procPtrs := make([]*cluster.GPU, 0, nGPUs), make([]*cluster.Proc, 0, nProcs)
 	out.Hosts = make([]*cluster.Host, len(c.Hosts))
 	for i, h := range c.Hosts {
-		nh := *h
+		nh := &hosts[i]
+		*nh = *h
 		nh.Error = p.text(h.Error)
 		nh.Reserved = p.reservation(h.Reserved, resv)
-		nh.GPUs = make([]*cluster.GPU, len(h.GPUs))
-		for j, g := range h.GPUs {
-			ng := *g
+		first := len(gpuPtrs)
+		for _, g := range h.GPUs {
+			gpus = append(gpus, *g)
+			ng := &gpus[len(gpus)-1]
 			ng.Reservation = p.reservation(g.Reservation, resv)
-			ng.Procs = make([]*cluster.Proc, len(g.Procs))
-			for k, pr := range g.Procs {
-				np := *pr
+			firstProc := len(procPtrs)
+			for _, pr := range g.Procs {
+				procs = append(procs, *pr)
+				np := &procs[len(procs)-1]
 				np.User = p.user(pr.User)
 				np.Command = p.command(pr.Command)
 				np.SlurmJobName = p.text(pr.SlurmJobName)
 				np.SlurmAccount = p.text(pr.SlurmAccount)
 				np.ContainerName = p.text(pr.ContainerName)
-				ng.Procs[k] = &np
+				procPtrs = append(procPtrs, np)
 			}
-			nh.GPUs[j] = &ng
+			ng.Procs = procPtrs[firstProc:len(procPtrs):len(procPtrs)]
+			gpuPtrs = append(gpuPtrs, ng)
 		}
-		out.Hosts[i] = &nh
+		nh.GPUs = gpuPtrs[first:len(gpuPtrs):len(gpuPtrs)]
+		out.Hosts[i] = nh
 	}
 	out.Users = make([]*cluster.User, len(c.Users))
 	for i, u := range c.Users {

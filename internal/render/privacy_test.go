@@ -248,3 +248,19 @@ func TestProgramName(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPrivacy: the copy that users = hide and commands = program
+// make of a 1000-host report with a month of history, before any file is
+// written; compare with BenchmarkRender/command.
+func BenchmarkPrivacy(b *testing.B) {
+	rep := testReport(b, attributedFleetRows(1000, 8), "")
+	rep.History = benchSummary(1000, 8, rep.Cluster.DataTime)
+	key := make([]byte, pseudonymKeySize)
+	for b.Loop() {
+		p := &privacy{commands: CommandsProgram, key: key, names: map[string]string{}, done: map[string]string{}}
+		if out := p.apply(rep); out.Cluster == rep.Cluster {
+			b.Fatal("nothing copied")
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/run")
+}
