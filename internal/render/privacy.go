@@ -52,7 +52,7 @@ type privacy struct {
 // privacyOf is cfg's privacy, nil when everything is shown. With users
 // hidden it reads the pseudonym key, making it on first use.
 func privacyOf(cfg *Config) (*privacy, error) {
-	if cfg.Commands == CommandsShow && cfg.Users == UsersShow {
+	if cfg.showsAll() {
 		return nil, nil
 	}
 	p := &privacy{commands: cfg.Commands, names: map[string]string{}, done: map[string]string{}}
@@ -64,6 +64,12 @@ func privacyOf(cfg *Config) (*privacy, error) {
 		p.key = key
 	}
 	return p, nil
+}
+
+// showsAll reports whether the published files show every command and
+// user name ("" is a Config made without DefaultConfig: shown).
+func (c *Config) showsAll() bool {
+	return (c.Commands == "" || c.Commands == CommandsShow) && (c.Users == "" || c.Users == UsersShow)
 }
 
 // pseudonymKeyPath is where the key is: [render] pseudonym_key, else

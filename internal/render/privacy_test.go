@@ -145,6 +145,9 @@ func TestPrivacyHidesEverywhere(t *testing.T) {
 			t.Errorf("%s shows no pseudonym: the users are hidden, not named", f)
 		}
 	}
+	if !strings.Contains(files["www/status.json"], `"privacy":{"commands":"program","users":"hide"}`) {
+		t.Errorf("status.json does not say what is hidden")
+	}
 	if !strings.Contains(files["www/groups/gpu.html"], "<td>python3") {
 		t.Errorf("commands = program: the group page shows no program name")
 	}

@@ -36,6 +36,7 @@ type status struct {
 	Stale       bool                `json:"stale"`       // age over stale_after, or no time
 	StaleAfterS float64             `json:"stale_after_seconds"`
 	Live        *liveStatus         `json:"live,omitempty"` // fetch -every wrote it
+	Privacy     *statusPrivacy      `json:"privacy,omitempty"`
 	Summary     statusSummary       `json:"summary"`
 	Hosts       []statusHost        `json:"hosts"`
 	Users       []statusUser        `json:"users"`
@@ -216,14 +217,23 @@ type statusUser struct {
 
 // statusPrefix is Status up to its hosts, in the same order.
 type statusPrefix struct {
-	Version     int           `json:"version"`
-	Generated   string        `json:"generated"`
-	DataTime    *string       `json:"data_time"`
-	AgeSeconds  *float64      `json:"age_seconds"`
-	Stale       bool          `json:"stale"`
-	StaleAfterS float64       `json:"stale_after_seconds"`
-	Live        *liveStatus   `json:"live,omitempty"`
-	Summary     statusSummary `json:"summary"`
+	Version     int            `json:"version"`
+	Generated   string         `json:"generated"`
+	DataTime    *string        `json:"data_time"`
+	AgeSeconds  *float64       `json:"age_seconds"`
+	Stale       bool           `json:"stale"`
+	StaleAfterS float64        `json:"stale_after_seconds"`
+	Live        *liveStatus    `json:"live,omitempty"`
+	Privacy     *statusPrivacy `json:"privacy,omitempty"`
+	Summary     statusSummary  `json:"summary"`
+}
+
+// statusPrivacy says what [render] commands and users hid, so that a
+// script tells a hidden command ("") from one ps could not read; absent
+// when everything is shown.
+type statusPrivacy struct {
+	Commands string `json:"commands"` // "show", "program" or "hide"
+	Users    string `json:"users"`    // "show" or "hide" (pseudonyms)
 }
 
 func statusHead(r *Report) *statusPrefix {
@@ -234,6 +244,7 @@ func statusHead(r *Report) *statusPrefix {
 		Stale:       r.stale(),
 		StaleAfterS: r.Config.StaleAfter.Seconds(),
 		Live:        statusLive(r.Config.LiveEvery),
+		Privacy:     statusPrivacyOf(r.Config),
 		Summary: statusSummary{GPUs: c.GPUs, Free: c.Count[cluster.Free], Busy: c.Count[cluster.Busy],
 			Reserved: c.Count[cluster.Reserved], Failed: c.Count[cluster.Failed], Degraded: c.Degraded, Hosts: len(c.Hosts), HostsDown: c.Down,
 			Models: []statusModel{}},
@@ -446,6 +457,13 @@ func downOf(h *cluster.Host, hist *history.Summary) *history.HostState {
 
 // liveStatus says that fetch's live mode made the file, and how often it
 // polls.
+func statusPrivacyOf(cfg *Config) *statusPrivacy {
+	if cfg.showsAll() {
+		return nil
+	}
+	return &statusPrivacy{Commands: cfg.Commands, Users: cfg.Users}
+}
+
 type liveStatus struct {
 	EveryS float64 `json:"every_s"`
 }
