@@ -50,6 +50,11 @@ ignore_processes = nvidia-persistenced,
     gnome-shell
 reservations = reservations.json
 prom_detail = host
+text = gpus.txt
+free_text =
+commands = program
+users = hide
+pseudonym_key = /var/lib/gpumon/pseudonym.key
 
 [groups]
 lab a = gpu[01-02]
@@ -91,10 +96,12 @@ page_url = https://gpus.example.org/
 		Ignore:       []string{"nvidia-smi", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "Xorg", "Xwayland", "gnome-shell"},
 		Reservations: "/etc/gpumon/reservations.json",
 		PromDetail:   promHost,
-		Health:       health.DefaultPolicy(),
-		Accounting:   accounting.DefaultConfig(),
-		Groups:       []groupRule{{Name: "lab a", Hosts: []string{"gpu01", "gpu02"}}},
-		HostNames:    map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
+		Text:         "/etc/gpumon/gpus.txt", TextSet: true, FreeText: "", FreeTextSet: true,
+		Commands: CommandsProgram, Users: UsersHide, PseudonymKey: "/var/lib/gpumon/pseudonym.key",
+		Health:     health.DefaultPolicy(),
+		Accounting: accounting.DefaultConfig(),
+		Groups:     []groupRule{{Name: "lab a", Hosts: []string{"gpu01", "gpu02"}}},
+		HostNames:  map[string]string{"gpu01": "GPU 1 (rack A)", "gpu02:2222": "GPU 2"},
 		GPUNames: map[string]string{"nvidia h100 80gb hbm3": "H100",
 			"navi 22 [radeon rx 6700/6700 xt/6750 xt / 6800m/6850m xt]": "RX 6700 XT"},
 		History: history.Config{DB: "/var/lib/gpumon/history.db", KeepDays: 30,
@@ -155,6 +162,8 @@ func TestBadRenderConfig(t *testing.T) {
 		{"tiny refresh", "[render]\nrefresh = 1ms\n", `c.ini:2: refresh: "1ms" is under a second`},
 		{"bad threshold", "\n[render]\nfree_memory_mib = 1 GiB\n", `c.ini:3: free_memory_mib: "1 GiB" is not a number of MiB`},
 		{"empty html", "[render]\nhtml =\n", `c.ini:2: html: empty`},
+		{"bad commands setting", "[render]\ncommands = yes\n", `c.ini:2: commands: "yes": want show, program or hide`},
+		{"bad users setting", "[render]\n\nusers = anonymous\n", `c.ini:3: users: "anonymous": want show or hide`},
 		{"empty short name", "[gpu_names]\nNVIDIA H100 =\n", `c.ini:2: nvidia h100: no name after =`},
 		{"unknown section", "[rendr]\ntitle = x\n", "c.ini:1: unknown section [rendr]"},
 		{"unknown key in common", "[common]\nhost = a\n", "c.ini:2: host: unknown key in [common]"},
