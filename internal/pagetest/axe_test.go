@@ -1,10 +1,14 @@
 package pagetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/demo"
 	"github.com/gpumon/gpumon/internal/loaddata"
 	"github.com/gpumon/gpumon/internal/render"
@@ -75,7 +80,8 @@ type axeResult struct {
 
 type axeReport struct {
 	Violations, Incomplete []axeResult
-	Ms                     float64 // how long axe.run took in the page
+	Ms                     float64  // how long axe.run took in the page
+	Undecided              []string // every element color-contrast left undecided
 }
 
 // axeRunJS runs axe on the document; CONTEXT and OPTIONS are replaced by
@@ -85,7 +91,8 @@ const axeRunJS = `(() => {
 	const brief = (r) => ({ID: r.id, Impact: r.impact || "", Help: r.help, HelpURL: r.helpUrl, Count: r.nodes.length,
 		Nodes: r.nodes.slice(0, 3).map(n => ({Target: n.target.map(String), HTML: n.html, Summary: n.failureSummary || ""}))});
 	return axe.run(CONTEXT, OPTIONS).then(r => ({
-		Violations: r.violations.map(brief), Incomplete: r.incomplete.map(brief), Ms: performance.now() - start}));
+		Violations: r.violations.map(brief), Incomplete: r.incomplete.map(brief), Ms: performance.now() - start,
+		Undecided: r.incomplete.filter(i => i.id === "color-contrast").flatMap(i => i.nodes.map(n => n.target.join(" ")))}));
 })()`
 
 // axeScope is what one axe run covers: the elements (a JavaScript axe
@@ -212,7 +219,9 @@ func TestAxeDemoPage(t *testing.T) {
 			if n := eval[int](tb, `document.querySelectorAll("svg").length`); n == 0 {
 				t.Fatal("the demo page shows no plots: the history is not on it")
 			}
-			checkAxe(t, "the demo page "+name, tb.axe(src, axeScope{}))
+			r := tb.axe(src, axeScope{})
+			checkAxe(t, "the demo page "+name, r)
+			checkUndecidedContrast(t, tb, "the demo page "+name, r.Undecided)
 			tb.noProblems("running axe")
 		})
 	}
@@ -256,14 +265,18 @@ func TestAxeBigFleet(t *testing.T) {
 			t.Errorf("an inline style fixes text spacing with !important (avoid-inline-spacing, WCAG 1.4.12): %s", e)
 		}
 		tb.keepFirstCards(4)
-		checkAxe(t, group+" light, cut to 4 cards", tb.axe(src, axeScope{only: slow}))
+		r := tb.axe(src, axeScope{only: slow})
+		checkAxe(t, group+" light, cut to 4 cards", r)
+		checkUndecidedContrast(t, tb, group+" light, cut to 4 cards", r.Undecided)
 		tb.noProblems("running axe")
 	})
 	t.Run("group-dark", func(t *testing.T) {
 		tb := newSlowTab(t, "dark", 3*time.Minute)
 		tb.load(url + group)
 		tb.keepFirstCards(4)
-		checkAxe(t, group+" dark, cut to 4 cards", tb.axe(src, axeScope{only: colour}))
+		r := tb.axe(src, axeScope{only: colour})
+		checkAxe(t, group+" dark, cut to 4 cards", r)
+		checkUndecidedContrast(t, tb, group+" dark, cut to 4 cards", r.Undecided)
 		tb.noProblems("running axe")
 	})
 }
@@ -363,4 +376,166 @@ func TestAxeInjectionPassesTheCSP(t *testing.T) {
 	}
 	eval[bool](tb, `(() => { const s = document.createElement("script"); s.textContent = "1"; document.body.append(s); return true; })()`)
 	tb.waitProblems("Content Security Policy")
+}
+
+// Where axe cannot tell a text's background (a gradient or pattern under
+// it: the utilization bar's cell, a down host's hatched cell), it leaves
+// color-contrast undecided. checkUndecidedContrast measures those texts
+// itself: it hides every text on the page, takes a screenshot, and
+// compares each text's colour with every pixel under it, failing at the
+// worst pixel below WCAG's ratio (4.5:1, or 3:1 for large text).
+
+// textBox is an undecided element's text: its colour, the ratio it needs,
+// and its lines' boxes in device pixels of the whole page.
+type textBox struct {
+	Sel   string
+	Color rgba
+	Need  float64
+	Boxes []box
+}
+
+const textBoxesJS = `(sels) => {
+	const conv = TORGBA, dpr = devicePixelRatio;
+	return sels.map(sel => {
+		const e = document.querySelector(sel);
+		if (!e) return {Sel: sel, Color: {R: 0, G: 0, B: 0, A: 0}, Need: 0, Boxes: []};
+		const s = getComputedStyle(e), px = parseFloat(s.fontSize), bold = parseInt(s.fontWeight) >= 700;
+		const boxes = [];
+		for (const n of e.childNodes) {
+			if (n.nodeType !== Node.TEXT_NODE || !n.data.trim()) continue;
+			const r = document.createRange();
+			r.selectNodeContents(n);
+			for (const b of r.getClientRects()) {
+				boxes.push({X: (b.left + scrollX) * dpr, Y: (b.top + scrollY) * dpr, W: b.width * dpr, H: b.height * dpr, Found: true});
+			}
+		}
+		// an SVG text's colour is its fill
+		return {Sel: sel, Color: conv(e instanceof SVGElement ? s.fill : s.color), Need: px >= 24 || (bold && px >= 18.66) ? 3 : 4.5, Boxes: boxes};
+	});
+}`
+
+// hideTextCSS makes every text transparent, and lays out every card (a
+// card off screen is not painted: content-visibility).
+const hideTextCSS = `*,*::before,*::after{color:transparent!important;-webkit-text-fill-color:transparent!important;text-shadow:none!important;text-decoration-color:transparent!important}svg text{fill:transparent!important}.host{content-visibility:visible!important}`
+
+func checkUndecidedContrast(t *testing.T, tb *tab, what string, sels []string) {
+	t.Helper()
+	if len(sels) == 0 {
+		return
+	}
+	measured := tb.measureContrast(sels)
+	if len(measured) == 0 {
+		t.Errorf("%s: none of the %d texts axe left undecided could be measured", what, len(sels))
+		return
+	}
+	failed, lowest := 0, measured[0]
+	for _, m := range measured {
+		if m.Ratio < m.Need {
+			if failed++; failed <= 5 {
+				t.Errorf("%s: color-contrast, measured: %s: text %v on %v is %.2f:1, want %.1f:1", what, m.Sel, m.Color, m.On, m.Ratio, m.Need)
+			}
+		}
+		if m.Ratio/m.Need < lowest.Ratio/lowest.Need {
+			lowest = m
+		}
+	}
+	t.Logf("%s: measured %d texts axe left undecided: %d below WCAG's ratio; the lowest %.2f:1 (want %.1f:1), %s, text %v on %v",
+		what, len(measured), failed, lowest.Ratio, lowest.Need, lowest.Sel, lowest.Color, lowest.On)
+}
+
+// measuredText is a text's worst contrast with a pixel under it.
+type measuredText struct {
+	textBox
+	Ratio float64
+	On    rgba // the pixel
+}
+
+// measureContrast measures the texts of the elements sels finds (those
+// with text of their own, laid out).
+func (tb *tab) measureContrast(sels []string) []measuredText {
+	tb.t.Helper()
+	js := fmt.Sprintf(`(%s)(%s)`, strings.Replace(textBoxesJS, "TORGBA", toRGBAJS, 1), jsList(sels))
+	texts := eval[[]textBox](tb, js)
+	eval[bool](tb, `(() => { const s = document.createElement("style"); s.id = "axe-hide-text"; s.textContent = `+jsString(hideTextCSS)+`; document.head.append(s); return true; })()`)
+	defer eval[bool](tb, `(document.getElementById("axe-hide-text").remove(), true)`)
+	tb.waitJS(`new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))`, "a frame without text")
+	boxes := eval[[]textBox](tb, js) // laid out as in the screenshot
+	shot, err := chromedp.Run(tb.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		tb.t.Fatalf("screenshot: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		tb.t.Fatalf("the screenshot: %v", err)
+	}
+	var out []measuredText
+	for i, tx := range texts {
+		tx.Boxes = boxes[i].Boxes
+		if ratio, on := worstContrast(img, tx); !math.IsInf(ratio, 1) {
+			out = append(out, measuredText{tx, ratio, on})
+		}
+	}
+	return out
+}
+
+// worstContrast is the lowest contrast between tx's colour (over the
+// pixel, if not opaque) and a pixel under its text, and that pixel.
+func worstContrast(img image.Image, tx textBox) (float64, rgba) {
+	worst, at := math.Inf(1), rgba{}
+	bounds := img.Bounds()
+	for _, b := range tx.Boxes {
+		r := image.Rect(int(math.Ceil(b.X)), int(math.Ceil(b.Y)), int(b.X+b.W), int(b.Y+b.H)).Intersect(bounds)
+		for y := r.Min.Y; y < r.Max.Y; y++ {
+			for x := r.Min.X; x < r.Max.X; x++ {
+				cr, cg, cb, _ := img.At(x, y).RGBA()
+				bg := rgba{float64(cr >> 8), float64(cg >> 8), float64(cb >> 8), 1}
+				fg := tx.Color
+				fg = rgba{fg.R*fg.A + bg.R*(1-fg.A), fg.G*fg.A + bg.G*(1-fg.A), fg.B*fg.A + bg.B*(1-fg.A), 1}
+				if c := contrast(fg, bg); c < worst {
+					worst, at = c, bg
+				}
+			}
+		}
+	}
+	return worst, at
+}
+
+// contrast is WCAG's contrast ratio of two opaque colours.
+func contrast(a, b rgba) float64 {
+	lum := func(c rgba) float64 {
+		ch := func(v float64) float64 {
+			v /= 255
+			if v <= 0.04045 {
+				return v / 12.92
+			}
+			return math.Pow((v+0.055)/1.055, 2.4)
+		}
+		return 0.2126*ch(c.R) + 0.7152*ch(c.G) + 0.0722*ch(c.B)
+	}
+	la, lb := lum(a), lum(b)
+	return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+}
+
+// The contrast measure sees a text on a pattern that axe leaves undecided:
+// black on light stripes passes, grey on grey stripes does not.
+func TestUndecidedContrastIsMeasured(t *testing.T) {
+	src := needAxe(t)
+	tb := newTab(t, tabOptions{})
+	tb.load(servePage(t, `<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>stripes</title><style>
+p{font-size:14px;padding:4px;background:repeating-linear-gradient(135deg,#fff 0 4px,var(--s) 4px 8px)}
+#good{--s:#eee;color:#000} #bad{--s:#999;color:#777}</style></head>
+<body><main><h1>stripes</h1><p id="good">readable on its stripes</p><p id="bad">unreadable on its stripes</p></main></body></html>`))
+	r := tb.axe(src, axeScope{only: []string{"color-contrast"}})
+	if len(r.Violations) != 0 || len(r.Undecided) != 2 {
+		t.Fatalf("axe decided what it should not: violations %+v, undecided %q", r.Violations, r.Undecided)
+	}
+	got := map[string]bool{}
+	for _, m := range tb.measureContrast(r.Undecided) {
+		got[m.Sel] = m.Ratio >= m.Need
+		t.Logf("%s: %.2f:1 on %v", m.Sel, m.Ratio, m.On)
+	}
+	if want := map[string]bool{"#good": true, "#bad": false}; !cmp.Equal(got, want) {
+		t.Errorf("texts that meet their ratio: %v, want %v", got, want)
+	}
+	tb.noProblems("measuring")
 }
