@@ -145,7 +145,7 @@ func TestPageStructure(t *testing.T) {
 		`<p class=why>GPU is lost<aside>`,           // a lost GPU's, in its cell
 		`<span class="down">1 host down</span>`,
 		`<p id="stale" role="alert" hidden>`,
-		`<table id="users">`,
+		`<table id="users" tabindex="0">`,
 		`<section class=host data-host=gpu01>`,
 		`<h2>MIG box <small>mig01 · 2× NVIDIA H100 80GB HBM3</small></h2><p class=hs>64 CPUs · load 3.5 · RAM 117/503G` + "\n<ul>",
 		`<meta http-equiv="refresh" content="60">`,
@@ -464,7 +464,7 @@ func TestUserProcessesCountOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(page.String(), "<tr><td>alice</td><td>12</td><td>809 GiB</td><td>5</td>") {
-		t.Errorf("the users table does not show alice with 12 GPUs and 5 processes:\n%s", page.String()[strings.Index(page.String(), `<table id="users">`):])
+		t.Errorf("the users table does not show alice with 12 GPUs and 5 processes:\n%s", page.String()[strings.Index(page.String(), `<table id="users" tabindex="0">`):])
 	}
 	var st status
 	if err := json.Unmarshal(js.Bytes(), &st); err != nil {
