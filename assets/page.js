@@ -133,8 +133,11 @@
 
   function swap(text) {
     var main = byId("hosts") || byId("overview");
-    var open = text.indexOf("<main id=\"" + main.id + "\""), end = text.lastIndexOf("</main>");
-    var openEnd = text.indexOf(">", open) + 1;
+    // the first of each is the page's: this script, which has them too,
+    // comes after the cards, and no host text can make one (its "<" is
+    // escaped)
+    var open = text.indexOf("<main id=\"" + main.id + "\""), openEnd = text.indexOf(">", open) + 1;
+    var end = text.indexOf("</main>", openEnd);
     if (open < 0 || end < openEnd) { location.reload(); return; } // the page changed its kind
     var overview = main.id === "overview";
     // the frame alone (with the overview's boxes: it has no cards)

@@ -1,0 +1,238 @@
+package pagetest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/gpumon/gpumon/internal/hoststatus"
+	"github.com/gpumon/gpumon/internal/loaddata"
+	"github.com/gpumon/gpumon/internal/render"
+)
+
+// liveSite is a served folder that render writes again and again, as cron
+// does, with refresh = 1 s: an open page updates itself in place.
+type liveSite struct {
+	dir, www string
+}
+
+func newLiveSite(t *testing.T) *liveSite {
+	t.Helper()
+	s := &liveSite{dir: t.TempDir()}
+	s.www = filepath.Join(s.dir, "www")
+	if err := os.Mkdir(s.www, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "config.ini"), []byte("[render]\nrefresh = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// render writes the site of rows, as render's cron run does.
+func (s *liveSite) render(t *testing.T, rows []loaddata.Row) {
+	t.Helper()
+	csv := filepath.Join(s.dir, "load_data.csv")
+	if err := loaddata.WriteFile(csv, rows); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"-i", csv, "-o", filepath.Join(s.www, "index.html"), "-c", filepath.Join(s.dir, "config.ini")}
+	if err := render.Main(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("render: %v\n%s", err, &stderr)
+	}
+}
+
+// A page left open across three renders updates in place, with a filter
+// set and a GPU's detail open: a GPU turns busy, a host goes down, a new
+// host and user appear. The cards that did not change keep their nodes,
+// the focused GPU keeps the focus and its detail, the page never reloads.
+func TestPageUpdatesInPlace(t *testing.T) {
+	s := newLiveSite(t)
+	now := time.Now()
+	rows := fleet(now)
+	s.render(t, rows)
+	tb := newTab(t, tabOptions{})
+	tb.load(serve(t, s.www) + "#user=alice")
+	tb.waitVisible("#filters")
+	if v := eval[string](tb, `document.querySelector("#only-user").value`); v != "alice" {
+		t.Fatalf("the fragment #user=alice selected %q", v)
+	}
+	tb.waitHidden(bobGPU)
+	if n := eval[int](tb, `document.querySelectorAll('meta[http-equiv="refresh"]').length`); n != 0 {
+		t.Errorf("with scripts on, the page has %d meta refresh elements", n)
+	}
+	eval[bool](tb, `(window.__same = true, document.querySelector('.host[data-host="gpu02"]').__kept = true,
+		document.querySelector('.host[data-host="gpu01"]').__kept = true)`)
+	tb.tabTo(busyGPU, 10)
+	tb.waitVisible(busyGPU + aside)
+
+	// 1: gpu01's free GPU turns busy (alice's second)
+	rows = fleet(now.Add(time.Minute))
+	rows[0] = withProcess(rows[0], 5151, "alice", "python eval.py", 1000, 60)
+	s.render(t, rows)
+	tb.waitJS(`document.querySelector(`+jsString(freeGPU)+`).getAttribute("data-state") === "busy"`, "gpu01's GPU 0 to turn busy in place")
+	tb.waitJS(`document.querySelector("#summary b").textContent === "0 free"`, "the summary to be swapped")
+	if !eval[bool](tb, `document.querySelector('.host[data-host="gpu02"]').__kept === true`) {
+		t.Errorf("gpu02's card, unchanged, was replaced")
+	}
+	if eval[bool](tb, `document.querySelector('.host[data-host="gpu01"]').__kept === true`) {
+		t.Errorf("gpu01's card changed but kept its old node")
+	}
+	if !tb.isVisible(freeGPU) || tb.isVisible(bobGPU) {
+		t.Errorf("after the update the filter user=alice is not applied")
+	}
+	if !eval[bool](tb, `document.activeElement.matches(`+jsString(busyGPU)+`)`) {
+		t.Errorf("the focused GPU lost the focus when its card was swapped: %s", eval[string](tb, `document.activeElement.outerHTML.slice(0, 80)`))
+	}
+	tb.waitVisible(busyGPU + aside)
+
+	// 2: gpu02 goes down
+	rows = fleet(now.Add(2 * time.Minute))
+	rows[0] = withProcess(rows[0], 5151, "alice", "python eval.py", 1000, 120)
+	rows[2] = loaddata.Row{Timestamp: rows[2].Timestamp, Host: "gpu02", HostStatus: hoststatus.Unreachable, HostError: "ssh: connect: no route to host"}
+	rows = append(rows[:3], rows[4:]...)
+	s.render(t, rows)
+	tb.waitJS(`document.querySelector('.host[data-host="gpu02"] .gpu.w') !== null`, "gpu02 to be shown down")
+
+	// 3: a new host, with a new user, after the others
+	rows = append(rows, withProcess(gpuRow(rows[0].Timestamp, "gpu04", 0), 99, "carol", "python carol.py", 2000, 30))
+	s.render(t, rows)
+	tb.waitJS(`[...document.querySelectorAll("#hosts > .host")].map(h => h.dataset.host).join() === "gpu01,gpu02,gpu03,gpu04"`, "gpu04's card to be added last")
+	tb.waitJS(`[...document.querySelector("#only-user").options].some(o => o.value === "carol")`, "carol in the user filter")
+	if tb.isVisible(`.host[data-host="gpu04"]`) {
+		t.Errorf("gpu04 (carol's) is shown under the filter user=alice")
+	}
+	if !eval[bool](tb, `window.__same === true`) {
+		t.Errorf("the page reloaded")
+	}
+	if h := eval[string](tb, `location.hash`); h != "#user=alice" {
+		t.Errorf("the fragment is %q after the updates, want #user=alice", h)
+	}
+	tb.screenshot("page-live.png", false)
+	tb.noProblems("three updates in place")
+}
+
+// Without scripts the page still reloads itself (its <meta refresh> is in
+// <noscript>, which a page without scripts reads).
+func TestPageWithoutScriptsReloads(t *testing.T) {
+	s := newLiveSite(t)
+	rows := fleet(time.Now())
+	s.render(t, rows)
+	tb := newTab(t, tabOptions{noScript: true})
+	tb.load(serve(t, s.www))
+	rows[0] = withProcess(rows[0], 5151, "alice", "python eval.py", 1000, 60)
+	s.render(t, rows)
+	// a reload interrupts an evaluation: each try is its own
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`(document.querySelector(`+jsString(freeGPU)+`) || {}).getAttribute?.("data-state") === "busy"`))
+		if err == nil && busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("without scripts, the page did not reload to show gpu01's GPU 0 busy (last error %v)", err)
+		}
+		<-tick.C
+	}
+}
+
+// Updates that fail say so, apart from stale data.
+func TestUpdatesStoppedSaysWhy(t *testing.T) {
+	s := newLiveSite(t)
+	s.render(t, fleet(time.Now()))
+	tb := newTab(t, tabOptions{})
+	tb.load(serve(t, s.www))
+	if err := os.Remove(filepath.Join(s.www, render.PageState)); err != nil {
+		t.Fatal(err)
+	}
+	tb.waitVisible("#stopped")
+	if txt := eval[string](tb, `document.querySelector("#stopped").innerText`); !strings.Contains(txt, "HTTP 404") || !strings.Contains(txt, "Updates stopped") {
+		t.Errorf("the banner says %q, want why updates stopped (HTTP 404)", txt)
+	}
+	if tb.isVisible("#stale") {
+		t.Errorf("fresh data is called stale when only updates failed")
+	}
+	tb.takeProblems() // the 404s
+}
+
+// Escape closes a GPU's detail and leaves the focus on its cell; Tab away
+// and back opens it again.
+func TestEscapeClosesTheDetail(t *testing.T) {
+	tb := openFleet(t, tabOptions{}, fleet(time.Now()))
+	tb.tabTo(busyGPU, 10)
+	tb.waitVisible(busyGPU + aside)
+	if err := chromedp.Do(tb.ctx, chromedp.KeyEvent(kb.Escape)); err != nil {
+		t.Fatal(err)
+	}
+	tb.waitHidden(busyGPU + aside)
+	if !eval[bool](tb, `document.activeElement.matches(`+jsString(busyGPU)+`)`) {
+		t.Errorf("Escape moved the focus away from the cell")
+	}
+	tb.tabTo(bobGPU, 10)
+	tb.waitVisible(bobGPU + aside)
+	tb.noProblems("Escape")
+}
+
+// The scheme toggle forces the light or the dark palette whatever the
+// system says, and the browser remembers it.
+func TestSchemeToggle(t *testing.T) {
+	tb := openFleet(t, tabOptions{colorScheme: "dark"}, fleet(time.Now()))
+	auto := tb.pageBackground()
+	click := func(want string) {
+		t.Helper()
+		if err := chromedp.Do(tb.ctx, chromedp.Click(chromedp.CSS("#scheme"))); err != nil {
+			t.Fatal(err)
+		}
+		tb.waitJS(`document.querySelector("#scheme").textContent === `+jsString("colours: "+want), "the toggle to say "+want)
+	}
+	click("light")
+	light := tb.pageBackground()
+	if (light != rgba{255, 255, 255, 1}) || eval[string](tb, `document.documentElement.dataset.scheme`) != "light" {
+		t.Errorf("forced light on a dark system: background %v, want white", light)
+	}
+	tb.screenshot("scheme-light-on-dark.png", false)
+	click("dark")
+	if dark := tb.pageBackground(); dark != auto {
+		t.Errorf("forced dark %v differs from the system's dark %v", dark, auto)
+	}
+	if err := chromedp.Do(tb.ctx, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	tb.waitJS(`document.readyState === "complete" && document.documentElement.dataset.scheme === "dark"`, "the choice to be remembered")
+	click("automatic")
+	if tb.pageBackground() != auto {
+		t.Errorf("automatic is not the system's scheme")
+	}
+	tb.noProblems("the scheme toggle")
+}
+
+// The search box finds GPUs by what their cells say, and the fragment
+// carries it.
+func TestSearchFilter(t *testing.T) {
+	s := newLiveSite(t)
+	s.render(t, fleet(time.Now()))
+	tb := newTab(t, tabOptions{})
+	tb.load(serve(t, s.www) + "#q=torchrun")
+	tb.waitVisible(bobGPU)
+	tb.waitHidden(busyGPU)
+	tb.waitHidden(`.host[data-host="gpu01"]`)
+	eval[bool](tb, `(location.hash = "#q=gpu01&state=free", true)`)
+	tb.waitVisible(freeGPU)
+	tb.waitHidden(busyGPU)
+	if !eval[bool](tb, `document.querySelector("#only-free").checked`) {
+		t.Errorf("state=free does not check only free GPUs")
+	}
+	// an anchor is an anchor, not a filter
+	eval[bool](tb, `(location.hash = "#gpu03", true)`)
+	tb.waitJS(`location.hash === "#gpu03"`, "the anchor to stay")
+	tb.noProblems("searching")
+}
