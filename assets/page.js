@@ -150,7 +150,7 @@
     if (!overview) swapCards(text, cardsIn(text, openEnd, end), main);
     body.setAttribute("data-v", bodyAttr(text, "data-v"));
     tick();
-    scrollables();
+    if (doc) scrollables(); // a layout: only when the tables changed
     if (filters && q) filtersChanged();
   }
 
