@@ -481,13 +481,20 @@
     return u[who];
   }
 
+  var filtered = false; // whether a filter hides anything now
   function apply() {
     var terms = q.value.toLowerCase().split(/\s+/).filter(Boolean);
     var who = onlyUser ? onlyUser.value : "";
     var on = terms.length > 0 || !!state || !!who, n = 0, all = 0;
+    if (!on && !filtered) { // nothing to show again: 8,000 cells untouched
+      shown.textContent = "";
+      writeFragment();
+      return;
+    }
+    filtered = on;
     if (hostsMain) {
       for (var card = hostsMain.firstElementChild; card; card = card.nextElementSibling) {
-        var cw = cardWords(card), any = false, cells = card.querySelectorAll(".gpu");
+        var cw = terms.length ? cardWords(card) : "", any = false, cells = card.querySelectorAll(".gpu");
         for (var j = 0; j < cells.length; j++) {
           var c = cells[j];
           var show = !on || (!state || c.getAttribute("data-state") === state) && (!who || holds(c, who)) &&
