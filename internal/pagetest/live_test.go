@@ -328,3 +328,28 @@ func (tb *tab) idleCPU() cpu {
 	tb.t.Fatalf("the tab did not go idle in 20 s")
 	return last
 }
+
+// The overview of a big fleet updates in place too, its host search kept
+// and applied to the new boxes.
+func TestOverviewUpdatesInPlace(t *testing.T) {
+	s := newLiveSite(t)
+	rows := scaleFleet(1000)
+	s.render(t, rows)
+	tb := newTab(t, tabOptions{})
+	tb.load(serve(t, s.www) + "#q=gpu-000")
+	tb.waitJS(`document.querySelector("#shown").textContent === "10 of 1000 hosts match"`, "the host search from the fragment")
+	eval[bool](tb, `(window.__same = true)`)
+	for i := range rows[:8] {
+		rows[i] = withProcess(rows[i], int64(7000+i), "dave", "python dave.py", 1000, 60)
+	}
+	s.render(t, rows)
+	tb.waitJS(`document.querySelector("#users").innerText.includes("dave")`, "dave in the overview's users table")
+	tb.waitJS(`document.querySelector("#overview .ck > a").title.includes("8 busy")`, "gpu-0000's box to show 8 busy")
+	if got := eval[string](tb, `document.querySelector("#q").value + " / " + document.querySelector("#shown").textContent`); got != "gpu-000 / 10 of 1000 hosts match" {
+		t.Errorf("after the update the search is %q", got)
+	}
+	if !eval[bool](tb, `window.__same === true`) {
+		t.Errorf("the overview reloaded")
+	}
+	tb.noProblems("the overview's update")
+}
