@@ -5,7 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"hash/fnv"
+	"hash/crc32"
 	"io"
 	"path/filepath"
 	"time"
@@ -28,6 +28,7 @@ type pageState struct {
 	Generated   string            `json:"generated"`
 	StaleAfterS int               `json:"stale_after_s"`
 	RefreshS    int               `json:"refresh_s"`
+	Build       string            `json:"build"` // an open page of another build reloads
 	Pages       map[string]string `json:"pages"` // a page's file, from the state's folder: its hash
 }
 
@@ -44,7 +45,7 @@ func pageStatePath(html string) string {
 func writePageState(w io.Writer, r *Report, plan *pagePlan) error {
 	s := pageState{V: 1, Generated: r.Now.UTC().Format(time.RFC3339),
 		StaleAfterS: int(r.Config.StaleAfter / time.Second), RefreshS: int(r.Config.Refresh / time.Second),
-		Pages: plan.hashes}
+		Build: buildHash, Pages: plan.hashes}
 	if a := r.age(); a >= 0 && !r.Cluster.DataTime.IsZero() {
 		s.Time = r.Cluster.DataTime.UTC().Format(time.RFC3339)
 	}
@@ -52,21 +53,40 @@ func writePageState(w io.Writer, r *Report, plan *pagePlan) error {
 }
 
 // hashLen is the length of a hash on the page and in page-state.json: 8
-// characters of base64url, 48 bits. A collision only delays an update by
-// one refresh when the two hashes are of one card or one page, and cards
-// are told apart by their hosts, whose names they contain.
+// characters of base64url, 48 bits. Only a card's (or a page's) old and
+// new hash are compared: a chance collision keeps one change off an open
+// page until the next; cards are told apart by their hosts' names, which
+// they contain.
 const hashLen = 8
 
 // shortHash is how a hash is written on the page and in the state.
 func shortHash(v uint64) string {
 	var sum [8]byte
-	binary.BigEndian.PutUint64(sum[:], v^v>>40) // fnv's low bits are its best mixed
+	binary.BigEndian.PutUint64(sum[:], v)
 	return base64.RawURLEncoding.EncodeToString(sum[2:])
 }
 
+// changeHash is the hash of the cards and pages: two CRC-32s (Castagnoli
+// and IEEE, both in hardware), 64 bits at about 8 GB/s, where FNV-64 took
+// a sixth of a 10,000-host render. It tells a change, it does not resist
+// a forgery: a process that made its card's CRCs collide with the card's
+// last ones would keep that card from updating until anything else on it
+// changes (its memory, its elapsed time); a reload shows it as it is.
+type changeHash struct{ c, i uint32 }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func (h *changeHash) Write(p []byte) (int, error) {
+	h.c = crc32.Update(h.c, castagnoli, p)
+	h.i = crc32.Update(h.i, crc32.IEEETable, p)
+	return len(p), nil
+}
+
+func (h *changeHash) Sum64() uint64 { return uint64(h.c)<<32 | uint64(h.i) }
+
 // cardHash is a card's hash, over its markup after `<section class=host`.
 func cardHash(card []byte) string {
-	h := fnv.New64a()
+	var h changeHash
 	h.Write(card)
 	return shortHash(h.Sum64())
 }
@@ -85,8 +105,11 @@ type pageLinks struct {
 func frameHash(v *pageView, parts ...[]byte) string {
 	blank := *v
 	blank.Generated, blank.Age, blank.Stale, blank.Hash, blank.Sum = "", "", false, "", ""
-	h := fnv.New64a()
-	w := bufio.NewWriter(h)
+	if v.Age != "" {
+		blank.NoTimeText = "" // shown only without an age; it has the time of the render
+	}
+	var h changeHash
+	w := bufio.NewWriter(&h)
 	for _, name := range []string{"head", "tail", "end"} {
 		if err := pageTmpl.ExecuteTemplate(w, name, &blank); err != nil {
 			panic(err) // the template and its data are ours
@@ -102,10 +125,10 @@ func frameHash(v *pageView, parts ...[]byte) string {
 // pageSum is a page's hash in page-state.json: its frame's and its cards'
 // in order, so that a card added, gone or changed changes it.
 func pageSum(frame string, cards []string) string {
-	h := fnv.New64a()
-	io.WriteString(h, frame)
+	var h changeHash
+	io.WriteString(&h, frame)
 	for _, c := range cards {
-		io.WriteString(h, c)
+		io.WriteString(&h, c)
 	}
 	return shortHash(h.Sum64())
 }
