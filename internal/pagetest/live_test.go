@@ -353,3 +353,33 @@ func TestOverviewUpdatesInPlace(t *testing.T) {
 	}
 	tb.noProblems("the overview's update")
 }
+
+// Why the page's meta refresh is in <noscript>: chromium still follows one
+// that a script removes from the DOM after parsing, and does not follow
+// one in <noscript> while scripts run. The first half also shows that the
+// test sees a meta refresh's reload.
+func TestMetaRefreshRemovedStillFires(t *testing.T) {
+	const page = `<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">HEAD</head>
+<body><script>document.querySelectorAll('meta[http-equiv="refresh"]').forEach(m => m.remove());</script></body></html>`
+	reloads := func(head string) bool {
+		tb := newTab(t, tabOptions{})
+		tb.load(servePage(t, strings.Replace(page, "HEAD", head, 1)))
+		start := time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for time.Since(start) < 3*time.Second { // the refresh is due after 1 s
+			same, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`performance.getEntriesByType("navigation")[0].type === "reload"`))
+			if err == nil && same {
+				return true
+			}
+			<-tick.C
+		}
+		return false
+	}
+	if !reloads(`<meta http-equiv="refresh" content="1">`) {
+		t.Errorf("no reload seen from a meta refresh removed after parsing: chromium changed, or the test sees no reload")
+	}
+	if reloads(`<noscript><meta http-equiv="refresh" content="1"></noscript>`) {
+		t.Errorf("a meta refresh in <noscript> fired with scripts on")
+	}
+}
