@@ -13,8 +13,8 @@ func TestPhoneHistoryReadable(t *testing.T) {
 		t.Run(scheme, func(t *testing.T) {
 			tb := openHistory(t, tabOptions{width: 390, height: 844, mobile: true, colorScheme: scheme}, nil)
 			type text struct {
-				Texts   int
-				Min     float64
+				Texts    int
+				Min      float64
 				Smallest string
 			}
 			got := eval[text](tb, `(() => {
