@@ -81,7 +81,7 @@
   function update() {
     return get(stateURL, true).then(function (s) {
       if (!s || s.v !== 1 || !s.pages) throw new Error("page-state.json is not one this page reads");
-      if (s.build && s.build !== body.getAttribute("data-build")) {
+      if (s.build && s.build !== body.getAttribute("data-build") && !reloadedFor(s.build)) {
         location.reload(); // a new gpumon: its script and style sheet
         return;
       }
@@ -90,6 +90,17 @@
       if (mine === body.getAttribute("data-v")) return;
       return get(location.href.split("#")[0], false).then(swap);
     });
+  }
+
+  // reloadedFor reports whether this tab reloaded for the build already,
+  // and notes that it does now: a page and a state of two builds (two
+  // gpumons writing one folder) must not reload the page at every refresh.
+  function reloadedFor(build) {
+    try {
+      if (sessionStorage.getItem("gpumon-build") === build) return true;
+      sessionStorage.setItem("gpumon-build", build);
+      return false;
+    } catch (e) { return true; } // nowhere to note it: never reload
   }
 
   function poll(now) {

@@ -383,3 +383,61 @@ func TestMetaRefreshRemovedStillFires(t *testing.T) {
 		t.Errorf("a meta refresh in <noscript> fired with scripts on")
 	}
 }
+
+// A detail open under the pointer stays open when its card is swapped.
+func TestHoveredDetailSurvivesAnUpdate(t *testing.T) {
+	s := newLiveSite(t)
+	now := time.Now()
+	s.render(t, fleet(now))
+	tb := newTab(t, tabOptions{})
+	tb.load(serve(t, s.www))
+	tb.hover(busyGPU)
+	tb.waitVisible(busyGPU + aside)
+	rows := fleet(now)
+	rows[0] = withProcess(rows[0], 5151, "alice", "python eval.py", 1000, 60)
+	s.render(t, rows)
+	tb.waitJS(`document.querySelector(`+jsString(freeGPU)+`).getAttribute("data-state") === "busy"`, "gpu01's card to be swapped")
+	tb.waitVisible(busyGPU + aside)
+	tb.noProblems("hovering across an update")
+}
+
+// An open page of another gpumon build reloads, for its new script.
+func TestNewBuildReloads(t *testing.T) {
+	s := newLiveSite(t)
+	s.render(t, fleet(time.Now()))
+	tb := newTab(t, tabOptions{})
+	tb.load(serve(t, s.www))
+	eval[bool](tb, `(window.__same = true)`)
+	path := filepath.Join(s.www, render.PageState)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := eval[string](tb, `document.body.dataset.build`)
+	if !bytes.Contains(b, []byte(`"build":"`+build+`"`)) {
+		t.Fatalf("page-state.json lacks the page's build %q: %s", build, b)
+	}
+	if err := os.WriteFile(path, bytes.Replace(b, []byte(build), []byte("newbuild"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		same, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](`window.__same === true`))
+		if err == nil && !same {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page of an older build did not reload")
+		}
+		<-tick.C
+	}
+	// once: the state still names another build, the page updates in place
+	tb.waitJS(`document.readyState === "complete"`, "the reload")
+	eval[bool](tb, `(window.__same = true)`)
+	tb.waitJS(`performance.getEntriesByType("resource").filter(e => e.name.endsWith("/page-state.json")).length >= 3`, "three fetches of the state")
+	if !eval[bool](tb, `window.__same === true`) {
+		t.Errorf("the page reloaded again for the same build")
+	}
+}
