@@ -2,6 +2,9 @@ package pagetest
 
 import (
 	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // On a 390 px phone, light and dark: the plots' text is at least 11 px as
@@ -50,4 +53,26 @@ func TestPhoneHistoryReadable(t *testing.T) {
 			tb.noProblems("a phone, " + scheme)
 		})
 	}
+}
+
+// On a phone the detail's sheet has a close button that a tap closes it
+// with; a tap on the GPU opens it again.
+func TestPhoneSheetCloses(t *testing.T) {
+	tb := openFleet(t, tabOptions{width: 390, height: 844, mobile: true}, fleet(time.Now()))
+	detail := busyGPU + aside
+	tap := func(sel string) {
+		t.Helper()
+		if err := chromedp.Do(tb.ctx, chromedp.Tap(chromedp.CSS(sel))); err != nil {
+			t.Fatalf("tapping %s: %v", sel, err)
+		}
+	}
+	tap(busyGPU)
+	tb.waitVisible(detail)
+	tb.waitVisible(detail + " > .close")
+	tap(detail + " > .close")
+	tb.waitHidden(detail)
+	tap(freeGPU)
+	tap(busyGPU)
+	tb.waitVisible(detail)
+	tb.noProblems("closing the sheet")
 }
