@@ -71,8 +71,12 @@
     if (e && location.protocol !== "file:") e.textContent = "updates in place every " + span(every);
   }
 
+  // no-store, not no-cache: a revalidation is answered by the file's time
+  // to the second (Last-Modified), and two renders in one second would
+  // leave the page with the first one's text while the state has the
+  // second's
   function get(url, json) {
-    return fetch(url, { cache: "no-cache", credentials: "same-origin" }).then(function (r) {
+    return fetch(url, { cache: "no-store", credentials: "same-origin" }).then(function (r) {
       if (!r.ok) throw new Error(url.replace(/^.*\//, "") + " answered HTTP " + r.status);
       return json ? r.json() : r.text();
     });
@@ -385,7 +389,7 @@
       if (!e.target.classList.contains("close")) return;
       var cell = e.target.closest(".gpu");
       cell.classList.add("shut");
-      cell.blur();
+      if (cell.contains(document.activeElement)) document.activeElement.blur();
     });
     document.addEventListener("keydown", function (e) {
       if (e.key !== "Escape" && e.key !== "Esc") return;
