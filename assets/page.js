@@ -186,7 +186,10 @@
   function swapFrame(doc, main, overview) {
     var nb = doc.body, nm = doc.getElementById(main.id);
     if (!nm) return;
-    for (var i = 0; i < nb.attributes.length; i++) body.setAttribute(nb.attributes[i].name, nb.attributes[i].value);
+    // data-v last (swap): a swap cut short is tried again
+    for (var i = 0; i < nb.attributes.length; i++) {
+      if (nb.attributes[i].name !== "data-v") body.setAttribute(nb.attributes[i].name, nb.attributes[i].value);
+    }
     for (var j = 0; j < nm.attributes.length; j++) main.setAttribute(nm.attributes[j].name, nm.attributes[j].value);
     document.title = doc.title;
     var script = body.querySelector("script");
