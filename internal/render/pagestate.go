@@ -105,6 +105,7 @@ type pageLinks struct {
 func frameHash(v *pageView, parts ...[]byte) string {
 	blank := *v
 	blank.Generated, blank.Age, blank.Stale, blank.Hash, blank.Sum = "", "", false, "", ""
+	blank.CSP, blank.CSS, blank.JS, blank.Build = "", "", "", "" // the build's hash has them
 	if v.Age != "" {
 		blank.NoTimeText = "" // shown only without an age; it has the time of the render
 	}
