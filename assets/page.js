@@ -66,10 +66,12 @@
   var stateURL = body.getAttribute("data-state");
   var every = Number(body.getAttribute("data-refresh")) * 1000;
   var due = Date.now() + every, busy = false, fails = 0, failedSince = 0;
-  if (stateURL && every) {
+  // the page's "reloads every" is its own without scripts
+  function everyText() {
     var e = byId("every");
-    if (e && location.protocol !== "file:") e.textContent = "updates in place every " + span(every);
+    if (e && stateURL && every && location.protocol !== "file:") e.textContent = "updates in place every " + span(every);
   }
+  everyText();
 
   // no-store, not no-cache: a revalidation is answered by the file's time
   // to the second (Last-Modified), and two renders in one second would
@@ -204,6 +206,7 @@
     });
     if (overview) main.replaceChildren.apply(main, Array.prototype.slice.call(nm.childNodes).map(function (n) { return document.adoptNode(n); }));
     if (filters && q) fillUsers();
+    everyText();
   }
 
   // swapCards makes main's cards those of list, in its order: a card whose

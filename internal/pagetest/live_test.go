@@ -125,6 +125,9 @@ func TestPageUpdatesInPlace(t *testing.T) {
 	if !eval[bool](tb, `window.__same === true`) {
 		t.Errorf("the page reloaded")
 	}
+	if txt := eval[string](tb, `document.querySelector("#updated").textContent`); !strings.Contains(txt, "updates in place every 1 s") {
+		t.Errorf("after the updates the page says %q", txt)
+	}
 	if h := eval[string](tb, `location.hash`); h != "#user=alice" {
 		t.Errorf("the fragment is %q after the updates, want #user=alice", h)
 	}
