@@ -418,6 +418,7 @@ func siteFiles(rep *Report, p paths) []publish.File {
 		{Path: p.json, Key: "[render] json", Write: func(w io.Writer) error { return writeJSON(w, rep) }},
 		{Path: p.prom, Key: "[render] prom", Write: func(w io.Writer) error { return writeProm(w, rep) }},
 		page,
+		{Path: pageStatePath(p.html), Key: "[render] html (or -o)", Write: func(w io.Writer) error { return writePageState(w, rep, plan) }},
 	}
 }
 

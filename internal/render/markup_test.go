@@ -196,7 +196,7 @@ func TestMarkupDoesNotDependOnData(t *testing.T) {
 	if !strings.Contains(page, ` data-host="h&lt;script&gt;alert(1)&lt;/script&gt;"`) {
 		t.Error("data-host is not quoted and escaped")
 	}
-	if !strings.Contains(pageOf(t, markupRows("gpu-01.lab"), "gpu-01.lab"), `<section class=host data-host=hgpu-01.lab data-util=`) {
+	if !strings.Contains(pageOf(t, markupRows("gpu-01.lab"), "gpu-01.lab"), ` data-host=hgpu-01.lab data-util=`) {
 		t.Error("a plain data-host is quoted")
 	}
 }

@@ -2,10 +2,12 @@ package render
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"html/template"
 	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,7 +42,7 @@ func newPageTemplate() *template.Template {
 // csp allows the inline style and exactly the inline script of this build:
 // even a bug in escaping could not run a script or load anything.
 var csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-" +
-	hash(assets.JS) + "'; base-uri 'none'; form-action 'none'"
+	hash(assets.JS) + "'; connect-src 'self'; base-uri 'none'; form-action 'none'"
 
 func hash(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -80,66 +82,102 @@ type userView struct {
 
 // HTML writes the status page.
 func HTML(w io.Writer, r *Report) error {
+	_, err := writePage(w, r)
+	return err
+}
+
+// writePage writes the status page and returns its hash for
+// page-state.json. The cards are written first, into memory (a page of
+// at most indexBudget bytes): the page's head carries their hash.
+func writePage(w io.Writer, r *Report) (sum string, err error) {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
 		bw = bufio.NewWriterSize(w, 64<<10)
 	}
+	var cards, history bytes.Buffer
+	cw := bufio.NewWriterSize(&cards, 64<<10)
+	var hashes []string
+	writeHosts(cw, r, r.Cluster.Hosts, false, func(_ *cluster.Host, h string) { hashes = append(hashes, h) })
+	cw.Flush()
+	hw := bufio.NewWriter(&history)
+	writeHistory(hw, r)
+	hw.Flush()
 	v := pageViewOf(r)
+	v.link(r, pageLinks{key: filepath.Base(r.Config.HTML), state: PageState})
+	v.Hash = frameHash(v, history.Bytes())
+	v.Sum = pageSum(v.Hash, hashes)
 	if err := pageTmpl.ExecuteTemplate(bw, "head", v); err != nil {
-		return err
+		return "", err
 	}
-	writeHosts(bw, r, r.Cluster.Hosts, false, nil)
+	bw.Write(cards.Bytes())
 	if err := pageTmpl.ExecuteTemplate(bw, "tail", v); err != nil {
-		return err
+		return "", err
 	}
-	writeHistory(bw, r)
+	bw.Write(history.Bytes())
 	if err := pageTmpl.ExecuteTemplate(bw, "end", v); err != nil {
-		return err
+		return "", err
 	}
-	return bw.Flush()
+	return v.Sum, bw.Flush()
 }
+
+// link tells the page's script where the page is and where its state is,
+// when the page is a file that has one (not a test's page in memory).
+func (v *pageView) link(r *Report, l pageLinks) {
+	if r.Config.HTML == "" {
+		return
+	}
+	v.Page, v.State, v.Build = l.key, l.state, buildHash
+}
+
+// buildHash tells this build's script and style sheet from another's: an
+// open page whose build is not the state's reloads.
+var buildHash = cardHash([]byte(assets.JS + assets.CSS))
 
 // pageView is what templates/page.html shows. It is a struct, not a map,
 // so that a field the template names and the view lacks (a typo) fails
 // at execution instead of rendering as nothing.
 type pageView struct {
-	Title          string
-	CSP            string
-	CSS            template.CSS
-	JS             template.JS
-	Refresh        int // seconds; 0: the page does not reload itself
-	RefreshText    string
-	DataTime       string // RFC 3339, only a time the script can trust to age
-	DataTimeText   string
-	Generated      string
-	LiveText       string
-	StaleAfterS    int
-	StaleAfterText string
-	Stale          bool
-	Age            string // known age only; the page says unknown otherwise
-	NoTimeText     string
-	Free           int
-	Busy           int
-	Reserved       int
-	Failed         int
-	Degraded       int // GPUs whose health is degraded, whatever their state
-	Total          int
-	Hosts          int
-	Down           int
-	DownGPUs       int    // GPUs last seen on hosts down now (history)
-	IdleHeld       int    // GPUs held idle now (history)
-	UtilFrom       string // the sparklines' first and last hour
-	UtilTo         string
-	UtilHours      int
-	Models         []modelView
-	MoreModels     *moreModels
-	Warnings       []string
-	JSONLink       string
-	PromLink       string
-	Users          []userView
-	UserJobs       bool // the users table's jobs column, only where someone has one
-	UserHistory    bool // the users table's 30-day columns, only with history
-	Cost           *costView
+	Title   string
+	CSP     string
+	CSS     template.CSS
+	JS      template.JS
+	Refresh int // seconds; 0: the page does not reload itself
+	// The page's place for its script (pagestate.go), "" when it has no
+	// page-state.json: its key there and the state's address, its frame's
+	// hash (Hash), its hash in the state (Sum) and the build's.
+	Page, State, Hash, Sum, Build string
+	RefreshText                   string
+	DataTime                      string // RFC 3339, only a time the script can trust to age
+	DataTimeText                  string
+	Generated                     string
+	LiveText                      string
+	StaleAfterS                   int
+	StaleAfterText                string
+	Stale                         bool
+	Age                           string // known age only; the page says unknown otherwise
+	NoTimeText                    string
+	Free                          int
+	Busy                          int
+	Reserved                      int
+	Failed                        int
+	Degraded                      int // GPUs whose health is degraded, whatever their state
+	Total                         int
+	Hosts                         int
+	Down                          int
+	DownGPUs                      int    // GPUs last seen on hosts down now (history)
+	IdleHeld                      int    // GPUs held idle now (history)
+	UtilFrom                      string // the sparklines' first and last hour
+	UtilTo                        string
+	UtilHours                     int
+	Models                        []modelView
+	MoreModels                    *moreModels
+	Warnings                      []string
+	JSONLink                      string
+	PromLink                      string
+	Users                         []userView
+	UserJobs                      bool // the users table's jobs column, only where someone has one
+	UserHistory                   bool // the users table's 30-day columns, only with history
+	Cost                          *costView
 
 	// the overview's and a group page's (pages.go)
 	Overview  bool
@@ -258,27 +296,39 @@ func noUtilWords(g *cluster.GPU) (cell, note string) {
 // cells: a <p> is closed by the <ul>, <p>, <aside> or <li> after it, and a
 // <li> by the next <li> or the </ul>. None of them is a parse error.
 //
+// Each card carries its hash (data-h, cardHash of what follows it), by
+// which the page's script tells the cards that changed.
+//
 // ids gives each card an id, its host's name (a group page's, which the
-// overview links to); each, if not nil, is called after each card.
-func writeHosts(w *bufio.Writer, r *Report, hosts []*cluster.Host, ids bool, each func()) {
+// overview links to); each, if not nil, is called after each card with
+// its host and hash.
+func writeHosts(w *bufio.Writer, r *Report, hosts []*cluster.Host, ids bool, each func(*cluster.Host, string)) {
 	var scratch, util []byte // for numbers; a card's utilization strings
+	var card bytes.Buffer    // a card, to hash before it is written
+	cw := bufio.NewWriterSize(&card, 16<<10)
 	idle := idleHeldByGPU(r.History)
 	for _, h := range hosts {
-		util = writeCardHead(w, r.History, h, ids, util)
-		w.WriteString("\n<ul>")
+		card.Reset()
+		util = writeCardHead(cw, r.History, h, ids, util)
+		cw.WriteString("\n<ul>")
 		if !h.Up() {
-			writeDownHost(w, h, r)
+			writeDownHost(cw, h, r)
 		}
 		for _, g := range h.GPUs {
 			var sp *history.Spell
 			if idle != nil {
 				sp = idle[history.GPURef{Host: h.Name, GPU: g.ID()}]
 			}
-			scratch = writeGPU(w, h, g, r, sp, scratch)
+			scratch = writeGPU(cw, h, g, r, sp, scratch)
 		}
-		w.WriteString("\n</ul></section>")
+		cw.WriteString("\n</ul></section>")
+		cw.Flush()
+		sum := cardHash(card.Bytes())
+		w.WriteString("\n<section class=host data-h=")
+		w.WriteString(sum) // base64url: no quotes needed
+		w.Write(card.Bytes())
 		if each != nil {
-			each()
+			each(h, sum)
 		}
 	}
 }
@@ -300,11 +350,11 @@ func idleHeldByGPU(s *history.Summary) map[history.GPURef]*history.Spell {
 	return idle
 }
 
-// writeCardHead opens a host's card and writes its header, its stats and
+// writeCardHead writes a host's card's opening tag's attributes, its header, its stats and
 // an ok host's warnings. util is a buffer for the card's data-util, which
 // it returns for the next card.
 func writeCardHead(w *bufio.Writer, s *history.Summary, h *cluster.Host, ids bool, util []byte) []byte {
-	w.WriteString("\n<section class=host")
+	// "\n<section class=host data-h=HASH" is writeHosts's
 	if ids {
 		attr(w, "id", h.Name)
 	}

@@ -340,6 +340,7 @@ func templateViews(t testing.TB) map[string]*pageView {
 		Unpriced: "not counting 1.0 GPU-hours of T4, without a price", Teams: []teamView{{Name: "vision", GPUHours: "10", KWh: "2.0", Cost: "11.00 EUR", Unpriced: "1.0 GPU-h without a price"}}}
 	group.Up, group.GroupName, group.IdleLink = "../index.html", "gpu", "../index.html#idle"
 	group.Nav = []navLink{{N: 1, Href: "gpu.html", Here: true}, {N: 2, Href: "gpu-2.html"}}
+	group.Page, group.State, group.Hash, group.Sum, group.Build = "groups/gpu.html", "../page-state.json", "frame", "sum", "build"
 	overview := pageViewOf(rep)
 	overview.Overview = true
 	overview.Age, overview.Down, overview.Hosts = "", 0, 2
@@ -480,6 +481,7 @@ func markupOf(t testing.TB, page []byte) []byte {
 	}
 	s = strings.Replace(s, "<style>"+assets.CSS+"</style>", "<style>"+cssPlaceholder+"</style>", 1)
 	s = strings.Replace(s, "<script>"+assets.JS+"</script>", "<script>"+jsPlaceholder+"</script>", 1)
+	s = strings.Replace(s, ` data-build="`+buildHash+`"`, ` data-build="BUILD"`, 1) // the assets' hash
 	return []byte(s)
 }
 

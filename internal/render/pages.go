@@ -44,11 +44,13 @@ type groupPage struct {
 	file  string // "gpu", "gpu-2": groups/FILE.html
 	n, of int    // page n of the group's of
 	hosts []*cluster.Host
-	cards []byte // the hosts' cards (writeHosts)
+	cards []byte   // the hosts' cards (writeHosts)
+	sums  []string // the cards' hashes
 	// room is the bytes before a group's first cards, where the page of a
 	// group of one page is made around them (groupPageHTML); else nil
 	room []byte
 	html []byte // the whole page
+	sum  string // its hash in page-state.json
 }
 
 // pagePlan is what render writes: one page (pages nil), or the overview
@@ -58,6 +60,9 @@ type pagePlan struct {
 	pages  []*groupPage
 	pageOf map[*cluster.Host]*groupPage
 	index  []byte // the overview (index.html), when pages are written
+	// hashes are the pages' hashes for page-state.json, by file from the
+	// page's folder (index.html, groups/gpu.html)
+	hashes map[string]string
 }
 
 // planPages groups the hosts ([groups] warnings go to the report's) and
@@ -66,10 +71,12 @@ type pagePlan struct {
 func planPages(r *Report) *pagePlan {
 	groups, warnings := groupHosts(r.Cluster, r.Config.Groups)
 	r.Warnings = append(r.Warnings, warnings...)
-	p := &pagePlan{groups: groups}
+	p := &pagePlan{groups: groups, hashes: map[string]string{}}
+	index := filepath.Base(r.Config.HTML)
 	if len(r.Cluster.Hosts) <= onePageHosts {
 		var cw countWriter
-		if HTML(&cw, r) == nil && cw.n <= indexBudget {
+		if sum, err := writePage(&cw, r); err == nil && cw.n <= indexBudget {
+			p.hashes[index] = sum
 			return p // one page, as before
 		}
 	}
@@ -95,7 +102,10 @@ func planPages(r *Report) *pagePlan {
 		}
 		p.pages = append(p.pages, pages...)
 	}
-	p.index = overviewHTML(r, p)
+	for _, pg := range p.pages {
+		p.hashes[groupsDir+"/"+pg.file+".html"] = pg.sum
+	}
+	p.index, p.hashes[index] = overviewHTML(r, p)
 	return p
 }
 
@@ -155,9 +165,11 @@ func splitGroup(r *Report, g *hostGroup) []*groupPage {
 	}
 	w := bufio.NewWriterSize(&buf, 64<<10)
 	ends := make([]int, 0, len(g.hosts)) // each card's end in buf
-	writeHosts(w, r, g.hosts, true, func() {
+	sums := make([]string, 0, len(g.hosts))
+	writeHosts(w, r, g.hosts, true, func(_ *cluster.Host, sum string) {
 		w.Flush()
 		ends = append(ends, buf.Len())
+		sums = append(sums, sum)
 		if len(ends) == 1 {
 			// room for as many cards again as the first, and a quarter,
 			// and the page's end: growing a buffer of megabytes by
@@ -173,11 +185,11 @@ func splitGroup(r *Report, g *hostGroup) []*groupPage {
 		start, from := 0, room // the page's first host and its first byte
 		for i, end := range ends {
 			if end-from > limit && i > start {
-				pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:i], cards: cards[from:ends[i-1]]})
+				pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:i], cards: cards[from:ends[i-1]], sums: sums[start:i]})
 				start, from = i, ends[i-1]
 			}
 		}
-		pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:], cards: cards[from:]})
+		pages = append(pages, &groupPage{group: g, hosts: g.hosts[start:], cards: cards[from:], sums: sums[start:]})
 		if room > 0 {
 			pages[0].room = cards[:room]
 		}
@@ -238,6 +250,10 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 	}
 	v.Users, _ = usersView(sub.Cluster.Users, userHostsMax)
 	v.UserHistory, v.Cost = false, nil // the fleet's figures stay on the overview
+	v.link(r, pageLinks{key: groupsDir + "/" + pagePath(pg.group.file, pg.n) + ".html", state: "../" + PageState})
+	v.Hash = frameHash(v)
+	pg.sum = pageSum(v.Hash, pg.sums)
+	v.Sum = pg.sum
 	// the page around the cards first, then the page in one piece: the
 	// cards are megabytes
 	var head, tail bytes.Buffer
@@ -284,38 +300,55 @@ const (
 // overviewHTML is index.html of a fleet too big for one page: the
 // summary, the free-GPU finder, every GPU as a square by group, the users
 // and the history.
-func overviewHTML(r *Report, p *pagePlan) []byte {
+func overviewHTML(r *Report, p *pagePlan) (page []byte, sum string) {
 	v := pageViewOf(r)
 	v.Overview = true
 	v.Users, _, _ = usersWithHistory(r.Cluster.Users, r.History, userHostsMax)
-	var head, tail bytes.Buffer
-	hw := bufio.NewWriter(&head)
-	if err := pageTmpl.ExecuteTemplate(hw, "head", v); err != nil {
-		panic(err)
-	}
-	writeFinder(hw, r, p)
+	v.link(r, pageLinks{key: filepath.Base(r.Config.HTML), state: PageState})
+	var finder, history bytes.Buffer
+	fw := bufio.NewWriter(&finder)
+	writeFinder(fw, r, p)
+	fw.Flush()
+	hw := bufio.NewWriter(&history)
+	writeHistory(hw, r)
 	hw.Flush()
-	tw := bufio.NewWriter(&tail)
-	if err := pageTmpl.ExecuteTemplate(tw, "tail", v); err != nil {
-		panic(err)
+	// the frame's size, to choose the boxes: the hashes are of a fixed length
+	v.Hash, v.Sum = strings.Repeat("-", hashLen), strings.Repeat("-", hashLen)
+	var frame countWriter
+	for _, name := range []string{"head", "tail", "end"} {
+		if err := pageTmpl.ExecuteTemplate(&frame, name, v); err != nil {
+			panic(err)
+		}
 	}
-	writeHistory(tw, r)
-	if err := pageTmpl.ExecuteTemplate(tw, "end", v); err != nil {
-		panic(err)
-	}
-	tw.Flush()
+	frame.n += finder.Len() + history.Len()
 	var cells bytes.Buffer
 	for mode := cellsByHostTitled; mode <= cellsNone; mode++ {
 		cells.Reset()
 		cw := bufio.NewWriter(&cells)
 		writeCells(cw, p, mode)
 		cw.Flush()
-		if head.Len()+cells.Len()+tail.Len() <= indexBudget {
+		if frame.n+cells.Len() <= indexBudget {
 			break
 		}
 	}
-	out := append(head.Bytes(), cells.Bytes()...)
-	return append(out, tail.Bytes()...)
+	v.Hash = frameHash(v, finder.Bytes(), cells.Bytes(), history.Bytes())
+	v.Sum = v.Hash // the overview has no cards
+	out := bytes.NewBuffer(make([]byte, 0, frame.n+cells.Len()))
+	w := bufio.NewWriter(out)
+	if err := pageTmpl.ExecuteTemplate(w, "head", v); err != nil {
+		panic(err)
+	}
+	w.Write(finder.Bytes())
+	w.Write(cells.Bytes())
+	if err := pageTmpl.ExecuteTemplate(w, "tail", v); err != nil {
+		panic(err)
+	}
+	w.Write(history.Bytes())
+	if err := pageTmpl.ExecuteTemplate(w, "end", v); err != nil {
+		panic(err)
+	}
+	w.Flush()
+	return out.Bytes(), v.Sum
 }
 
 // pageHref is a group page's link from index.html, with a host's anchor.

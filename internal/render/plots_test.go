@@ -116,7 +116,7 @@ func TestGoldenHistory(t *testing.T) {
 	testenv.Golden(t, filepath.Join("testdata", "page-history.html.golden"), markupOf(t, b.Bytes()))
 	page := b.String()
 	for _, s := range []string{
-		`<section class=host data-host=gpu01 data-util=.IJOQYxZgxoxp.w7>`,                                // GPU 0 all zero: empty; GPU 3 none: left out
+		` data-host=gpu01 data-util=.IJOQYxZgxoxp.w7>`,                                                   // GPU 0 all zero: empty; GPU 3 none: left out
 		`<p class=since>down since 2026-11-23 09:10 UTC (5 h)`,                                           // a down host says since when
 		`<li class=gpu data-state=unknown data-gpu=1 tabindex=0><p class=why>host down<aside>nbob`,       // and keeps its GPUs
 		`<p class=u><b>alice, bob</b> 60G<p class=idle>idle 26 h<aside>`,                                 // the idle-held cell says so

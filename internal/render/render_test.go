@@ -118,7 +118,7 @@ func TestPageStructure(t *testing.T) {
 	}
 	page := b.String()
 	// each cell's host is its card's
-	tags := regexp.MustCompile(`<section class=host data-host=([\w-]+)>|<li class=(?:gpu|"gpu w") data-state=(\w+)(?: data-gpu=([\w:.]+))? tabindex=0>`).FindAllStringSubmatch(page, -1)
+	tags := regexp.MustCompile(`<section class=host data-h=[\w-]{8} data-host=([\w-]+)>|<li class=(?:gpu|"gpu w") data-state=(\w+)(?: data-gpu=([\w:.]+))? tabindex=0>`).FindAllStringSubmatch(page, -1)
 	var got []string
 	host := ""
 	for _, c := range tags {
@@ -146,7 +146,9 @@ func TestPageStructure(t *testing.T) {
 		`<span class="down">1 host down</span>`,
 		`<p id="stale" role="alert" hidden>`,
 		`<table id="users" tabindex="0">`,
-		`<section class=host data-host=gpu01>`,
+		`data-h=`, // each card's hash, by which the script swaps the cards that changed
+		`<section class=host data-h=`,
+		` data-host=gpu01>`,
 		`<h2>MIG box <small>mig01 · 2× NVIDIA H100 80GB HBM3</small></h2><p class=hs>64 CPUs · load 3.5 · RAM 117/503G` + "\n<ul>",
 		`<meta http-equiv="refresh" content="60">`,
 		`<link rel="icon" href="data:,">`,
@@ -324,7 +326,7 @@ func TestMainWritesAtomically(t *testing.T) {
 	}
 	// no config: the history in the current folder (dir); WAL's
 	// files are gone once the database is closed
-	if diff := cmp.Diff([]string{"history.db", "index.html", "load_data.csv", "metrics.prom", "status.json"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"history.db", "index.html", "load_data.csv", "metrics.prom", "page-state.json", "status.json"}, names); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)
 	}
 	var st status
