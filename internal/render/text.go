@@ -2,12 +2,12 @@ package render
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -65,10 +65,7 @@ func writeText(w io.Writer, r *Report, color bool) error {
 func writeTextWith(w io.Writer, r *Report, o textOptions) error {
 	b := bufio.NewWriter(w)
 	writeTextSummary(b, r, o)
-	t := newTextTable(r, o)
-	for _, line := range t.lines() {
-		writeSegs(b, fitSegs(line, o.Width), o.Color)
-	}
+	newTextTable(r, o).each(func(line []seg) { writeSegs(b, fitSegs(line, o.Width), o.Color) })
 	if !o.Free {
 		for _, line := range healthList(r.Cluster) {
 			writeSegs(b, fitSegs(line, o.Width), o.Color)
@@ -116,7 +113,8 @@ type seg struct{ text, color string }
 type gpuLine struct {
 	id, name                string
 	temp, util, used, total string
-	tail                    []seg
+	main                    seg    // who holds it, in its state's colour
+	notes                   string // " · " and the notes, or ""
 }
 
 // hostLines is one host: its header (or down line), notes and GPUs.
@@ -136,8 +134,8 @@ type textTable struct {
 }
 
 func newTextTable(r *Report, o textOptions) *textTable {
-	t := &textTable{o: o}
 	hosts := r.Cluster.Hosts
+	t := &textTable{o: o, hosts: make([]hostLines, 0, len(hosts))}
 	if o.Free {
 		hosts = freeFirst(hosts)
 	}
@@ -161,6 +159,7 @@ func newTextTable(r *Report, o textOptions) *textTable {
 		if o.Free {
 			gpus = healthyFirst(gpus)
 		}
+		hl.gpus = make([]gpuLine, 0, len(gpus))
 		for _, g := range gpus {
 			if o.Free && g.State != cluster.Free {
 				continue
@@ -221,10 +220,12 @@ func (t *textTable) add(hl hostLines) {
 	}
 }
 
-// lines are the hosts' lines, not yet fitted to the width.
-func (t *textTable) lines() [][]seg {
+// each hands the hosts' lines to write, not yet fitted to the width; a
+// line is only good until write returns.
+func (t *textTable) each(write func([]seg)) {
 	if len(t.hosts) == 0 && t.o.Free {
-		return [][]seg{{{text: "no free GPU"}}}
+		write([]seg{{text: "no free GPU"}})
+		return
 	}
 	// Who holds a GPU matters more than its name, which the host's header
 	// says: the name column goes when it would leave the users too little
@@ -233,22 +234,29 @@ func (t *textTable) lines() [][]seg {
 	if w := t.o.Width; w > 0 && showName && w-t.prefixWidth(true) < tailMin {
 		showName = false
 	}
-	var out [][]seg
+	line := make([]seg, 0, 8) // reused: 8,000 GPUs make as many lines
+	var prefix strings.Builder
 	for _, h := range t.hosts {
 		name := pad(h.name, t.host)
 		if h.down != nil {
-			out = append(out, append([]seg{{text: name + "  "}}, h.down...))
+			write(append(append(line[:0], seg{text: name + "  "}), h.down...))
 			continue
 		}
-		out = append(out, []seg{{text: t.header(name, h.fields)}})
+		write(append(line[:0], seg{text: t.header(name, h.fields)}))
 		for _, n := range h.notes {
-			out = append(out, []seg{{text: "  note: " + n}})
+			write(append(line[:0], seg{text: "  note: " + n}))
 		}
-		for _, g := range h.gpus {
-			out = append(out, append([]seg{{text: t.prefix(g, showName)}}, g.tail...))
+		for i := range h.gpus {
+			g := &h.gpus[i]
+			prefix.Reset()
+			t.prefix(&prefix, g, showName)
+			line = append(line[:0], seg{text: prefix.String()}, g.main)
+			if g.notes != "" {
+				line = append(line, seg{text: g.notes})
+			}
+			write(line)
 		}
 	}
-	return out
 }
 
 // header is the host's line: its fields, the last ones left out while the
@@ -262,21 +270,30 @@ func (t *textTable) header(name string, fields []string) string {
 	}
 }
 
-// prefix is a GPU line up to its users: "[0] H100 | 45°C  98% | 62/80 GB | ",
+// prefix writes a GPU line up to its users: "[0] H100 | 45°C  98% | 62/80 GB | ",
 // or without the name "[0] 45°C  98% | 62/80 GB | ".
-func (t *textTable) prefix(g gpuLine, showName bool) string {
-	var b strings.Builder
-	b.WriteString(pad(g.id, t.id) + " ")
+func (t *textTable) prefix(b *strings.Builder, g *gpuLine, showName bool) {
+	b.Grow(t.prefixWidth(showName) + 8) // "°" takes 2 bytes
+	padTo(b, g.id, t.id)
+	b.WriteByte(' ')
 	if showName {
-		b.WriteString(pad(g.name, t.name) + " | ")
+		padTo(b, g.name, t.name)
+		b.WriteString(" | ")
 	}
-	deg, pct, slash, unit := "°C", "%", "/", " GB"
+	deg, pct, slash, unit := "°C ", "% | ", "/", " GB"
 	if g.temp == "" { // a failed GPU: blanks keep the columns
-		deg, pct, slash, unit = "  ", " ", " ", "   "
+		deg, pct, slash, unit = "   ", "  | ", " ", "   "
 	}
-	b.WriteString(lpad(g.temp, t.temp) + deg + " " + lpad(g.util, t.util) + pct + " | ")
-	b.WriteString(lpad(g.used, t.used) + slash + pad(g.total+unit, t.total+3) + " | ")
-	return b.String()
+	lpadTo(b, g.temp, t.temp)
+	b.WriteString(deg)
+	lpadTo(b, g.util, t.util)
+	b.WriteString(pct)
+	lpadTo(b, g.used, t.used)
+	b.WriteString(slash)
+	b.WriteString(g.total)
+	b.WriteString(unit)
+	spaces(b, t.total-strWidth(g.total))
+	b.WriteString(" | ")
 }
 
 // prefixWidth is the width of every GPU line's prefix.
@@ -366,14 +383,17 @@ func downSegs(h *cluster.Host, r *Report) []seg {
 
 func newGPULine(g *cluster.GPU, r *Report) gpuLine {
 	l := gpuLine{id: "[?]", name: clean(g.Short, gpuNameMax)}
-	if g.HasIndex {
+	switch {
+	case g.HasIndex && g.Index >= 0 && g.Index < len(gpuIDs):
+		l.id = gpuIDs[g.Index]
+	case g.HasIndex:
 		l.id = "[" + strconv.Itoa(g.Index) + "]"
 	}
 	if g.State != cluster.Failed {
 		l.temp, l.util = reading(g.Temp.Value, g.Temp.Valid), reading(g.Util.Value, g.Util.Valid)
 		l.used, l.total = memPair(g.MemUsed.Value, g.MemUsed.Valid, g.MemTotal.Value, g.MemTotal.Valid)
 	}
-	l.tail = gpuTail(g, r)
+	l.main, l.notes = gpuTail(g, r)
 	return l
 }
 
@@ -381,7 +401,7 @@ func newGPULine(g *cluster.GPU, r *Report) gpuLine {
 // "alice(62G) bob(3G)", "free · idle job: sweep(20G)", "reserved by carol
 // until ...", "bob(3G) · reserved by carol until ... · used by bob",
 // "failed: GPU is lost; ...". Ignored processes are not named.
-func gpuTail(g *cluster.GPU, r *Report) []seg {
+func gpuTail(g *cluster.GPU, r *Report) (seg, string) {
 	users, idle := gpuUsers(g, idleShares(g, r.idlePct()))
 	var main string
 	var notes []string
@@ -428,11 +448,10 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 			notes = append(notes, clean(used, reasonMax))
 		}
 	}
-	segs := []seg{{main, stateColor[g.State]}}
-	if len(notes) > 0 {
-		segs = append(segs, seg{text: " · " + strings.Join(notes, " · ")})
+	if len(notes) == 0 {
+		return seg{main, stateColor[g.State]}, ""
 	}
-	return segs
+	return seg{main, stateColor[g.State]}, " · " + strings.Join(notes, " · ")
 }
 
 // gpuUsers are the users holding g with their memory, the most first,
@@ -441,68 +460,86 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 // short id (cluster.Proc.Holder): "vllm-server(70G)". A holder whose
 // share of a shared GPU is idle (idleShares) says so: "alice(29G idle)".
 func gpuUsers(g *cluster.GPU, idleShare []string) (holders, idle string) {
-	type use struct {
-		name  string
-		mib   float64
-		known bool
-	}
-	var hold, job []*use
-	find := func(list *[]*use, name string) *use {
-		for _, u := range *list {
-			if u.name == name {
-				return u
-			}
-		}
-		u := &use{name: name}
-		*list = append(*list, u)
-		return u
-	}
+	var holdBuf, jobBuf [4]holderMem // most GPUs have a holder or two
+	hold, job := holdBuf[:0], jobBuf[:0]
 	for _, p := range g.Procs {
-		var u *use
 		switch {
 		case p.Preemptible:
-			u = find(&job, p.Holder())
+			job = addUse(job, p)
 		case p.Ignored:
-			continue
 		default:
-			u = find(&hold, p.Holder()) // root in a container: the container, as on the page
-		}
-		if p.MemMiB.Valid {
-			u.mib += p.MemMiB.Value
-			u.known = true
+			hold = addUse(hold, p) // root in a container: the container, as on the page
 		}
 	}
-	text := func(list []*use) string {
-		sort.SliceStable(list, func(i, j int) bool { return list[i].mib > list[j].mib })
-		var parts []string
-		for i, u := range list {
-			if i == gpuUsersMax && len(list) > gpuUsersMax+1 {
-				parts = append(parts, fmt.Sprintf("+%d more", len(list)-i))
-				break
-			}
-			s := clean(userName(u.name), userNameMax)
-			switch {
-			case u.known && slices.Contains(idleShare, u.name):
-				s += "(" + memG(u.mib) + " idle)"
-			case u.known:
-				s += "(" + memG(u.mib) + ")"
-			case slices.Contains(idleShare, u.name):
-				s += "(idle)"
-			}
-			parts = append(parts, s)
-		}
-		return strings.Join(parts, " ")
+	return usesText(hold, idleShare), usesText(job, idleShare)
+}
+
+// holderMem is one holder's memory on a GPU.
+type holderMem struct {
+	name  string
+	mib   float64
+	known bool
+}
+
+// addUse adds p's memory to its holder's in list.
+func addUse(list []holderMem, p *cluster.Proc) []holderMem {
+	name := p.Holder()
+	i := slices.IndexFunc(list, func(u holderMem) bool { return u.name == name })
+	if i < 0 {
+		list = append(list, holderMem{name: name})
+		i = len(list) - 1
 	}
-	return text(hold), text(job)
+	if p.MemMiB.Valid {
+		list[i].mib += p.MemMiB.Value
+		list[i].known = true
+	}
+	return list
+}
+
+// usesText is "alice(62G) bob(3G)": the holders, the most memory first,
+// gpuUsersMax of them named.
+func usesText(list []holderMem, idleShare []string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(list, func(a, b holderMem) int { return cmp.Compare(b.mib, a.mib) })
+	var b strings.Builder
+	for i, u := range list {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if i == gpuUsersMax && len(list) > gpuUsersMax+1 {
+			b.WriteString("+" + strconv.Itoa(len(list)-i) + " more")
+			break
+		}
+		b.WriteString(clean(userName(u.name), userNameMax))
+		idle := slices.Contains(idleShare, u.name)
+		switch {
+		case u.known:
+			b.WriteByte('(')
+			b.WriteString(memNumber(u.mib))
+			b.WriteByte('G')
+			if idle {
+				b.WriteString(" idle")
+			}
+			b.WriteByte(')')
+		case idle:
+			b.WriteString("(idle)")
+		}
+	}
+	return b.String()
 }
 
 // memG is an amount for a user: "62G", "3G", "2.5G", "0.4G".
-func memG(mib float64) string {
+func memG(mib float64) string { return memNumber(mib) + "G" }
+
+// memNumber is memG without its unit.
+func memNumber(mib float64) string {
 	g := mib / 1024
 	if g < 9.95 {
-		return strings.TrimSuffix(strconv.FormatFloat(g, 'f', 1, 64), ".0") + "G"
+		return strings.TrimSuffix(strconv.FormatFloat(g, 'f', 1, 64), ".0")
 	}
-	return clip(strconv.FormatFloat(g, 'f', 0, 64), numberMax) + "G"
+	return clip(wholeText(math.RoundToEven(g)), numberMax)
 }
 
 // memPair is used and total in GiB, both with a decimal when the total is
@@ -516,6 +553,9 @@ func memPair(used float64, usedOK bool, total float64, totalOK bool) (string, st
 		if !ok {
 			return "?"
 		}
+		if prec == 0 {
+			return clip(wholeText(math.RoundToEven(v/1024)), numberMax)
+		}
 		return clip(strconv.FormatFloat(v/1024, 'f', prec, 64), numberMax)
 	}
 	return f(used, usedOK), f(total, totalOK)
@@ -526,8 +566,32 @@ func reading(v float64, ok bool) string {
 	if !ok || math.IsNaN(v) {
 		return "?"
 	}
-	return clip(strconv.FormatFloat(math.Round(v), 'f', 0, 64), numberMax)
+	return clip(wholeText(math.Round(v)), numberMax)
 }
+
+// wholeText is strconv.FormatFloat(r, 'f', 0, 64) of a whole r, the small
+// ones (readings, GiB) from a table: 8,000 GPUs have four numbers each.
+func wholeText(r float64) string {
+	if r >= 0 && r < float64(len(smallWholes)) && !math.Signbit(r) {
+		return smallWholes[int(r)]
+	}
+	return strconv.FormatFloat(r, 'f', 0, 64)
+}
+
+var smallWholes = func() (t [1000]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// gpuIDs are the lines' "[0]" to "[63]".
+var gpuIDs = func() (t [64]string) {
+	for i := range t {
+		t[i] = "[" + strconv.Itoa(i) + "]"
+	}
+	return t
+}()
 
 // writeTextSummary writes the lines above the hosts: the counts per model,
 // the data's age, the stale warning, the page's warnings and the users. A
@@ -656,10 +720,24 @@ func writeSegs(b *bufio.Writer, line []seg, color bool) {
 // terminals, as a raw byte too), invalid UTF-8 and other runes that are not
 // printable (bidi overrides, zero-width ones). Each run of them is a space.
 func oneLine(s string) string {
+	if printableASCII(s) {
+		return s // the common case, without a copy
+	}
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
 		// a byte that is not UTF-8 decodes as RuneError
 		return r == utf8.RuneError || !unicode.IsPrint(r)
 	}), " ")
+}
+
+// printableASCII reports whether s is all printable ASCII, which oneLine
+// keeps as it is.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // clean is s from a host made safe for a terminal (oneLine) and cut to n
@@ -702,13 +780,44 @@ func cutWidth(s string, n int) string {
 func pad(s string, n int) string  { return s + strings.Repeat(" ", max(0, n-strWidth(s))) }
 func lpad(s string, n int) string { return strings.Repeat(" ", max(0, n-strWidth(s))) + s }
 
+// padTo writes s filled with spaces to n columns; lpadTo puts them before it.
+func padTo(b *strings.Builder, s string, n int) {
+	b.WriteString(s)
+	spaces(b, n-strWidth(s))
+}
+
+func lpadTo(b *strings.Builder, s string, n int) {
+	spaces(b, n-strWidth(s))
+	b.WriteString(s)
+}
+
+// spaces writes n spaces (none if n < 1).
+func spaces(b *strings.Builder, n int) {
+	for ; n > 0; n-- {
+		b.WriteByte(' ')
+	}
+}
+
 // strWidth is the columns s takes on a terminal.
 func strWidth(s string) int {
+	if isASCII(s) {
+		return len(s)
+	}
 	w := 0
 	for _, r := range s {
 		w += runeWidth(r)
 	}
 	return w
+}
+
+// isASCII reports whether s is all ASCII: a column a byte.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // runeWidth is the columns r takes on a terminal: 2 for east Asian wide and
