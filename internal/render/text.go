@@ -50,6 +50,19 @@ type textOptions struct {
 	Color bool // ANSI colours; the words say the same without them
 	Free  bool // only free GPUs, and the hosts that have some (-free)
 	Width int  // columns a line may take; 0 is no limit
+	// Dated: the summary gives the data's time rather than its age, for
+	// a file read long after it was written (index.txt)
+	Dated bool
+}
+
+// textFileWidth is index.txt's width: it fits a terminal of 100 columns
+// that curl prints it to, and a browser's window.
+const textFileWidth = 100
+
+// writeIndexText writes index.txt: -text's table, plain, textFileWidth
+// wide, dated.
+func writeIndexText(w io.Writer, r *Report) error {
+	return writeTextWith(w, r, textOptions{Width: textFileWidth, Dated: true})
 }
 
 // writeText writes the cluster for a terminal at no width limit: see writeTextWith.
@@ -331,6 +344,11 @@ func hostFields(h *cluster.Host, vendors bool) []string {
 // With vendors, each model's vendor comes first: where a lab has both, a
 // CUDA user looks for "NVIDIA", whatever the models are called.
 func hostModels(h *cluster.Host, vendors bool) string {
+	return modelsOf(h, h.GPUs, vendors)
+}
+
+// modelsOf is hostModels of some of h's GPUs.
+func modelsOf(h *cluster.Host, gpus []*cluster.GPU, vendors bool) string {
 	common := ""
 	for _, g := range h.GPUs {
 		if g.Name == h.ModelName && h.ModelName != "" {
@@ -340,7 +358,7 @@ func hostModels(h *cluster.Host, vendors bool) string {
 	}
 	var names []string
 	count := map[string]int{}
-	for _, g := range h.GPUs {
+	for _, g := range gpus {
 		name := g.Short
 		if g.Name == "" {
 			name = common
@@ -613,20 +631,19 @@ func writeTextSummary(b *bufio.Writer, r *Report, o textOptions) {
 		items = append(items, fmt.Sprintf("%d host%s down", c.Down, plural(c.Down)))
 	}
 	age := r.age()
-	if age >= 0 {
+	switch {
+	case o.Dated && !r.Cluster.DataTime.IsZero():
+		items = append(items, "data from "+timeText(r.Cluster.DataTime, r.Loc))
+	case age >= 0:
 		items = append(items, "data "+ageText(age)+" old")
-	} else {
+	default:
 		items = append(items, "data time unknown")
 	}
 	for _, line := range wrapItems(items, o.Width) {
 		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
 	}
 	if r.stale() {
-		line := "STALE: " + r.unknownAgeText()
-		if age >= 0 {
-			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
-		}
-		writeSegs(b, fitSegs([]seg{{line, "\x1b[1;31m"}}, o.Width), o.Color)
+		writeSegs(b, fitSegs([]seg{{"STALE: " + staleText(r), "\x1b[1;31m"}}, o.Width), o.Color)
 	}
 	for _, wmsg := range r.Warnings {
 		writeSegs(b, fitSegs([]seg{{text: "warning: " + oneLine(wmsg)}}, o.Width), false)
@@ -646,6 +663,14 @@ func writeTextSummary(b *bufio.Writer, r *Report, o textOptions) {
 	for _, line := range wrapItems(items, o.Width) {
 		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
 	}
+}
+
+// staleText says why the data is stale.
+func staleText(r *Report) string {
+	if age := r.age(); age >= 0 {
+		return fmt.Sprintf("the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
+	}
+	return r.unknownAgeText()
 }
 
 // wrapItems joins items with " · " into lines of at most width columns (0:
