@@ -42,25 +42,26 @@ var freeHeader = freeLine{[5]string{"# host", "free", "gpus", "free_gib", "degra
 // writeFreeText writes free.txt of r.
 func writeFreeText(w io.Writer, r *Report) error {
 	b := bufio.NewWriter(w)
-	lines, hosts := freeLines(r)
+	lines, hosts := freeLines(r) // the header first
 	b.WriteString(freeSummary(r, hosts))
 	b.WriteByte('\n')
 	if r.stale() {
 		b.WriteString("# STALE: " + staleText(r) + "\n")
 	}
-	if len(lines) == 0 {
+	if hosts == 0 {
 		b.WriteString("# no GPU is free\n")
 		return b.Flush()
 	}
-	writeFreeTable(b, append([]freeLine{freeHeader}, lines...))
+	writeFreeTable(b, lines)
 	return b.Flush()
 }
 
-// freeLines are the lines of the hosts with a free GPU, those with a
-// healthy one first (freeFirst), and how many hosts have one.
+// freeLines are the header and the lines of the hosts with a free GPU,
+// those with a healthy one first (freeFirst), and how many hosts have one.
 func freeLines(r *Report) ([]freeLine, int) {
 	vendors := len(r.Cluster.Vendors) > 1
-	var lines []freeLine
+	lines := make([]freeLine, 1, 1+len(r.Cluster.Hosts))
+	lines[0] = freeHeader
 	for _, h := range freeFirst(r.Cluster.Hosts) {
 		if !h.Up() || h.Count[cluster.Free] == 0 {
 			continue
@@ -73,23 +74,30 @@ func freeLines(r *Report) ([]freeLine, int) {
 		}
 		lines = append(lines, freeLineOf(h, free, vendors))
 	}
-	return lines, len(lines)
+	return lines, len(lines) - 1
 }
 
 // freeLineOf is h's line, of its free GPUs.
 func freeLineOf(h *cluster.Host, free []*cluster.GPU, vendors bool) freeLine {
-	var gpus, mem, degraded []string
-	for _, g := range free {
+	var gpuBuf, memBuf [64]byte // a host's lists, most often short
+	gpus, mem, degraded := gpuBuf[:0], memBuf[:0], []byte(nil)
+	for i, g := range free {
+		if i > 0 {
+			gpus, mem = append(gpus, ','), append(mem, ',')
+		}
 		id := token(g.ID(), 48)
-		gpus = append(gpus, id)
-		mem = append(mem, freeGiB(g))
+		gpus = append(gpus, id...)
+		mem = append(mem, freeGiB(g)...)
 		if g.Health.State == health.Degraded {
-			degraded = append(degraded, id)
+			if len(degraded) > 0 {
+				degraded = append(degraded, ',')
+			}
+			degraded = append(degraded, id...)
 		}
 	}
 	return freeLine{
 		cells: [...]string{token(h.Display, hostNameMax), strconv.Itoa(len(free)),
-			strings.Join(gpus, ","), strings.Join(mem, ","), cmp.Or(strings.Join(degraded, ","), "-")},
+			string(gpus), string(mem), cmp.Or(string(degraded), "-")},
 		models: cmp.Or(modelsOf(h, free, vendors), "-"),
 	}
 }
@@ -136,6 +144,9 @@ func freeGiB(g *cluster.GPU) string {
 	if math.IsNaN(free) || math.IsInf(free, 0) {
 		return "?"
 	}
+	if g := free / 1024; g >= 9.95 {
+		return clip(wholeText(math.RoundToEven(g)), numberMax) // gib's, without a new string
+	}
 	return clip(gib(free), numberMax)
 }
 
@@ -143,10 +154,14 @@ func freeGiB(g *cluster.GPU) string {
 // (clean), cut to n columns, its blanks and commas (which separate a
 // cell's items) turned to _.
 func token(s string, n int) string {
+	s = clean(s, n)
+	if !strings.ContainsAny(s, " ,") {
+		return s
+	}
 	return strings.Map(func(r rune) rune {
 		if r == ' ' || r == ',' {
 			return '_'
 		}
 		return r
-	}, clean(s, n))
+	}, s)
 }

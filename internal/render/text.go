@@ -78,7 +78,7 @@ func writeText(w io.Writer, r *Report, color bool) error {
 func writeTextWith(w io.Writer, r *Report, o textOptions) error {
 	b := bufio.NewWriter(w)
 	writeTextSummary(b, r, o)
-	newTextTable(r, o).each(func(line []seg) { writeSegs(b, fitSegs(line, o.Width), o.Color) })
+	newTextTable(r, o).write(b)
 	if !o.Free {
 		for _, line := range healthList(r.Cluster) {
 			writeSegs(b, fitSegs(line, o.Width), o.Color)
@@ -124,11 +124,22 @@ type seg struct{ text, color string }
 // gpuLine is one GPU's line before its columns are padded; a reading is
 // "?" when not known, and the readings are all "" for a failed GPU.
 type gpuLine struct {
-	id, name                string
-	temp, util, used, total string
-	main                    seg    // who holds it, in its state's colour
-	notes                   string // " · " and the notes, or ""
+	cells  [gpuCells]string // idCell, nameCell, ...
+	widths [gpuCells]uint8  // each cell's columns, measured once: cells are short
+	main   seg              // who holds it, in its state's colour
+	notes  string           // " · " and the notes, or ""
 }
+
+// A GPU line's cells, before its users.
+const (
+	idCell    = iota // "[0]"
+	nameCell         // "H100"
+	tempCell         // "45", without "°C"
+	utilCell         // "98", without "%"
+	usedCell         // "62"
+	totalCell        // "80", without " GB"
+	gpuCells
+)
 
 // hostLines is one host: its header (or down line), notes and GPUs.
 type hostLines struct {
@@ -143,7 +154,8 @@ type hostLines struct {
 type textTable struct {
 	o                                       textOptions
 	hosts                                   []hostLines
-	host, id, name, temp, util, used, total int // widest of each column
+	host  int           // the widest host name
+	cells [gpuCells]int // the widest of each GPU cell
 }
 
 func newTextTable(r *Report, o textOptions) *textTable {
@@ -193,15 +205,24 @@ func freeFirst(hosts []*cluster.Host) []*cluster.Host {
 			return g.State == cluster.Free && g.Health.State == health.OK
 		})
 	}
-	out := slices.Clone(hosts)
-	slices.SortStableFunc(out, func(a, b *cluster.Host) int {
-		return cmpBool(healthyFree(b), healthyFree(a))
-	})
-	return out
+	out := make([]*cluster.Host, 0, len(hosts))
+	var rest []*cluster.Host
+	for _, h := range hosts {
+		if healthyFree(h) {
+			out = append(out, h)
+		} else {
+			rest = append(rest, h)
+		}
+	}
+	return append(out, rest...)
 }
 
-// healthyFirst is a host's GPUs with the degraded ones last.
+// healthyFirst is a host's GPUs with the degraded ones last (gpus itself
+// when none is: the caller must not change it).
 func healthyFirst(gpus []*cluster.GPU) []*cluster.GPU {
+	if !slices.ContainsFunc(gpus, func(g *cluster.GPU) bool { return g.Health.State == health.Degraded }) {
+		return gpus
+	}
 	out := slices.Clone(gpus)
 	slices.SortStableFunc(out, func(a, b *cluster.GPU) int {
 		return cmpBool(a.Health.State == health.Degraded, b.Health.State == health.Degraded)
@@ -224,18 +245,15 @@ func (t *textTable) add(hl hostLines) {
 	t.hosts = append(t.hosts, hl)
 	t.host = max(t.host, strWidth(hl.name))
 	for _, g := range hl.gpus {
-		t.id = max(t.id, strWidth(g.id))
-		t.name = max(t.name, strWidth(g.name))
-		t.temp = max(t.temp, strWidth(g.temp))
-		t.util = max(t.util, strWidth(g.util))
-		t.used = max(t.used, strWidth(g.used))
-		t.total = max(t.total, strWidth(g.total))
+		for i, w := range g.widths {
+			t.cells[i] = max(t.cells[i], int(w))
+		}
 	}
 }
 
-// each hands the hosts' lines to write, not yet fitted to the width; a
-// line is only good until write returns.
-func (t *textTable) each(write func([]seg)) {
+// write writes the hosts' lines, each fitted to the width.
+func (t *textTable) write(b *bufio.Writer) {
+	write := func(line []seg) { writeSegs(b, fitSegs(line, t.o.Width), t.o.Color) }
 	if len(t.hosts) == 0 && t.o.Free {
 		write([]seg{{text: "no free GPU"}})
 		return
@@ -243,12 +261,13 @@ func (t *textTable) each(write func([]seg)) {
 	// Who holds a GPU matters more than its name, which the host's header
 	// says: the name column goes when it would leave the users too little
 	// room (80 columns, with H100 80GB HBM3).
-	showName := t.name > 0
+	showName := t.cells[nameCell] > 0
 	if w := t.o.Width; w > 0 && showName && w-t.prefixWidth(true) < tailMin {
 		showName = false
 	}
 	line := make([]seg, 0, 8) // reused: 8,000 GPUs make as many lines
 	var prefix strings.Builder
+	prefixWidth := t.prefixWidth(showName)
 	for _, h := range t.hosts {
 		name := pad(h.name, t.host)
 		if h.down != nil {
@@ -261,13 +280,18 @@ func (t *textTable) each(write func([]seg)) {
 		}
 		for i := range h.gpus {
 			g := &h.gpus[i]
+			tail := append(line[:0], g.main)
+			if g.notes != "" {
+				tail = append(tail, seg{text: g.notes})
+			}
+			if t.fits(prefixWidth, tail) { // most lines: no need to cut
+				t.prefix(b, g, showName)
+				writeSegs(b, tail, t.o.Color)
+				continue
+			}
 			prefix.Reset()
 			t.prefix(&prefix, g, showName)
-			line = append(line[:0], seg{text: prefix.String()}, g.main)
-			if g.notes != "" {
-				line = append(line, seg{text: g.notes})
-			}
-			write(line)
+			write(append([]seg{{text: prefix.String()}}, tail...))
 		}
 	}
 }
@@ -283,37 +307,70 @@ func (t *textTable) header(name string, fields []string) string {
 	}
 }
 
+// fits reports whether a GPU line of tail after a prefix of prefixWidth
+// columns needs no cut, and ends with its own words: such a line is
+// written as it is, its prefix straight to the output.
+func (t *textTable) fits(prefixWidth int, tail []seg) bool {
+	if strings.TrimRight(tail[len(tail)-1].text, " ") == "" {
+		return false // writeSegs would trim the prefix's blanks
+	}
+	if t.o.Width <= 0 {
+		return true
+	}
+	w := prefixWidth
+	for _, s := range tail {
+		w += strWidth(s.text)
+	}
+	return w <= t.o.Width
+}
+
+// textWriter is where a GPU line's prefix goes: the output, or a string
+// to cut.
+type textWriter interface {
+	io.StringWriter
+	io.ByteWriter
+}
+
 // prefix writes a GPU line up to its users: "[0] H100 | 45°C  98% | 62/80 GB | ",
 // or without the name "[0] 45°C  98% | 62/80 GB | ".
-func (t *textTable) prefix(b *strings.Builder, g *gpuLine, showName bool) {
-	b.Grow(t.prefixWidth(showName) + 8) // "°" takes 2 bytes
-	padTo(b, g.id, t.id)
+func (t *textTable) prefix(b textWriter, g *gpuLine, showName bool) {
+	cell := func(i int, left bool) {
+		if !left {
+			spaces(b, t.cells[i]-int(g.widths[i]))
+		}
+		b.WriteString(g.cells[i])
+		if left {
+			spaces(b, t.cells[i]-int(g.widths[i]))
+		}
+	}
+	cell(idCell, true)
 	b.WriteByte(' ')
 	if showName {
-		padTo(b, g.name, t.name)
+		cell(nameCell, true)
 		b.WriteString(" | ")
 	}
 	deg, pct, slash, unit := "°C ", "% | ", "/", " GB"
-	if g.temp == "" { // a failed GPU: blanks keep the columns
+	if g.cells[tempCell] == "" { // a failed GPU: blanks keep the columns
 		deg, pct, slash, unit = "   ", "  | ", " ", "   "
 	}
-	lpadTo(b, g.temp, t.temp)
+	cell(tempCell, false)
 	b.WriteString(deg)
-	lpadTo(b, g.util, t.util)
+	cell(utilCell, false)
 	b.WriteString(pct)
-	lpadTo(b, g.used, t.used)
+	cell(usedCell, false)
 	b.WriteString(slash)
-	b.WriteString(g.total)
+	b.WriteString(g.cells[totalCell])
 	b.WriteString(unit)
-	spaces(b, t.total-strWidth(g.total))
+	spaces(b, t.cells[totalCell]-int(g.widths[totalCell]))
 	b.WriteString(" | ")
 }
 
 // prefixWidth is the width of every GPU line's prefix.
 func (t *textTable) prefixWidth(showName bool) int {
-	w := t.id + 1 + t.temp + 2 + 1 + t.util + 1 + 3 + t.used + 1 + t.total + 3 + 3
+	c := t.cells
+	w := c[idCell] + 1 + c[tempCell] + 2 + 1 + c[utilCell] + 1 + 3 + c[usedCell] + 1 + c[totalCell] + 3 + 3
 	if showName {
-		w += t.name + 3
+		w += c[nameCell] + 3
 	}
 	return w
 }
@@ -356,8 +413,7 @@ func modelsOf(h *cluster.Host, gpus []*cluster.GPU, vendors bool) string {
 			break
 		}
 	}
-	var names []string
-	count := map[string]int{}
+	var counts modelCounts
 	for _, g := range gpus {
 		name := g.Short
 		if g.Name == "" {
@@ -369,20 +425,56 @@ func modelsOf(h *cluster.Host, gpus []*cluster.GPU, vendors bool) string {
 		if vendors {
 			name = vendorName(g.Vendor) + " " + name
 		}
-		if count[name] == 0 {
-			names = append(names, name)
-		}
-		count[name]++
+		counts.add(name)
 	}
-	var parts []string
-	for i, n := range names {
-		if i == modelsShown && len(names) > modelsShown+1 {
-			parts = append(parts, fmt.Sprintf("%d more", len(names)-i))
+	var b strings.Builder
+	for i, m := range counts.list {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		if i == modelsShown && len(counts.list) > modelsShown+1 {
+			b.WriteString(strconv.Itoa(len(counts.list)-i) + " more")
 			break
 		}
-		parts = append(parts, clean(n, gpuNameMax)+" x"+strconv.Itoa(count[n]))
+		b.WriteString(clean(m.name, gpuNameMax))
+		b.WriteString(" x")
+		b.WriteString(strconv.Itoa(m.n))
 	}
-	return strings.Join(parts, " + ")
+	return b.String()
+}
+
+// modelCounts counts GPUs by model, in the order the models come. Most
+// hosts have one model: a map is made only past a few, for a host that
+// names every GPU apart.
+type modelCounts struct {
+	list  []modelCount
+	index map[string]int // into list; nil while it is short
+}
+
+type modelCount struct {
+	name string
+	n    int
+}
+
+func (c *modelCounts) add(name string) {
+	i, ok := c.index[name]
+	if c.index == nil {
+		i = slices.IndexFunc(c.list, func(m modelCount) bool { return m.name == name })
+		ok = i >= 0
+	}
+	if !ok {
+		c.list = append(c.list, modelCount{name: name})
+		i = len(c.list) - 1
+		if c.index != nil {
+			c.index[name] = i
+		} else if len(c.list) > 8 {
+			c.index = make(map[string]int, 2*len(c.list))
+			for j, m := range c.list {
+				c.index[m.name] = j
+			}
+		}
+	}
+	c.list[i].n++
 }
 
 // downSegs is a down host's line after its name: "down (timeout): no
@@ -400,16 +492,21 @@ func downSegs(h *cluster.Host, r *Report) []seg {
 }
 
 func newGPULine(g *cluster.GPU, r *Report) gpuLine {
-	l := gpuLine{id: "[?]", name: clean(g.Short, gpuNameMax)}
+	var l gpuLine
+	c := &l.cells
+	c[idCell], c[nameCell] = "[?]", clean(g.Short, gpuNameMax)
 	switch {
 	case g.HasIndex && g.Index >= 0 && g.Index < len(gpuIDs):
-		l.id = gpuIDs[g.Index]
+		c[idCell] = gpuIDs[g.Index]
 	case g.HasIndex:
-		l.id = "[" + strconv.Itoa(g.Index) + "]"
+		c[idCell] = "[" + strconv.Itoa(g.Index) + "]"
 	}
 	if g.State != cluster.Failed {
-		l.temp, l.util = reading(g.Temp.Value, g.Temp.Valid), reading(g.Util.Value, g.Util.Valid)
-		l.used, l.total = memPair(g.MemUsed.Value, g.MemUsed.Valid, g.MemTotal.Value, g.MemTotal.Valid)
+		c[tempCell], c[utilCell] = reading(g.Temp.Value, g.Temp.Valid), reading(g.Util.Value, g.Util.Valid)
+		c[usedCell], c[totalCell] = memPair(g.MemUsed.Value, g.MemUsed.Valid, g.MemTotal.Value, g.MemTotal.Valid)
+	}
+	for i, s := range c {
+		l.widths[i] = uint8(min(strWidth(s), math.MaxUint8)) // cut to fewer by clean and clip
 	}
 	l.main, l.notes = gpuTail(g, r)
 	return l
@@ -805,19 +902,8 @@ func cutWidth(s string, n int) string {
 func pad(s string, n int) string  { return s + strings.Repeat(" ", max(0, n-strWidth(s))) }
 func lpad(s string, n int) string { return strings.Repeat(" ", max(0, n-strWidth(s))) + s }
 
-// padTo writes s filled with spaces to n columns; lpadTo puts them before it.
-func padTo(b *strings.Builder, s string, n int) {
-	b.WriteString(s)
-	spaces(b, n-strWidth(s))
-}
-
-func lpadTo(b *strings.Builder, s string, n int) {
-	spaces(b, n-strWidth(s))
-	b.WriteString(s)
-}
-
 // spaces writes n spaces (none if n < 1).
-func spaces(b *strings.Builder, n int) {
+func spaces(b textWriter, n int) {
 	for ; n > 0; n-- {
 		b.WriteByte(' ')
 	}
@@ -825,24 +911,27 @@ func spaces(b *strings.Builder, n int) {
 
 // strWidth is the columns s takes on a terminal.
 func strWidth(s string) int {
-	if isASCII(s) {
-		return len(s)
+	w := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < utf8.RuneSelf:
+			w++
+		case c >= 0xcc: // a rune from U+0300 on: it may take 0 or 2 columns
+			return w + runesWidth(s[i:])
+		case c >= 0xc0: // the first byte of a rune under U+0300 ("°", "·"): one column
+			w++
+		} // else a rune's later byte, counted with its first
 	}
+	return w
+}
+
+// runesWidth is strWidth rune by rune.
+func runesWidth(s string) int {
 	w := 0
 	for _, r := range s {
 		w += runeWidth(r)
 	}
 	return w
-}
-
-// isASCII reports whether s is all ASCII: a column a byte.
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // runeWidth is the columns r takes on a terminal: 2 for east Asian wide and

@@ -287,3 +287,23 @@ func TestTextTwinWhere(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkTextTwin: index.txt and free.txt of 1,000 hosts × 8 GPUs, each
+// alone, with its size and CPU time.
+func BenchmarkTextTwin(b *testing.B) {
+	rep := testReport(b, fleetRows(1000, 8), "")
+	for _, f := range textFiles {
+		b.Run(f.name, func(b *testing.B) {
+			var buf bytes.Buffer
+			cpu := cpuTime(b)
+			for b.Loop() {
+				buf.Reset()
+				if err := f.write(&buf, rep); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, cpu)
+			b.ReportMetric(float64(buf.Len()), "bytes")
+		})
+	}
+}
