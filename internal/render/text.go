@@ -152,8 +152,8 @@ type hostLines struct {
 
 // textTable is the hosts' part of the output, with its column widths.
 type textTable struct {
-	o                                       textOptions
-	hosts                                   []hostLines
+	o     textOptions
+	hosts []hostLines
 	host  int           // the widest host name
 	cells [gpuCells]int // the widest of each GPU cell
 }
