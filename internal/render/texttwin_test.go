@@ -67,20 +67,33 @@ func TestTextTwinGolden(t *testing.T) {
 // (gpu01's 2) or one held (ws01's 1) is not free; one running the
 // idle-time job is (gpu01's 3, its free memory less the job's).
 func TestFreeTextColumns(t *testing.T) {
+	// a host whose degraded GPU comes first, and one with a healthy GPU
+	// after a host with only a degraded one
+	gpu := func(host string, i int64, pending bool) loaddata.Row {
+		return loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: hoststatus.OK, GPUIndex: loaddata.IntOf(i),
+			GPUName: "NVIDIA A100-SXM4-40GB", MemUsedMiB: loaddata.Num(1000), MemTotalMiB: loaddata.Num(40960),
+			RemappedRowsPending: loaddata.TriOf(pending), RemappedRowsFailure: loaddata.TriOf(false)}
+	}
+	degradedFirst := []loaddata.Row{gpu("a", 0, true), gpu("b", 0, true), gpu("b", 1, false), gpu("b", 2, true)}
 	tests := []struct {
 		fixture string
-		want    [][]string // each host line's fields: host, free, gpus, free_gib, degraded, models
+		rows    []loaddata.Row // else the fixture's
+		want    [][]string     // each host line's fields: host, free, gpus, free_gib, degraded, models
 	}{
-		{"load_data", [][]string{
+		{"degraded first", degradedFirst, [][]string{
+			{"b", "3", "1,0,2", "39,39,39", "0,2", "A100-SXM4-40GB x3"},
+			{"a", "1", "0", "39", "0", "A100-SXM4-40GB x1"},
+		}},
+		{"load_data", nil, [][]string{
 			{"gpu01", "2", "0,3", "80,50", "-", "H100 80GB HBM3 x2"},
 			{"ws01", "1", "0", "7.6", "-", "2080S x1"},
 		}},
-		{"health", [][]string{
+		{"health", nil, [][]string{
 			{"h100a", "2", "0,1", "80,80", "1", "H100 80GB HBM3 x2"},
 			{"h100b", "2", "0,1", "80,80", "1", "H100 80GB HBM3 x2"},
 			{"ws02", "1", "0", "7.6", "-", "2080S x1"},
 		}},
-		{"vendors", [][]string{
+		{"vendors", nil, [][]string{
 			{"h100a", "1", "1", "80", "-", "NVIDIA H100 80GB HBM3 x1"},
 			{"mi300a", "2", "2,3", "192,192", "3", "AMD MI300X x2"},
 			{"ws04", "1", "0", "12", "-", "AMD RX 6700/6700 XT/675… x1"},
@@ -93,9 +106,13 @@ func TestFreeTextColumns(t *testing.T) {
 			if tt.fixture == "load_data" {
 				resv = "testdata/reservations.json"
 			}
-			out := writeTwin(t, "free.txt", testReport(t, readRows(t, "testdata/"+tt.fixture+".csv"), resv))
+			rows := tt.rows
+			if rows == nil {
+				rows = readRows(t, "testdata/"+tt.fixture+".csv")
+			}
+			out := writeTwin(t, "free.txt", testReport(t, rows, resv))
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-			if !strings.HasPrefix(lines[0], "# data 2026-11-23T14:05:") {
+			if !strings.HasPrefix(lines[0], "# data 2026-11-23T14:05:") || len(lines) < 3 {
 				t.Errorf("first line %q, want the data's time", lines[0])
 			}
 			if diff := cmp.Diff([]string{"#", "host", "free", "gpus", "free_gib", "degraded", "models"}, strings.Fields(lines[1])); diff != "" {
