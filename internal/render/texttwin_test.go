@@ -67,20 +67,12 @@ func TestTextTwinGolden(t *testing.T) {
 // (gpu01's 2) or one held (ws01's 1) is not free; one running the
 // idle-time job is (gpu01's 3, its free memory less the job's).
 func TestFreeTextColumns(t *testing.T) {
-	// a host whose degraded GPU comes first, and one with a healthy GPU
-	// after a host with only a degraded one
-	gpu := func(host string, i int64, pending bool) loaddata.Row {
-		return loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: hoststatus.OK, GPUIndex: loaddata.IntOf(i),
-			GPUName: "NVIDIA A100-SXM4-40GB", MemUsedMiB: loaddata.Num(1000), MemTotalMiB: loaddata.Num(40960),
-			RemappedRowsPending: loaddata.TriOf(pending), RemappedRowsFailure: loaddata.TriOf(false)}
-	}
-	degradedFirst := []loaddata.Row{gpu("a", 0, true), gpu("b", 0, true), gpu("b", 1, false), gpu("b", 2, true)}
 	tests := []struct {
 		fixture string
 		rows    []loaddata.Row // else the fixture's
 		want    [][]string     // each host line's fields: host, free, gpus, free_gib, degraded, models
 	}{
-		{"degraded first", degradedFirst, [][]string{
+		{"degraded first", degradedFirst(), [][]string{
 			{"b", "3", "1,0,2", "39,39,39", "0,2", "A100-SXM4-40GB x3"},
 			{"a", "1", "0", "39", "0", "A100-SXM4-40GB x1"},
 		}},
@@ -131,6 +123,17 @@ func TestFreeTextColumns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// degradedFirst is a host whose free GPUs 0 and 2 are degraded (a remap
+// pending) and 1 is not, after a host with only a degraded one.
+func degradedFirst() []loaddata.Row {
+	gpu := func(host string, i int64, pending bool) loaddata.Row {
+		return loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: host, HostStatus: hoststatus.OK, GPUIndex: loaddata.IntOf(i),
+			GPUName: "NVIDIA A100-SXM4-40GB", MemUsedMiB: loaddata.Num(1000), MemTotalMiB: loaddata.Num(40960),
+			RemappedRowsPending: loaddata.TriOf(pending), RemappedRowsFailure: loaddata.TriOf(false)}
+	}
+	return []loaddata.Row{gpu("a", 0, true), gpu("b", 0, true), gpu("b", 1, false), gpu("b", 2, true)}
 }
 
 // The first line gives the time and totals; "no GPU is free" when none
