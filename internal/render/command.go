@@ -1,6 +1,6 @@
 // Package render is the render command: load_data.csv in, a static status
-// page (index.html), status.json and metrics.prom out, or a table on the
-// terminal. See Main.
+// page (index.html), status.json, metrics.prom and their text twin for
+// curl (index.txt, free.txt) out, or a table on the terminal. See Main.
 package render
 
 import (
