@@ -265,8 +265,8 @@ func (t *textTable) write(b *bufio.Writer) {
 	if w := t.o.Width; w > 0 && showName && w-t.prefixWidth(true) < tailMin {
 		showName = false
 	}
-	line := make([]seg, 0, 8) // reused: 8,000 GPUs make as many lines
-	var prefix strings.Builder
+	line := make([]seg, 0, 8) // reused, as prefix is: 8,000 GPUs make as many lines
+	var prefix []byte
 	prefixWidth := t.prefixWidth(showName)
 	for _, h := range t.hosts {
 		name := pad(h.name, t.host)
@@ -284,14 +284,13 @@ func (t *textTable) write(b *bufio.Writer) {
 			if g.notes != "" {
 				tail = append(tail, seg{text: g.notes})
 			}
+			prefix = t.appendPrefix(prefix[:0], g, showName)
 			if t.fits(prefixWidth, tail) { // most lines: no need to cut
-				t.prefix(b, g, showName)
+				b.Write(prefix)
 				writeSegs(b, tail, t.o.Color)
 				continue
 			}
-			prefix.Reset()
-			t.prefix(&prefix, g, showName)
-			write(append([]seg{{text: prefix.String()}}, tail...))
+			write(append([]seg{{text: string(prefix)}}, tail...))
 		}
 	}
 }
@@ -324,45 +323,33 @@ func (t *textTable) fits(prefixWidth int, tail []seg) bool {
 	return w <= t.o.Width
 }
 
-// textWriter is where a GPU line's prefix goes: the output, or a string
-// to cut.
-type textWriter interface {
-	io.StringWriter
-	io.ByteWriter
-}
-
-// prefix writes a GPU line up to its users: "[0] H100 | 45°C  98% | 62/80 GB | ",
-// or without the name "[0] 45°C  98% | 62/80 GB | ".
-func (t *textTable) prefix(b textWriter, g *gpuLine, showName bool) {
-	cell := func(i int, left bool) {
+// appendPrefix appends a GPU line up to its users: "[0] H100 | 45°C  98% |
+// 62/80 GB | ", or without the name "[0] 45°C  98% | 62/80 GB | ".
+func (t *textTable) appendPrefix(b []byte, g *gpuLine, showName bool) []byte {
+	cell := func(b []byte, i int, left bool) []byte {
 		if !left {
-			spaces(b, t.cells[i]-int(g.widths[i]))
+			b = appendSpaces(b, t.cells[i]-int(g.widths[i]))
 		}
-		b.WriteString(g.cells[i])
+		b = append(b, g.cells[i]...)
 		if left {
-			spaces(b, t.cells[i]-int(g.widths[i]))
+			b = appendSpaces(b, t.cells[i]-int(g.widths[i]))
 		}
+		return b
 	}
-	cell(idCell, true)
-	b.WriteByte(' ')
+	b = append(cell(b, idCell, true), ' ')
 	if showName {
-		cell(nameCell, true)
-		b.WriteString(" | ")
+		b = append(cell(b, nameCell, true), " | "...)
 	}
 	deg, pct, slash, unit := "°C ", "% | ", "/", " GB"
 	if g.cells[tempCell] == "" { // a failed GPU: blanks keep the columns
 		deg, pct, slash, unit = "   ", "  | ", " ", "   "
 	}
-	cell(tempCell, false)
-	b.WriteString(deg)
-	cell(utilCell, false)
-	b.WriteString(pct)
-	cell(usedCell, false)
-	b.WriteString(slash)
-	b.WriteString(g.cells[totalCell])
-	b.WriteString(unit)
-	spaces(b, t.cells[totalCell]-int(g.widths[totalCell]))
-	b.WriteString(" | ")
+	b = append(cell(b, tempCell, false), deg...)
+	b = append(cell(b, utilCell, false), pct...)
+	b = append(cell(b, usedCell, false), slash...)
+	b = append(append(b, g.cells[totalCell]...), unit...)
+	b = appendSpaces(b, t.cells[totalCell]-int(g.widths[totalCell]))
+	return append(b, " | "...)
 }
 
 // prefixWidth is the width of every GPU line's prefix.
@@ -902,11 +889,12 @@ func cutWidth(s string, n int) string {
 func pad(s string, n int) string  { return s + strings.Repeat(" ", max(0, n-strWidth(s))) }
 func lpad(s string, n int) string { return strings.Repeat(" ", max(0, n-strWidth(s))) + s }
 
-// spaces writes n spaces (none if n < 1).
-func spaces(b textWriter, n int) {
+// appendSpaces appends n spaces (none if n < 1).
+func appendSpaces(b []byte, n int) []byte {
 	for ; n > 0; n-- {
-		b.WriteByte(' ')
+		b = append(b, ' ')
 	}
+	return b
 }
 
 // strWidth is the columns s takes on a terminal.
