@@ -400,7 +400,8 @@ func modelsOf(h *cluster.Host, gpus []*cluster.GPU, vendors bool) string {
 			break
 		}
 	}
-	var counts modelCounts
+	var first [4]modelCount // most hosts have one model
+	counts := modelCounts{list: first[:0]}
 	for _, g := range gpus {
 		name := g.Short
 		if g.Name == "" {
@@ -415,6 +416,7 @@ func modelsOf(h *cluster.Host, gpus []*cluster.GPU, vendors bool) string {
 		counts.add(name)
 	}
 	var b strings.Builder
+	b.Grow(32 * len(counts.list))
 	for i, m := range counts.list {
 		if i > 0 {
 			b.WriteString(" + ")
@@ -606,6 +608,7 @@ func usesText(list []holderMem, idleShare []string) string {
 	}
 	slices.SortStableFunc(list, func(a, b holderMem) int { return cmp.Compare(b.mib, a.mib) })
 	var b strings.Builder
+	b.Grow(20 * len(list)) // "alice(62G) ": one allocation, not one per write
 	for i, u := range list {
 		if i > 0 {
 			b.WriteByte(' ')
