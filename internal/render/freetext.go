@@ -152,9 +152,13 @@ func freeGiB(g *cluster.GPU) string {
 
 // token is s from a host as one cell of a line split at blanks: made safe
 // (clean), cut to n columns, its blanks and commas (which separate a
-// cell's items) turned to _.
+// cell's items) turned to _; "?" for nothing, which would shift the
+// columns after it.
 func token(s string, n int) string {
 	s = clean(s, n)
+	if s == "" {
+		return "?"
+	}
 	if !strings.ContainsAny(s, " ,") {
 		return s
 	}

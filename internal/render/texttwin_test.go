@@ -203,6 +203,7 @@ func hostileFleet() []loaddata.Row {
 		gpu(huge, 0, huge, "", ""),
 		gpu(huge, 1, huge, huge, huge),
 		gpu("gpu-with-a-very-long-name-that-goes-on-and-on-and-on.cluster.example.org", 0, "NVIDIA H100 80GB HBM3", "", ""),
+		gpu("\x1b\x9b\u202e", 0, "NVIDIA H100 80GB HBM3", "", ""), // nothing left of its name once cleaned
 		{Timestamp: "2026-11-23T14:05:00Z", Host: "down\x1b[1A\n", HostStatus: hoststatus.Error, HostError: "bad\x1b[2K\rline" + huge},
 		{Timestamp: "2026-11-23T14:05:00Z", Host: "lost\x1b[1A", HostStatus: hoststatus.OK, GPUBusID: "0:1\x1b[2J, 2",
 			GPUError: "lost\n[0] H100 | 30°C 0% | 0/80 GB | free\x1b[0m"},
@@ -242,13 +243,16 @@ func TestTextTwinHostile(t *testing.T) {
 			continue
 		}
 		f := strings.Fields(line)
+		if len(f) < 6 {
+			t.Fatalf("line %q has %d fields, want 6 or more", line, len(f))
+		}
 		hosts = append(hosts, f[0])
 		if n := strings.Count(f[2], ",") + 1; n != strings.Count(f[3], ",")+1 || strconv.Itoa(n) != f[1] {
 			t.Errorf("line %q: %s free, %q GPUs and %q free GiB do not agree", line, f[1], f[2], f[3])
 		}
 	}
 	want := []string{"f_[2J_]0;pwned", "lab_box_one", "ホスト" + strings.Repeat("長", hostNameMax/2-4) + "…",
-		strings.Repeat("m", hostNameMax-1) + "…", "long_name_[2J_with_blanks"}
+		strings.Repeat("m", hostNameMax-1) + "…", "long_name_[2J_with_blanks", "?"}
 	if diff := cmp.Diff(want, hosts); diff != "" {
 		t.Errorf("free.txt's hosts (-want +got):\n%s\n%s", diff, free)
 	}
