@@ -269,12 +269,13 @@ func (t *textTable) write(b *bufio.Writer) {
 	var prefix []byte
 	prefixWidth := t.prefixWidth(showName)
 	for _, h := range t.hosts {
-		name := pad(h.name, t.host)
 		if h.down != nil {
-			write(append(append(line[:0], seg{text: name + "  "}), h.down...))
+			write(append(append(line[:0], seg{text: pad(h.name, t.host) + "  "}), h.down...))
 			continue
 		}
-		write(append(line[:0], seg{text: t.header(name, h.fields)}))
+		if !t.writeHeader(b, &h) {
+			write(append(line[:0], seg{text: t.header(pad(h.name, t.host), h.fields)}))
+		}
 		for _, n := range h.notes {
 			write(append(line[:0], seg{text: "  note: " + n}))
 		}
@@ -293,6 +294,31 @@ func (t *textTable) write(b *bufio.Writer) {
 			write(append([]seg{{text: string(prefix)}}, tail...))
 		}
 	}
+}
+
+// writeHeader writes the host's line straight out when it needs no cut,
+// and reports whether it did: else header cuts it.
+func (t *textTable) writeHeader(b *bufio.Writer, h *hostLines) bool {
+	if len(h.fields) == 0 || strings.HasSuffix(h.fields[len(h.fields)-1], " ") {
+		return false // header trims the blanks at the end
+	}
+	w := t.host
+	for _, f := range h.fields {
+		w += 2 + strWidth(f)
+	}
+	if t.o.Width > 0 && w > t.o.Width {
+		return false
+	}
+	b.WriteString(h.name)
+	for n := t.host - strWidth(h.name); n > 0; n-- {
+		b.WriteByte(' ')
+	}
+	for _, f := range h.fields {
+		b.WriteString("  ")
+		b.WriteString(f)
+	}
+	b.WriteByte('\n')
+	return true
 }
 
 // header is the host's line: its fields, the last ones left out while the
@@ -366,21 +392,52 @@ func (t *textTable) prefixWidth(showName bool) int {
 // "cpus 64", "ram 120/512 GB"; each model with its vendor's name in a
 // fleet of several vendors (vendors), "NVIDIA H100 80GB HBM3 x8".
 func hostFields(h *cluster.Host, vendors bool) []string {
-	var f []string
+	f := make([]string, 0, 4)
 	if m := hostModels(h, vendors); m != "" {
 		f = append(f, m)
 	}
+	// the other fields are made in one string, each a part of it: a
+	// thousand hosts have as many headers
+	var buf [64]byte
+	var num [32]byte
+	b, ends := buf[:0], make([]int, 0, 3)
 	if h.Load1.Valid {
-		f = append(f, "load "+clip(strconv.FormatFloat(h.Load1.Value, 'f', 1, 64), numberMax))
+		b = appendNumber(append(b, "load "...), strconv.AppendFloat(num[:0], h.Load1.Value, 'f', 1, 64))
+		ends = append(ends, len(b))
 	}
 	if h.CPUs.Valid {
-		f = append(f, "cpus "+clip(strconv.FormatInt(h.CPUs.Value, 10), numberMax))
+		b = appendNumber(append(b, "cpus "...), strconv.AppendInt(num[:0], h.CPUs.Value, 10))
+		ends = append(ends, len(b))
 	}
 	if h.MemUsed.Valid || h.MemTotal.Valid {
-		used, total := memPair(h.MemUsed.Value, h.MemUsed.Valid, h.MemTotal.Value, h.MemTotal.Valid)
-		f = append(f, "ram "+used+"/"+total+" GB")
+		prec := memPrec(h.MemUsed.Value, h.MemUsed.Valid, h.MemTotal.Value, h.MemTotal.Valid)
+		b = appendGiB(append(b, "ram "...), h.MemUsed.Value, h.MemUsed.Valid, prec)
+		b = append(appendGiB(append(b, '/'), h.MemTotal.Value, h.MemTotal.Valid, prec), " GB"...)
+		ends = append(ends, len(b))
+	}
+	all, start := string(b), 0
+	for _, end := range ends {
+		f = append(f, all[start:end])
+		start = end
 	}
 	return f
+}
+
+// appendNumber appends num, cut to numberMax columns as clip cuts it.
+func appendNumber(b, num []byte) []byte {
+	if len(num) <= numberMax { // ASCII: a column a byte
+		return append(b, num...)
+	}
+	return append(b, clip(string(num), numberMax)...)
+}
+
+// appendGiB appends MiB as memPair's GiB with prec decimals, or "?".
+func appendGiB(b []byte, mib float64, ok bool, prec int) []byte {
+	if !ok {
+		return append(b, '?')
+	}
+	var num [32]byte
+	return appendNumber(b, strconv.AppendFloat(num[:0], mib/1024, 'f', prec, 64))
 }
 
 // hostModels counts the host's GPUs per model: "H100 80GB HBM3 x8", or
@@ -650,10 +707,7 @@ func memNumber(mib float64) string {
 // memPair is used and total in GiB, both with a decimal when the total is
 // under 10 GiB ("0.4", "8.0"), else whole ("62", "80"); "?" when unknown.
 func memPair(used float64, usedOK bool, total float64, totalOK bool) (string, string) {
-	prec := 0
-	if totalOK && total/1024 < 9.95 || !totalOK && used/1024 < 9.95 {
-		prec = 1
-	}
+	prec := memPrec(used, usedOK, total, totalOK)
 	f := func(v float64, ok bool) string {
 		if !ok {
 			return "?"
@@ -664,6 +718,15 @@ func memPair(used float64, usedOK bool, total float64, totalOK bool) (string, st
 		return clip(strconv.FormatFloat(v/1024, 'f', prec, 64), numberMax)
 	}
 	return f(used, usedOK), f(total, totalOK)
+}
+
+// memPrec is memPair's decimals: 1 when the total is under 10 GiB, or the
+// used memory when the total is not known; else 0.
+func memPrec(used float64, usedOK bool, total float64, totalOK bool) int {
+	if totalOK && total/1024 < 9.95 || !totalOK && used/1024 < 9.95 {
+		return 1
+	}
+	return 0
 }
 
 // reading is a whole number, or "?".
