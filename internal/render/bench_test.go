@@ -183,7 +183,8 @@ func benchSummary(hosts, gpus int, now time.Time) *history.Summary {
 }
 
 // BenchmarkRender: 1000 hosts × 8 GPUs. "command" is the whole command on a
-// CSV file (read, classify, write the page, status.json and metrics.prom),
+// CSV file (read, classify, write the page, status.json, metrics.prom,
+// index.txt and free.txt),
 // with the size of each output;
 // "html" is the page alone from classified data; "peak" runs the command
 // once in a child process and reports its peak resident memory.
@@ -391,6 +392,7 @@ func benchCommand(b *testing.B, dir string, args []string) {
 	reportCPU(b, cpu)
 	for _, f := range []struct{ name, unit string }{
 		{"index.html", "page-bytes"}, {"status.json", "json-bytes"}, {"metrics.prom", "prom-bytes"},
+		{"index.txt", "text-bytes"}, {"free.txt", "free-bytes"},
 	} {
 		st, err := os.Stat(filepath.Join(dir, f.name))
 		if err != nil {

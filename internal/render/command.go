@@ -1,6 +1,6 @@
 // Package render is the render command: load_data.csv in, a static status
-// page (index.html), status.json and metrics.prom out, or a table on the
-// terminal. See Main.
+// page (index.html), status.json, metrics.prom and their text twin for
+// curl (index.txt, free.txt) out, or a table on the terminal. See Main.
 package render
 
 import (
@@ -36,16 +36,18 @@ const usage = `usage: render [-c config.ini] [-i load_data.csv] [-o index.html]
        render -version
 
 Reads load_data.csv (fetch's output), records it in the history database
-([history] db) and writes a self-contained status page, status.json and
-metrics.prom beside it, each replaced atomically. A CSV that is missing or
-does not parse leaves every previous file as it was.
+([history] db) and writes a self-contained status page, status.json,
+metrics.prom, index.txt (the -text table) and free.txt (the free GPUs, a
+line per host) beside it, each replaced atomically. A CSV that is missing
+or does not parse leaves every previous file as it was.
 
   -c FILE    config file (default config.ini; if missing, defaults are used)
   -i FILE    input CSV (default: [render] input, else [common] output,
              else load_data.csv)
   -o FILE    output page (default: [render] html, else index.html);
-             status.json and metrics.prom go beside it unless [render]
-             json and prom say otherwise
+             status.json, metrics.prom, index.txt and free.txt go
+             beside it unless [render] json, prom, text and free_text
+             say otherwise
   -text      print a table to stdout instead of writing files (records nothing)
   -free      print only the free GPUs and their hosts (implies -text)
   -color W   colour in the table: auto (only on a terminal), always, never
@@ -374,17 +376,23 @@ func buildReport(cfg *Config, rows Rows, now time.Time, loc *time.Location) (*Re
 }
 
 // paths are the files render writes; "" is one not written.
-type paths struct{ html, json, prom string }
+type paths struct{ html, json, prom, text, freeText string }
 
-// pathsOf says where the files go: status.json and metrics.prom beside the
-// page unless the config names them.
+// pathsOf says where the files go: status.json, metrics.prom, index.txt
+// and free.txt beside the page unless the config names them.
 func pathsOf(cfg *Config) paths {
-	p := paths{html: cfg.HTML, json: cfg.JSON, prom: cfg.Prom}
+	p := paths{html: cfg.HTML, json: cfg.JSON, prom: cfg.Prom, text: cfg.Text, freeText: cfg.FreeText}
 	if !cfg.JSONSet {
 		p.json = filepath.Join(filepath.Dir(cfg.HTML), DefaultJSON)
 	}
 	if !cfg.PromSet {
 		p.prom = filepath.Join(filepath.Dir(cfg.HTML), DefaultProm)
+	}
+	if !cfg.TextSet {
+		p.text = filepath.Join(filepath.Dir(cfg.HTML), DefaultText)
+	}
+	if !cfg.FreeTextSet {
+		p.freeText = filepath.Join(filepath.Dir(cfg.HTML), DefaultFreeText)
 	}
 	return p
 }
@@ -400,9 +408,10 @@ func (rep *Report) linkFiles(p paths) {
 	}
 }
 
-// siteFiles are the files of rep: status.json, metrics.prom and the page
-// with, for a big fleet, its group pages (planPages) in GroupsDir beside
-// it. The plan comes first: its warnings are in every file.
+// siteFiles are the files of rep: status.json, metrics.prom, index.txt,
+// free.txt and the page with, for a big fleet, its group pages
+// (planPages) in GroupsDir beside it. The plan comes first: its warnings
+// are in every file.
 func siteFiles(rep *Report, p paths) []publish.File {
 	rep.linkFiles(p)
 	plan := planPages(rep)
@@ -417,6 +426,8 @@ func siteFiles(rep *Report, p paths) []publish.File {
 	return []publish.File{
 		{Path: p.json, Key: "[render] json", Write: func(w io.Writer) error { return writeJSON(w, rep) }},
 		{Path: p.prom, Key: "[render] prom", Write: func(w io.Writer) error { return writeProm(w, rep) }},
+		{Path: p.text, Key: "[render] text", Write: func(w io.Writer) error { return writeIndexText(w, rep) }},
+		{Path: p.freeText, Key: "[render] free_text", Write: func(w io.Writer) error { return writeFreeText(w, rep) }},
 		page,
 		{Path: pageStatePath(p.html), Key: "[render] html (or -o)", Write: func(w io.Writer) error { return writePageState(w, rep, plan) }},
 	}

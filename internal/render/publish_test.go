@@ -17,7 +17,8 @@ import (
 
 // site is a render whose every output has a folder of its own, so that
 // each can be broken alone: the page (www), status.json (data),
-// metrics.prom (prom), the history (hist), and a webhook.
+// metrics.prom (prom), index.txt (txt), free.txt (free), the history
+// (hist), and a webhook.
 type site struct {
 	dir, ini, csv string
 	hook          *webhookLog
@@ -28,7 +29,7 @@ func newSite(t *testing.T) *site {
 	s := &site{dir: t.TempDir(), hook: &webhookLog{}}
 	srv := httptest.NewServer(s.hook)
 	t.Cleanup(srv.Close)
-	for _, d := range []string{"www", "data", "prom", "hist"} {
+	for _, d := range []string{"www", "data", "prom", "txt", "free", "hist"} {
 		if err := os.Mkdir(s.path(d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -36,6 +37,7 @@ func newSite(t *testing.T) *site {
 	s.ini = s.path("config.ini")
 	s.csv = s.path("load_data.csv")
 	os.WriteFile(s.ini, []byte("[render]\nhtml = www/index.html\njson = data/status.json\nprom = prom/metrics.prom\n"+
+		"text = txt/index.txt\nfree_text = free/free.txt\n"+
 		"[history]\ndb = hist/history.db\n[notify]\nwebhook = "+srv.URL+"/hook\nhost_down_after = 0\n"), 0o644)
 	return s
 }
@@ -52,7 +54,8 @@ func (s *site) run(t *testing.T, start time.Time, m int) (error, string) {
 	return err, stderr
 }
 
-var siteOutputs = map[string]string{"page": "www/index.html", "status.json": "data/status.json", "metrics.prom": "prom/metrics.prom"}
+var siteOutputs = map[string]string{"page": "www/index.html", "status.json": "data/status.json", "metrics.prom": "prom/metrics.prom",
+	"index.txt": "txt/index.txt", "free.txt": "free/free.txt"}
 
 func (s *site) read(t *testing.T) map[string]string {
 	t.Helper()
@@ -81,14 +84,15 @@ func TestOutputsFailAlone(t *testing.T) {
 		{"full file system", true, func(t *testing.T, dir string) { testenv.FillFileSystem(t, dir) }, "is full"},
 	}
 	start := time.Now().Truncate(time.Hour).Add(-time.Hour)
-	for _, out := range []string{"page", "status.json", "metrics.prom", "history"} {
+	for _, out := range []string{"page", "status.json", "metrics.prom", "index.txt", "free.txt", "history"} {
 		for _, b := range breakers {
 			t.Run(out+"/"+b.name, func(t *testing.T) {
 				if b.root {
 					testenv.NeedRoot(t)
 				}
 				s := newSite(t)
-				folder := map[string]string{"page": "www", "status.json": "data", "metrics.prom": "prom", "history": "hist"}[out]
+				folder := map[string]string{"page": "www", "status.json": "data", "metrics.prom": "prom",
+					"index.txt": "txt", "free.txt": "free", "history": "hist"}[out]
 				if b.name == "full file system" {
 					testenv.MountTmpfs(t, s.path(folder), "1m")
 				}

@@ -326,7 +326,7 @@ func TestMainWritesAtomically(t *testing.T) {
 	}
 	// no config: the history in the current folder (dir); WAL's
 	// files are gone once the database is closed
-	if diff := cmp.Diff([]string{"history.db", "index.html", "load_data.csv", "metrics.prom", "page-state.json", "status.json"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"free.txt", "history.db", "index.html", "index.txt", "load_data.csv", "metrics.prom", "page-state.json", "status.json"}, names); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)
 	}
 	var st status

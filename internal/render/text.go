@@ -2,12 +2,12 @@ package render
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -50,6 +50,19 @@ type textOptions struct {
 	Color bool // ANSI colours; the words say the same without them
 	Free  bool // only free GPUs, and the hosts that have some (-free)
 	Width int  // columns a line may take; 0 is no limit
+	// Dated: the summary gives the data's time rather than its age, for
+	// a file read long after it was written (index.txt)
+	Dated bool
+}
+
+// textFileWidth is index.txt's width: it fits a terminal of 100 columns
+// that curl prints it to, and a browser's window.
+const textFileWidth = 100
+
+// writeIndexText writes index.txt: -text's table, plain, textFileWidth
+// wide, dated.
+func writeIndexText(w io.Writer, r *Report) error {
+	return writeTextWith(w, r, textOptions{Width: textFileWidth, Dated: true})
 }
 
 // writeText writes the cluster for a terminal at no width limit: see writeTextWith.
@@ -65,10 +78,7 @@ func writeText(w io.Writer, r *Report, color bool) error {
 func writeTextWith(w io.Writer, r *Report, o textOptions) error {
 	b := bufio.NewWriter(w)
 	writeTextSummary(b, r, o)
-	t := newTextTable(r, o)
-	for _, line := range t.lines() {
-		writeSegs(b, fitSegs(line, o.Width), o.Color)
-	}
+	newTextTable(r, o).write(b)
 	if !o.Free {
 		for _, line := range healthList(r.Cluster) {
 			writeSegs(b, fitSegs(line, o.Width), o.Color)
@@ -114,10 +124,22 @@ type seg struct{ text, color string }
 // gpuLine is one GPU's line before its columns are padded; a reading is
 // "?" when not known, and the readings are all "" for a failed GPU.
 type gpuLine struct {
-	id, name                string
-	temp, util, used, total string
-	tail                    []seg
+	cells  [gpuCells]string // idCell, nameCell, ...
+	widths [gpuCells]uint8  // each cell's columns, measured once: cells are short
+	main   seg              // who holds it, in its state's colour
+	notes  string           // " · " and the notes, or ""
 }
+
+// A GPU line's cells, before its users.
+const (
+	idCell    = iota // "[0]"
+	nameCell         // "H100"
+	tempCell         // "45", without "°C"
+	utilCell         // "98", without "%"
+	usedCell         // "62"
+	totalCell        // "80", without " GB"
+	gpuCells
+)
 
 // hostLines is one host: its header (or down line), notes and GPUs.
 type hostLines struct {
@@ -130,14 +152,15 @@ type hostLines struct {
 
 // textTable is the hosts' part of the output, with its column widths.
 type textTable struct {
-	o                                       textOptions
-	hosts                                   []hostLines
-	host, id, name, temp, util, used, total int // widest of each column
+	o     textOptions
+	hosts []hostLines
+	host  int           // the widest host name
+	cells [gpuCells]int // the widest of each GPU cell
 }
 
 func newTextTable(r *Report, o textOptions) *textTable {
-	t := &textTable{o: o}
 	hosts := r.Cluster.Hosts
+	t := &textTable{o: o, hosts: make([]hostLines, 0, len(hosts))}
 	if o.Free {
 		hosts = freeFirst(hosts)
 	}
@@ -161,6 +184,7 @@ func newTextTable(r *Report, o textOptions) *textTable {
 		if o.Free {
 			gpus = healthyFirst(gpus)
 		}
+		hl.gpus = make([]gpuLine, 0, len(gpus))
 		for _, g := range gpus {
 			if o.Free && g.State != cluster.Free {
 				continue
@@ -181,15 +205,24 @@ func freeFirst(hosts []*cluster.Host) []*cluster.Host {
 			return g.State == cluster.Free && g.Health.State == health.OK
 		})
 	}
-	out := slices.Clone(hosts)
-	slices.SortStableFunc(out, func(a, b *cluster.Host) int {
-		return cmpBool(healthyFree(b), healthyFree(a))
-	})
-	return out
+	out := make([]*cluster.Host, 0, len(hosts))
+	var rest []*cluster.Host
+	for _, h := range hosts {
+		if healthyFree(h) {
+			out = append(out, h)
+		} else {
+			rest = append(rest, h)
+		}
+	}
+	return append(out, rest...)
 }
 
-// healthyFirst is a host's GPUs with the degraded ones last.
+// healthyFirst is a host's GPUs with the degraded ones last (gpus itself
+// when none is: the caller must not change it).
 func healthyFirst(gpus []*cluster.GPU) []*cluster.GPU {
+	if !slices.ContainsFunc(gpus, func(g *cluster.GPU) bool { return g.Health.State == health.Degraded }) {
+		return gpus
+	}
 	out := slices.Clone(gpus)
 	slices.SortStableFunc(out, func(a, b *cluster.GPU) int {
 		return cmpBool(a.Health.State == health.Degraded, b.Health.State == health.Degraded)
@@ -212,43 +245,80 @@ func (t *textTable) add(hl hostLines) {
 	t.hosts = append(t.hosts, hl)
 	t.host = max(t.host, strWidth(hl.name))
 	for _, g := range hl.gpus {
-		t.id = max(t.id, strWidth(g.id))
-		t.name = max(t.name, strWidth(g.name))
-		t.temp = max(t.temp, strWidth(g.temp))
-		t.util = max(t.util, strWidth(g.util))
-		t.used = max(t.used, strWidth(g.used))
-		t.total = max(t.total, strWidth(g.total))
+		for i, w := range g.widths {
+			t.cells[i] = max(t.cells[i], int(w))
+		}
 	}
 }
 
-// lines are the hosts' lines, not yet fitted to the width.
-func (t *textTable) lines() [][]seg {
+// write writes the hosts' lines, each fitted to the width.
+func (t *textTable) write(b *bufio.Writer) {
+	write := func(line []seg) { writeSegs(b, fitSegs(line, t.o.Width), t.o.Color) }
 	if len(t.hosts) == 0 && t.o.Free {
-		return [][]seg{{{text: "no free GPU"}}}
+		write([]seg{{text: "no free GPU"}})
+		return
 	}
 	// Who holds a GPU matters more than its name, which the host's header
 	// says: the name column goes when it would leave the users too little
 	// room (80 columns, with H100 80GB HBM3).
-	showName := t.name > 0
+	showName := t.cells[nameCell] > 0
 	if w := t.o.Width; w > 0 && showName && w-t.prefixWidth(true) < tailMin {
 		showName = false
 	}
-	var out [][]seg
+	line := make([]seg, 0, 8) // reused, as prefix is: 8,000 GPUs make as many lines
+	var prefix []byte
+	prefixWidth := t.prefixWidth(showName)
 	for _, h := range t.hosts {
-		name := pad(h.name, t.host)
 		if h.down != nil {
-			out = append(out, append([]seg{{text: name + "  "}}, h.down...))
+			write(append(append(line[:0], seg{text: pad(h.name, t.host) + "  "}), h.down...))
 			continue
 		}
-		out = append(out, []seg{{text: t.header(name, h.fields)}})
-		for _, n := range h.notes {
-			out = append(out, []seg{{text: "  note: " + n}})
+		if !t.writeHeader(b, &h) {
+			write(append(line[:0], seg{text: t.header(pad(h.name, t.host), h.fields)}))
 		}
-		for _, g := range h.gpus {
-			out = append(out, append([]seg{{text: t.prefix(g, showName)}}, g.tail...))
+		for _, n := range h.notes {
+			write(append(line[:0], seg{text: "  note: " + n}))
+		}
+		for i := range h.gpus {
+			g := &h.gpus[i]
+			tail := append(line[:0], g.main)
+			if g.notes != "" {
+				tail = append(tail, seg{text: g.notes})
+			}
+			prefix = t.appendPrefix(prefix[:0], g, showName)
+			if t.fits(prefixWidth, tail) { // most lines: no need to cut
+				b.Write(prefix)
+				writeSegs(b, tail, t.o.Color)
+				continue
+			}
+			write(append([]seg{{text: string(prefix)}}, tail...))
 		}
 	}
-	return out
+}
+
+// writeHeader writes the host's line straight out when it needs no cut,
+// and reports whether it did: else header cuts it.
+func (t *textTable) writeHeader(b *bufio.Writer, h *hostLines) bool {
+	if len(h.fields) == 0 || strings.HasSuffix(h.fields[len(h.fields)-1], " ") {
+		return false // header trims the blanks at the end
+	}
+	w := t.host
+	for _, f := range h.fields {
+		w += 2 + strWidth(f)
+	}
+	if t.o.Width > 0 && w > t.o.Width {
+		return false
+	}
+	b.WriteString(h.name)
+	for n := t.host - strWidth(h.name); n > 0; n-- {
+		b.WriteByte(' ')
+	}
+	for _, f := range h.fields {
+		b.WriteString("  ")
+		b.WriteString(f)
+	}
+	b.WriteByte('\n')
+	return true
 }
 
 // header is the host's line: its fields, the last ones left out while the
@@ -262,28 +332,58 @@ func (t *textTable) header(name string, fields []string) string {
 	}
 }
 
-// prefix is a GPU line up to its users: "[0] H100 | 45°C  98% | 62/80 GB | ",
-// or without the name "[0] 45°C  98% | 62/80 GB | ".
-func (t *textTable) prefix(g gpuLine, showName bool) string {
-	var b strings.Builder
-	b.WriteString(pad(g.id, t.id) + " ")
+// fits reports whether a GPU line of tail after a prefix of prefixWidth
+// columns needs no cut, and ends with its own words: such a line is
+// written as it is, its prefix straight to the output.
+func (t *textTable) fits(prefixWidth int, tail []seg) bool {
+	if strings.TrimRight(tail[len(tail)-1].text, " ") == "" {
+		return false // writeSegs would trim the prefix's blanks
+	}
+	if t.o.Width <= 0 {
+		return true
+	}
+	w := prefixWidth
+	for _, s := range tail {
+		w += strWidth(s.text)
+	}
+	return w <= t.o.Width
+}
+
+// appendPrefix appends a GPU line up to its users: "[0] H100 | 45°C  98% |
+// 62/80 GB | ", or without the name "[0] 45°C  98% | 62/80 GB | ".
+func (t *textTable) appendPrefix(b []byte, g *gpuLine, showName bool) []byte {
+	cell := func(b []byte, i int, left bool) []byte {
+		if !left {
+			b = appendSpaces(b, t.cells[i]-int(g.widths[i]))
+		}
+		b = append(b, g.cells[i]...)
+		if left {
+			b = appendSpaces(b, t.cells[i]-int(g.widths[i]))
+		}
+		return b
+	}
+	b = append(cell(b, idCell, true), ' ')
 	if showName {
-		b.WriteString(pad(g.name, t.name) + " | ")
+		b = append(cell(b, nameCell, true), " | "...)
 	}
-	deg, pct, slash, unit := "°C", "%", "/", " GB"
-	if g.temp == "" { // a failed GPU: blanks keep the columns
-		deg, pct, slash, unit = "  ", " ", " ", "   "
+	deg, pct, slash, unit := "°C ", "% | ", "/", " GB"
+	if g.cells[tempCell] == "" { // a failed GPU: blanks keep the columns
+		deg, pct, slash, unit = "   ", "  | ", " ", "   "
 	}
-	b.WriteString(lpad(g.temp, t.temp) + deg + " " + lpad(g.util, t.util) + pct + " | ")
-	b.WriteString(lpad(g.used, t.used) + slash + pad(g.total+unit, t.total+3) + " | ")
-	return b.String()
+	b = append(cell(b, tempCell, false), deg...)
+	b = append(cell(b, utilCell, false), pct...)
+	b = append(cell(b, usedCell, false), slash...)
+	b = append(append(b, g.cells[totalCell]...), unit...)
+	b = appendSpaces(b, t.cells[totalCell]-int(g.widths[totalCell]))
+	return append(b, " | "...)
 }
 
 // prefixWidth is the width of every GPU line's prefix.
 func (t *textTable) prefixWidth(showName bool) int {
-	w := t.id + 1 + t.temp + 2 + 1 + t.util + 1 + 3 + t.used + 1 + t.total + 3 + 3
+	c := t.cells
+	w := c[idCell] + 1 + c[tempCell] + 2 + 1 + c[utilCell] + 1 + 3 + c[usedCell] + 1 + c[totalCell] + 3 + 3
 	if showName {
-		w += t.name + 3
+		w += c[nameCell] + 3
 	}
 	return w
 }
@@ -292,21 +392,52 @@ func (t *textTable) prefixWidth(showName bool) int {
 // "cpus 64", "ram 120/512 GB"; each model with its vendor's name in a
 // fleet of several vendors (vendors), "NVIDIA H100 80GB HBM3 x8".
 func hostFields(h *cluster.Host, vendors bool) []string {
-	var f []string
+	f := make([]string, 0, 4)
 	if m := hostModels(h, vendors); m != "" {
 		f = append(f, m)
 	}
+	// the other fields are made in one string, each a part of it: a
+	// thousand hosts have as many headers
+	var buf [64]byte
+	var num [32]byte
+	b, ends := buf[:0], make([]int, 0, 3)
 	if h.Load1.Valid {
-		f = append(f, "load "+clip(strconv.FormatFloat(h.Load1.Value, 'f', 1, 64), numberMax))
+		b = appendNumber(append(b, "load "...), strconv.AppendFloat(num[:0], h.Load1.Value, 'f', 1, 64))
+		ends = append(ends, len(b))
 	}
 	if h.CPUs.Valid {
-		f = append(f, "cpus "+clip(strconv.FormatInt(h.CPUs.Value, 10), numberMax))
+		b = appendNumber(append(b, "cpus "...), strconv.AppendInt(num[:0], h.CPUs.Value, 10))
+		ends = append(ends, len(b))
 	}
 	if h.MemUsed.Valid || h.MemTotal.Valid {
-		used, total := memPair(h.MemUsed.Value, h.MemUsed.Valid, h.MemTotal.Value, h.MemTotal.Valid)
-		f = append(f, "ram "+used+"/"+total+" GB")
+		prec := memPrec(h.MemUsed.Value, h.MemUsed.Valid, h.MemTotal.Value, h.MemTotal.Valid)
+		b = appendGiB(append(b, "ram "...), h.MemUsed.Value, h.MemUsed.Valid, prec)
+		b = append(appendGiB(append(b, '/'), h.MemTotal.Value, h.MemTotal.Valid, prec), " GB"...)
+		ends = append(ends, len(b))
+	}
+	all, start := string(b), 0
+	for _, end := range ends {
+		f = append(f, all[start:end])
+		start = end
 	}
 	return f
+}
+
+// appendNumber appends num, cut to numberMax columns as clip cuts it.
+func appendNumber(b, num []byte) []byte {
+	if len(num) <= numberMax { // ASCII: a column a byte
+		return append(b, num...)
+	}
+	return append(b, clip(string(num), numberMax)...)
+}
+
+// appendGiB appends MiB as memPair's GiB with prec decimals, or "?".
+func appendGiB(b []byte, mib float64, ok bool, prec int) []byte {
+	if !ok {
+		return append(b, '?')
+	}
+	var num [32]byte
+	return appendNumber(b, strconv.AppendFloat(num[:0], mib/1024, 'f', prec, 64))
 }
 
 // hostModels counts the host's GPUs per model: "H100 80GB HBM3 x8", or
@@ -314,6 +445,11 @@ func hostFields(h *cluster.Host, vendors bool) []string {
 // With vendors, each model's vendor comes first: where a lab has both, a
 // CUDA user looks for "NVIDIA", whatever the models are called.
 func hostModels(h *cluster.Host, vendors bool) string {
+	return modelsOf(h, h.GPUs, vendors)
+}
+
+// modelsOf is hostModels of some of h's GPUs.
+func modelsOf(h *cluster.Host, gpus []*cluster.GPU, vendors bool) string {
 	common := ""
 	for _, g := range h.GPUs {
 		if g.Name == h.ModelName && h.ModelName != "" {
@@ -321,9 +457,9 @@ func hostModels(h *cluster.Host, vendors bool) string {
 			break
 		}
 	}
-	var names []string
-	count := map[string]int{}
-	for _, g := range h.GPUs {
+	var first [4]modelCount // most hosts have one model
+	counts := modelCounts{list: first[:0]}
+	for _, g := range gpus {
 		name := g.Short
 		if g.Name == "" {
 			name = common
@@ -334,20 +470,57 @@ func hostModels(h *cluster.Host, vendors bool) string {
 		if vendors {
 			name = vendorName(g.Vendor) + " " + name
 		}
-		if count[name] == 0 {
-			names = append(names, name)
-		}
-		count[name]++
+		counts.add(name)
 	}
-	var parts []string
-	for i, n := range names {
-		if i == modelsShown && len(names) > modelsShown+1 {
-			parts = append(parts, fmt.Sprintf("%d more", len(names)-i))
+	var b strings.Builder
+	b.Grow(32 * len(counts.list))
+	for i, m := range counts.list {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		if i == modelsShown && len(counts.list) > modelsShown+1 {
+			b.WriteString(strconv.Itoa(len(counts.list)-i) + " more")
 			break
 		}
-		parts = append(parts, clean(n, gpuNameMax)+" x"+strconv.Itoa(count[n]))
+		b.WriteString(clean(m.name, gpuNameMax))
+		b.WriteString(" x")
+		b.WriteString(strconv.Itoa(m.n))
 	}
-	return strings.Join(parts, " + ")
+	return b.String()
+}
+
+// modelCounts counts GPUs by model, in the order the models come. Most
+// hosts have one model: a map is made only past a few, for a host that
+// names every GPU apart.
+type modelCounts struct {
+	list  []modelCount
+	index map[string]int // into list; nil while it is short
+}
+
+type modelCount struct {
+	name string
+	n    int
+}
+
+func (c *modelCounts) add(name string) {
+	i, ok := c.index[name]
+	if c.index == nil {
+		i = slices.IndexFunc(c.list, func(m modelCount) bool { return m.name == name })
+		ok = i >= 0
+	}
+	if !ok {
+		c.list = append(c.list, modelCount{name: name})
+		i = len(c.list) - 1
+		if c.index != nil {
+			c.index[name] = i
+		} else if len(c.list) > 8 {
+			c.index = make(map[string]int, 2*len(c.list))
+			for j, m := range c.list {
+				c.index[m.name] = j
+			}
+		}
+	}
+	c.list[i].n++
 }
 
 // downSegs is a down host's line after its name: "down (timeout): no
@@ -365,15 +538,23 @@ func downSegs(h *cluster.Host, r *Report) []seg {
 }
 
 func newGPULine(g *cluster.GPU, r *Report) gpuLine {
-	l := gpuLine{id: "[?]", name: clean(g.Short, gpuNameMax)}
-	if g.HasIndex {
-		l.id = "[" + strconv.Itoa(g.Index) + "]"
+	var l gpuLine
+	c := &l.cells
+	c[idCell], c[nameCell] = "[?]", clean(g.Short, gpuNameMax)
+	switch {
+	case g.HasIndex && g.Index >= 0 && g.Index < len(gpuIDs):
+		c[idCell] = gpuIDs[g.Index]
+	case g.HasIndex:
+		c[idCell] = "[" + strconv.Itoa(g.Index) + "]"
 	}
 	if g.State != cluster.Failed {
-		l.temp, l.util = reading(g.Temp.Value, g.Temp.Valid), reading(g.Util.Value, g.Util.Valid)
-		l.used, l.total = memPair(g.MemUsed.Value, g.MemUsed.Valid, g.MemTotal.Value, g.MemTotal.Valid)
+		c[tempCell], c[utilCell] = reading(g.Temp.Value, g.Temp.Valid), reading(g.Util.Value, g.Util.Valid)
+		c[usedCell], c[totalCell] = memPair(g.MemUsed.Value, g.MemUsed.Valid, g.MemTotal.Value, g.MemTotal.Valid)
 	}
-	l.tail = gpuTail(g, r)
+	for i, s := range c {
+		l.widths[i] = uint8(min(strWidth(s), math.MaxUint8)) // cut to fewer by clean and clip
+	}
+	l.main, l.notes = gpuTail(g, r)
 	return l
 }
 
@@ -381,7 +562,7 @@ func newGPULine(g *cluster.GPU, r *Report) gpuLine {
 // "alice(62G) bob(3G)", "free · idle job: sweep(20G)", "reserved by carol
 // until ...", "bob(3G) · reserved by carol until ... · used by bob",
 // "failed: GPU is lost; ...". Ignored processes are not named.
-func gpuTail(g *cluster.GPU, r *Report) []seg {
+func gpuTail(g *cluster.GPU, r *Report) (seg, string) {
 	users, idle := gpuUsers(g, idleShares(g, r.idlePct()))
 	var main string
 	var notes []string
@@ -428,11 +609,10 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 			notes = append(notes, clean(used, reasonMax))
 		}
 	}
-	segs := []seg{{main, stateColor[g.State]}}
-	if len(notes) > 0 {
-		segs = append(segs, seg{text: " · " + strings.Join(notes, " · ")})
+	if len(notes) == 0 {
+		return seg{main, stateColor[g.State]}, ""
 	}
-	return segs
+	return seg{main, stateColor[g.State]}, " · " + strings.Join(notes, " · ")
 }
 
 // gpuUsers are the users holding g with their memory, the most first,
@@ -441,84 +621,112 @@ func gpuTail(g *cluster.GPU, r *Report) []seg {
 // short id (cluster.Proc.Holder): "vllm-server(70G)". A holder whose
 // share of a shared GPU is idle (idleShares) says so: "alice(29G idle)".
 func gpuUsers(g *cluster.GPU, idleShare []string) (holders, idle string) {
-	type use struct {
-		name  string
-		mib   float64
-		known bool
-	}
-	var hold, job []*use
-	find := func(list *[]*use, name string) *use {
-		for _, u := range *list {
-			if u.name == name {
-				return u
-			}
-		}
-		u := &use{name: name}
-		*list = append(*list, u)
-		return u
-	}
+	var holdBuf, jobBuf [4]holderMem // most GPUs have a holder or two
+	hold, job := holdBuf[:0], jobBuf[:0]
 	for _, p := range g.Procs {
-		var u *use
 		switch {
 		case p.Preemptible:
-			u = find(&job, p.Holder())
+			job = addUse(job, p)
 		case p.Ignored:
-			continue
 		default:
-			u = find(&hold, p.Holder()) // root in a container: the container, as on the page
-		}
-		if p.MemMiB.Valid {
-			u.mib += p.MemMiB.Value
-			u.known = true
+			hold = addUse(hold, p) // root in a container: the container, as on the page
 		}
 	}
-	text := func(list []*use) string {
-		sort.SliceStable(list, func(i, j int) bool { return list[i].mib > list[j].mib })
-		var parts []string
-		for i, u := range list {
-			if i == gpuUsersMax && len(list) > gpuUsersMax+1 {
-				parts = append(parts, fmt.Sprintf("+%d more", len(list)-i))
-				break
-			}
-			s := clean(userName(u.name), userNameMax)
-			switch {
-			case u.known && slices.Contains(idleShare, u.name):
-				s += "(" + memG(u.mib) + " idle)"
-			case u.known:
-				s += "(" + memG(u.mib) + ")"
-			case slices.Contains(idleShare, u.name):
-				s += "(idle)"
-			}
-			parts = append(parts, s)
-		}
-		return strings.Join(parts, " ")
+	return usesText(hold, idleShare), usesText(job, idleShare)
+}
+
+// holderMem is one holder's memory on a GPU.
+type holderMem struct {
+	name  string
+	mib   float64
+	known bool
+}
+
+// addUse adds p's memory to its holder's in list.
+func addUse(list []holderMem, p *cluster.Proc) []holderMem {
+	name := p.Holder()
+	i := slices.IndexFunc(list, func(u holderMem) bool { return u.name == name })
+	if i < 0 {
+		list = append(list, holderMem{name: name})
+		i = len(list) - 1
 	}
-	return text(hold), text(job)
+	if p.MemMiB.Valid {
+		list[i].mib += p.MemMiB.Value
+		list[i].known = true
+	}
+	return list
+}
+
+// usesText is "alice(62G) bob(3G)": the holders, the most memory first,
+// gpuUsersMax of them named.
+func usesText(list []holderMem, idleShare []string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(list, func(a, b holderMem) int { return cmp.Compare(b.mib, a.mib) })
+	var b strings.Builder
+	b.Grow(20 * len(list)) // "alice(62G) ": one allocation, not one per write
+	for i, u := range list {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if i == gpuUsersMax && len(list) > gpuUsersMax+1 {
+			b.WriteString("+" + strconv.Itoa(len(list)-i) + " more")
+			break
+		}
+		b.WriteString(clean(userName(u.name), userNameMax))
+		idle := slices.Contains(idleShare, u.name)
+		switch {
+		case u.known:
+			b.WriteByte('(')
+			b.WriteString(memNumber(u.mib))
+			b.WriteByte('G')
+			if idle {
+				b.WriteString(" idle")
+			}
+			b.WriteByte(')')
+		case idle:
+			b.WriteString("(idle)")
+		}
+	}
+	return b.String()
 }
 
 // memG is an amount for a user: "62G", "3G", "2.5G", "0.4G".
-func memG(mib float64) string {
+func memG(mib float64) string { return memNumber(mib) + "G" }
+
+// memNumber is memG without its unit.
+func memNumber(mib float64) string {
 	g := mib / 1024
 	if g < 9.95 {
-		return strings.TrimSuffix(strconv.FormatFloat(g, 'f', 1, 64), ".0") + "G"
+		return strings.TrimSuffix(strconv.FormatFloat(g, 'f', 1, 64), ".0")
 	}
-	return clip(strconv.FormatFloat(g, 'f', 0, 64), numberMax) + "G"
+	return clip(wholeText(math.RoundToEven(g)), numberMax)
 }
 
 // memPair is used and total in GiB, both with a decimal when the total is
 // under 10 GiB ("0.4", "8.0"), else whole ("62", "80"); "?" when unknown.
 func memPair(used float64, usedOK bool, total float64, totalOK bool) (string, string) {
-	prec := 0
-	if totalOK && total/1024 < 9.95 || !totalOK && used/1024 < 9.95 {
-		prec = 1
-	}
+	prec := memPrec(used, usedOK, total, totalOK)
 	f := func(v float64, ok bool) string {
 		if !ok {
 			return "?"
 		}
+		if prec == 0 {
+			return clip(wholeText(math.RoundToEven(v/1024)), numberMax)
+		}
 		return clip(strconv.FormatFloat(v/1024, 'f', prec, 64), numberMax)
 	}
 	return f(used, usedOK), f(total, totalOK)
+}
+
+// memPrec is memPair's decimals: 1 when the total is under 10 GiB, or the
+// used memory when the total is not known; else 0.
+func memPrec(used float64, usedOK bool, total float64, totalOK bool) int {
+	if totalOK && total/1024 < 9.95 || !totalOK && used/1024 < 9.95 {
+		return 1
+	}
+	return 0
 }
 
 // reading is a whole number, or "?".
@@ -526,8 +734,32 @@ func reading(v float64, ok bool) string {
 	if !ok || math.IsNaN(v) {
 		return "?"
 	}
-	return clip(strconv.FormatFloat(math.Round(v), 'f', 0, 64), numberMax)
+	return clip(wholeText(math.Round(v)), numberMax)
 }
+
+// wholeText is strconv.FormatFloat(r, 'f', 0, 64) of a whole r, the small
+// ones (readings, GiB) from a table: 8,000 GPUs have four numbers each.
+func wholeText(r float64) string {
+	if r >= 0 && r < float64(len(smallWholes)) && !math.Signbit(r) {
+		return smallWholes[int(r)]
+	}
+	return strconv.FormatFloat(r, 'f', 0, 64)
+}
+
+var smallWholes = func() (t [1000]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// gpuIDs are the lines' "[0]" to "[63]".
+var gpuIDs = func() (t [64]string) {
+	for i := range t {
+		t[i] = "[" + strconv.Itoa(i) + "]"
+	}
+	return t
+}()
 
 // writeTextSummary writes the lines above the hosts: the counts per model,
 // the data's age, the stale warning, the page's warnings and the users. A
@@ -549,20 +781,19 @@ func writeTextSummary(b *bufio.Writer, r *Report, o textOptions) {
 		items = append(items, fmt.Sprintf("%d host%s down", c.Down, plural(c.Down)))
 	}
 	age := r.age()
-	if age >= 0 {
+	switch {
+	case o.Dated && !r.Cluster.DataTime.IsZero():
+		items = append(items, "data from "+timeText(r.Cluster.DataTime, r.Loc))
+	case age >= 0:
 		items = append(items, "data "+ageText(age)+" old")
-	} else {
+	default:
 		items = append(items, "data time unknown")
 	}
 	for _, line := range wrapItems(items, o.Width) {
 		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
 	}
 	if r.stale() {
-		line := "STALE: " + r.unknownAgeText()
-		if age >= 0 {
-			line = fmt.Sprintf("STALE: the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
-		}
-		writeSegs(b, fitSegs([]seg{{line, "\x1b[1;31m"}}, o.Width), o.Color)
+		writeSegs(b, fitSegs([]seg{{"STALE: " + staleText(r), "\x1b[1;31m"}}, o.Width), o.Color)
 	}
 	for _, wmsg := range r.Warnings {
 		writeSegs(b, fitSegs([]seg{{text: "warning: " + oneLine(wmsg)}}, o.Width), false)
@@ -582,6 +813,14 @@ func writeTextSummary(b *bufio.Writer, r *Report, o textOptions) {
 	for _, line := range wrapItems(items, o.Width) {
 		writeSegs(b, fitSegs([]seg{{text: line}}, o.Width), false)
 	}
+}
+
+// staleText says why the data is stale.
+func staleText(r *Report) string {
+	if age := r.age(); age >= 0 {
+		return fmt.Sprintf("the newest reading is %s old (more than %s)", ageText(age), durText(r.Config.StaleAfter))
+	}
+	return r.unknownAgeText()
 }
 
 // wrapItems joins items with " · " into lines of at most width columns (0:
@@ -656,10 +895,24 @@ func writeSegs(b *bufio.Writer, line []seg, color bool) {
 // terminals, as a raw byte too), invalid UTF-8 and other runes that are not
 // printable (bidi overrides, zero-width ones). Each run of them is a space.
 func oneLine(s string) string {
+	if printableASCII(s) {
+		return s // the common case, without a copy
+	}
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
 		// a byte that is not UTF-8 decodes as RuneError
 		return r == utf8.RuneError || !unicode.IsPrint(r)
 	}), " ")
+}
+
+// printableASCII reports whether s is all printable ASCII, which oneLine
+// keeps as it is.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // clean is s from a host made safe for a terminal (oneLine) and cut to n
@@ -702,8 +955,32 @@ func cutWidth(s string, n int) string {
 func pad(s string, n int) string  { return s + strings.Repeat(" ", max(0, n-strWidth(s))) }
 func lpad(s string, n int) string { return strings.Repeat(" ", max(0, n-strWidth(s))) + s }
 
+// appendSpaces appends n spaces (none if n < 1).
+func appendSpaces(b []byte, n int) []byte {
+	for ; n > 0; n-- {
+		b = append(b, ' ')
+	}
+	return b
+}
+
 // strWidth is the columns s takes on a terminal.
 func strWidth(s string) int {
+	w := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < utf8.RuneSelf:
+			w++
+		case c >= 0xcc: // a rune from U+0300 on: it may take 0 or 2 columns
+			return w + runesWidth(s[i:])
+		case c >= 0xc0: // the first byte of a rune under U+0300 ("°", "·"): one column
+			w++
+		} // else a rune's later byte, counted with its first
+	}
+	return w
+}
+
+// runesWidth is strWidth rune by rune.
+func runesWidth(s string) int {
 	w := 0
 	for _, r := range s {
 		w += runeWidth(r)
