@@ -88,7 +88,7 @@ func privacySite(t *testing.T, extra string) map[string]string {
 		}
 		return nil
 	})
-	for _, want := range []string{"www/index.html", "www/status.json", "www/metrics.prom", "www/groups/gpu.html"} {
+	for _, want := range []string{"www/index.html", "www/status.json", "www/metrics.prom", "www/groups/gpu.html", "www/page-state.json", "www/index.txt", "www/free.txt"} {
 		if files[want] == "" {
 			t.Fatalf("render wrote no %s (wrote %d files)", want, len(files))
 		}
@@ -134,7 +134,7 @@ func TestPrivacyHidesEverywhere(t *testing.T) {
 	if len(seen) != 4 {
 		t.Errorf("%d pseudonyms in the files, want 4 (3 users holding GPUs, 1 reserving): %v", len(seen), seen)
 	}
-	for _, f := range []string{"www/index.html", "www/status.json", "www/metrics.prom", "www/groups/gpu.html"} {
+	for _, f := range []string{"www/index.html", "www/status.json", "www/metrics.prom", "www/groups/gpu.html", "www/index.txt"} {
 		n := 0
 		for _, in := range seen {
 			if in[f] {
