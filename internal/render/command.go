@@ -397,9 +397,15 @@ func pathsOf(cfg *Config) paths {
 	return p
 }
 
-// linkFiles has the page link to status.json and metrics.prom where they
-// sit beside it.
+// linkFiles has the page link to status.json, metrics.prom, index.txt
+// and free.txt where they sit beside it.
 func (rep *Report) linkFiles(p paths) {
+	if p.text != "" && filepath.Dir(p.text) == filepath.Dir(p.html) {
+		rep.TextLink = filepath.Base(p.text)
+	}
+	if p.freeText != "" && filepath.Dir(p.freeText) == filepath.Dir(p.html) {
+		rep.FreeLink = filepath.Base(p.freeText)
+	}
 	if p.json != "" && filepath.Dir(p.json) == filepath.Dir(p.html) {
 		rep.JSONLink = filepath.Base(p.json)
 	}

@@ -25,6 +25,8 @@ type Report struct {
 	Warnings []string       // shown on the page (a bad reservations file)
 	JSONLink string         // status.json's name when it sits beside the page
 	PromLink string
+	TextLink string           // index.txt's, the same way
+	FreeLink string           // free.txt's
 	History  *history.Summary // nil when history is off or could not be read
 }
 

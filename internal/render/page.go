@@ -174,6 +174,8 @@ type pageView struct {
 	Warnings                      []string
 	JSONLink                      string
 	PromLink                      string
+	TextLink, FreeLink            string
+	Privacy                       string // what the privacy settings hide, in words; "" when nothing
 	Users                         []userView
 	UserJobs                      bool // the users table's jobs column, only where someone has one
 	UserHistory                   bool // the users table's 30-day columns, only with history
@@ -215,6 +217,9 @@ func pageViewOf(r *Report) *pageView {
 		Warnings:       r.Warnings,
 		JSONLink:       r.JSONLink,
 		PromLink:       r.PromLink,
+		TextLink:       r.TextLink,
+		FreeLink:       r.FreeLink,
+		Privacy:        privacyText(cfg),
 	}
 	if a := r.age(); a >= 0 {
 		if !c.DataTime.IsZero() { // the script ages only a time it can trust

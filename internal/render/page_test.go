@@ -335,6 +335,7 @@ func templateViews(t testing.TB) map[string]*pageView {
 	group.UtilFrom, group.UtilTo, group.UtilHours = "from", "to", 24
 	group.UserJobs = true
 	group.UserHistory = true
+	group.TextLink, group.FreeLink, group.Privacy = "../index.txt", "../free.txt", "commands hidden"
 	group.Users = append(group.Users, userView{Name: "carol", Past: true, GPUHours30d: "12", IdleHours30d: "1.0", KWh30d: "3.5", Efficiency30d: "40%"})
 	group.Cost = &costView{Total: "12.00 EUR", GPUHours: "10", KWh: "2.0", EnergyShare: "energy known for 50% of them",
 		Unpriced: "not counting 1.0 GPU-hours of T4, without a price", Teams: []teamView{{Name: "vision", GPUHours: "10", KWh: "2.0", Cost: "11.00 EUR", Unpriced: "1.0 GPU-h without a price"}}}

@@ -233,8 +233,10 @@ func groupPageHTML(r *Report, pg *groupPage) []byte {
 	if sub.JSONLink != "" {
 		sub.JSONLink = "../" + sub.JSONLink
 	}
-	if sub.PromLink != "" {
-		sub.PromLink = "../" + sub.PromLink
+	for _, l := range []*string{&sub.PromLink, &sub.TextLink, &sub.FreeLink} {
+		if *l != "" {
+			*l = "../" + *l
+		}
 	}
 	v := pageViewOf(&sub)
 	title := pg.group.name

@@ -507,3 +507,19 @@ func (f *nameFinder) replace(s string, with map[string]string) string {
 func wordByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
 }
+
+// privacyText says on the page what its settings hide, so that a reader
+// takes a "user-5e1f0c9a" for what it is; "" when nothing is hidden.
+func privacyText(cfg *Config) string {
+	var parts []string
+	switch cfg.Commands {
+	case CommandsProgram:
+		parts = append(parts, "commands shown by their program's name only")
+	case CommandsHide:
+		parts = append(parts, "commands hidden")
+	}
+	if cfg.Users == UsersHide {
+		parts = append(parts, "user names replaced by pseudonyms")
+	}
+	return strings.Join(parts, "; ")
+}

@@ -148,6 +148,11 @@ func TestPrivacyHidesEverywhere(t *testing.T) {
 	if !strings.Contains(files["www/status.json"], `"privacy":{"commands":"program","users":"hide"}`) {
 		t.Errorf("status.json does not say what is hidden")
 	}
+	for _, f := range []string{"www/index.html", "www/groups/gpu.html"} {
+		if !strings.Contains(files[f], "commands shown by their program's name only; user names replaced by pseudonyms") {
+			t.Errorf("%s does not say what it hides", f)
+		}
+	}
 	if !strings.Contains(files["www/groups/gpu.html"], "<td>python3") {
 		t.Errorf("commands = program: the group page shows no program name")
 	}
