@@ -514,7 +514,7 @@ func privacyText(cfg *Config) string {
 	var parts []string
 	switch cfg.Commands {
 	case CommandsProgram:
-		parts = append(parts, "commands shown by their program's name only")
+		parts = append(parts, "commands shown as program names only")
 	case CommandsHide:
 		parts = append(parts, "commands hidden")
 	}

@@ -149,7 +149,7 @@ func TestPrivacyHidesEverywhere(t *testing.T) {
 		t.Errorf("status.json does not say what is hidden")
 	}
 	for _, f := range []string{"www/index.html", "www/groups/gpu.html"} {
-		if !strings.Contains(files[f], "commands shown by their program's name only; user names replaced by pseudonyms") {
+		if !strings.Contains(files[f], "commands shown as program names only; user names replaced by pseudonyms") {
 			t.Errorf("%s does not say what it hides", f)
 		}
 	}
