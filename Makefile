@@ -25,8 +25,11 @@ vet:
 # Tests that need what the machine may lack (root, a real sshd, chromium,
 # promtool) skip, but fail under CI=true (internal/testenv.Need); .ci/run
 # installs them.
+# -timeout 30m: internal/pagetest alone takes about 4 minutes of chromium
+# on 2 loaded cores (axe-core on a 1,000-host page), near go test's default
+# 10 minutes a package.
 test: vet
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
 	# idlemon once more on marks alone, its fallback where no cgroup can be made
 	IDLEMON_TEST_CGROUP=off $(GO) test -count=1 ./internal/idlemon
 	$(GO) test -run '^$$' -fuzz '^FuzzParseGPUs$$' -fuzztime $(FUZZTIME) ./internal/nvsmi
