@@ -163,7 +163,7 @@ func (s *site) serve(ctx context.Context, ln net.Listener, every time.Duration, 
 	srv := &http.Server{Handler: http.FileServer(http.Dir(s.www)), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "\ndemo: the page is at http://%s/ (also status.json and metrics.prom); refreshed every %s; Ctrl-C to stop\n", ln.Addr(), every)
+	fmt.Fprintf(stdout, "\ndemo: the page is at http://%s/ (also status.json, metrics.prom, index.txt and free.txt: curl -s http://%[1]s/free.txt); refreshed every %s; Ctrl-C to stop\n", ln.Addr(), every)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
