@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpumon/gpumon/internal/demo"
@@ -259,7 +257,7 @@ func TestAxeBigFleet(t *testing.T) {
 	slow := []string{"color-contrast", "avoid-inline-spacing"}
 	colour := []string{"color-contrast", "link-in-text-block"}
 	t.Run("group-light", func(t *testing.T) {
-		tb := newSlowTab(t, "light", 4*time.Minute)
+		tb := newTab(t, tabOptions{colorScheme: "light", timeout: 4 * time.Minute})
 		tb.load(url + group)
 		checkAxe(t, group+" light, all but "+strings.Join(slow, ", "), tb.axe(src, axeScope{skip: slow}))
 		for _, e := range tb.importantSpacing() {
@@ -272,7 +270,7 @@ func TestAxeBigFleet(t *testing.T) {
 		tb.noProblems("running axe")
 	})
 	t.Run("group-dark", func(t *testing.T) {
-		tb := newSlowTab(t, "dark", 3*time.Minute)
+		tb := newTab(t, tabOptions{colorScheme: "dark", timeout: 3 * time.Minute})
 		tb.load(url + group)
 		tb.keepFirstCards(4)
 		r := tb.axe(src, axeScope{only: colour})
@@ -327,35 +325,6 @@ func renderNoRefresh(t *testing.T, rows []loaddata.Row) string {
 		t.Fatalf("render %q: %v\n%s", args, err, stderr.String())
 	}
 	return out
-}
-
-// newSlowTab is newTab (with a colour scheme) with a deadline of its own,
-// longer than testTimeout.
-func newSlowTab(t *testing.T, scheme string, timeout time.Duration) *tab {
-	t.Helper()
-	tb := &tab{t: t}
-	parent, cancelTimeout := context.WithTimeout(requireBrowser(t, false), timeout)
-	ctx, cancelTab := chromedp.NewContext(parent, chromedp.WithListener(tb.listen))
-	tb.ctx = ctx
-	t.Cleanup(func() {
-		cancelTab()
-		cancelTimeout()
-		if t.Failed() {
-			tb.mu.Lock()
-			t.Logf("the page's console:\n  %s", strings.Join(tb.messages, "\n  "))
-			tb.mu.Unlock()
-		}
-	})
-	err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tt *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tt, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
-		})
-		return err
-	}))
-	if err != nil {
-		t.Fatalf("opening a tab: %v", err)
-	}
-	return tb
 }
 
 // axe goes into a page under a Content-Security-Policy as strict as the

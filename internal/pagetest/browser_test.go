@@ -167,6 +167,9 @@ type tabOptions struct {
 	width, height int64  // viewport; 0 = the window's 1280x900
 	mobile        bool
 	screenReader  bool // in the browser with accessibility on (reader)
+	// timeout bounds the tab's work instead of testTimeout (axe-core on
+	// a 1,000-host group page takes over a minute)
+	timeout time.Duration
 }
 
 // xssDetector runs in every document before the page's own scripts. A
@@ -188,7 +191,11 @@ func newTab(t *testing.T, o tabOptions) *tab {
 	t.Helper()
 	bctx := requireBrowser(t, o.screenReader)
 	tb := &tab{t: t}
-	parent, cancelTimeout := context.WithTimeout(bctx, testTimeout)
+	timeout := testTimeout
+	if o.timeout > 0 {
+		timeout = o.timeout
+	}
+	parent, cancelTimeout := context.WithTimeout(bctx, timeout)
 	ctx, cancelTab := chromedp.NewContext(parent, chromedp.WithListener(tb.listen))
 	tb.ctx = ctx
 	t.Cleanup(func() {
