@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/cli"
@@ -83,15 +84,16 @@ func pseudonymKeyPath(cfg *Config) string {
 }
 
 // pseudonymKey reads the key, or makes one (random, mode 0600) where
-// there is none. A key in the page's folder is refused: nginx would serve
-// it.
+// there is none. A key in the page's folder is refused, through symlinks
+// too: nginx would serve it. So is one that others may read or replace:
+// whoever has the key tells who a pseudonym is.
 func pseudonymKey(cfg *Config) ([]byte, error) {
 	path := pseudonymKeyPath(cfg)
 	hint := "set [render] pseudonym_key to a file outside the web root, readable only by the account render runs as"
-	if inFolder(path, filepath.Dir(cfg.HTML)) {
+	if inFolder(resolved(path), resolved(filepath.Dir(cfg.HTML))) {
 		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: in the page's folder, where the web server would publish it", path), "%s", hint)
 	}
-	key, err := os.ReadFile(path)
+	key, err := readKey(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		key, err = makeKey(path)
 	}
@@ -99,10 +101,39 @@ func pseudonymKey(cfg *Config) ([]byte, error) {
 		return nil, cli.WithHint(fmt.Errorf("pseudonym key: %w", err), "%s", hint)
 	}
 	if len(key) != pseudonymKeySize {
-		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: %d bytes, want %d", path, len(key), pseudonymKeySize),
+		size := fmt.Sprintf("%d bytes", len(key))
+		if len(key) > pseudonymKeySize {
+			size = "longer" // only a key's length and a byte were read
+		}
+		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: %s, want %d bytes", path, size, pseudonymKeySize),
 			"remove it to have render make a new one (the pseudonyms change), or restore it from a backup")
 	}
 	return key, nil
+}
+
+// readKey reads the key file: a regular file (a fifo is refused, not
+// waited on), ours or root's, that others can neither read nor write; at
+// most one byte more than a key.
+func readKey(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o006 != 0 {
+		return nil, fmt.Errorf("%s: mode %v, others may read or replace it (chmod 600 it)", path, fi.Mode().Perm())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s: owned by uid %d, not by this account or root", path, st.Uid)
+	}
+	return io.ReadAll(io.LimitReader(f, pseudonymKeySize+1))
 }
 
 // makeKey writes a new random key at path, failing if another render made
@@ -146,6 +177,19 @@ func inFolder(path, dir string) bool {
 	}
 	rel, err := filepath.Rel(d, filepath.Dir(p))
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// resolved is path with its symlinks followed, as far as they lead: a
+// web root that is a link to the CSV's folder holds the key all the same.
+// A file not made yet is its folder's, resolved, then its name.
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	if r, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(r, filepath.Base(path))
+	}
+	return path
 }
 
 // pseudonym is name's stable stand-in: "user-" and 8 hex digits of an

@@ -1,0 +1,95 @@
+package render
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A key the web server could serve, or that others could read or plant,
+// is refused; so is a file render would wait on or read without end. Each
+// case is one a tired admin makes: a web root that is a link to the
+// data folder, a key copied in with the umask's 0644, a key at the path
+// of a shared folder that someone else made first, a fifo, /dev/zero.
+func TestPseudonymKeyRefused(t *testing.T) {
+	good := make([]byte, pseudonymKeySize)
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir string) *Config // the config whose key is refused
+		want  string
+	}{
+		{"web root linked to the data folder", func(t *testing.T, dir string) *Config {
+			// /var/www/gpumon -> /var/lib/gpumon, the CSV and the key in it
+			if err := os.Symlink(filepath.Join(dir, "data"), filepath.Join(dir, "www")); err != nil {
+				t.Fatal(err)
+			}
+			return keyConfig(dir, "")
+		}, "in the page's folder"},
+		{"key a link into the web root", func(t *testing.T, dir string) *Config {
+			os.Mkdir(filepath.Join(dir, "www"), 0o755)
+			os.WriteFile(filepath.Join(dir, "www", "k"), good, 0o600)
+			os.Symlink(filepath.Join(dir, "www", "k"), filepath.Join(dir, "data", DefaultPseudonymKey))
+			return keyConfig(dir, "")
+		}, "in the page's folder"},
+		{"readable by others", func(t *testing.T, dir string) *Config {
+			os.WriteFile(filepath.Join(dir, "data", DefaultPseudonymKey), good, 0o644)
+			os.Chmod(filepath.Join(dir, "data", DefaultPseudonymKey), 0o644) // whatever the umask
+			return keyConfig(dir, "")
+		}, "others may read or replace it"},
+		{"another account's", func(t *testing.T, dir string) *Config {
+			if os.Geteuid() != 0 {
+				t.Skip("only root gives a file away") // CI runs as root
+			}
+			p := filepath.Join(dir, "data", DefaultPseudonymKey)
+			os.WriteFile(p, good, 0o600)
+			if err := os.Chown(p, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return keyConfig(dir, "")
+		}, "owned by uid 65534"},
+		{"a fifo", func(t *testing.T, dir string) *Config {
+			if err := syscall.Mkfifo(filepath.Join(dir, "data", DefaultPseudonymKey), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return keyConfig(dir, "")
+		}, "not a regular file"},
+		{"too long", func(t *testing.T, dir string) *Config {
+			os.WriteFile(filepath.Join(dir, "data", DefaultPseudonymKey), make([]byte, 1<<20), 0o600)
+			return keyConfig(dir, "")
+		}, "longer, want 32 bytes"},
+		{"a device", func(t *testing.T, dir string) *Config {
+			return keyConfig(dir, "/dev/zero")
+		}, "not a regular file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.Mkdir(filepath.Join(dir, "data"), 0o755)
+			cfg := tt.setup(t, dir)
+			done := make(chan error, 1)
+			go func() { _, err := pseudonymKey(cfg); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("error %v, want one with %q", err, tt.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("render waits on the key file")
+			}
+		})
+	}
+}
+
+// keyConfig is a config with users hidden, its CSV in dir/data and its
+// page in dir/www; key, if not "", is [render] pseudonym_key.
+func keyConfig(dir, key string) *Config {
+	cfg := DefaultConfig()
+	cfg.Input = filepath.Join(dir, "data", "load_data.csv")
+	cfg.HTML = filepath.Join(dir, "www", "index.html")
+	cfg.Users = UsersHide
+	cfg.PseudonymKey = key
+	return cfg
+}
