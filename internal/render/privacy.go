@@ -219,6 +219,12 @@ func (p *privacy) apply(rep *Report) *Report {
 	}
 	out.Cluster = p.cluster(rep.Cluster)
 	out.History = p.summary(rep.History)
+	// a warning may name a path in a user's home (the history's, the
+	// config file's)
+	out.Warnings = make([]string, len(rep.Warnings))
+	for i, w := range rep.Warnings {
+		out.Warnings[i] = p.text(w)
+	}
 	cfg := *rep.Config
 	cfg.Accounting = p.accounting(rep.Config.Accounting)
 	out.Config = &cfg

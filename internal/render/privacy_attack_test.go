@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
 // A key the web server could serve, or that others could read or plant,
@@ -92,4 +94,37 @@ func keyConfig(dir, key string) *Config {
 	cfg.Users = UsersHide
 	cfg.PseudonymKey = key
 	return cfg
+}
+
+// The page's warnings are published too: a history kept under the home
+// of the user who set gpumon up names them in its path when it cannot be
+// read, as a config file in their home does in a [teams] problem.
+func TestPrivacyHidesWarnings(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"www", "data", "home/zelda"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
+	ini := filepath.Join(dir, "home/zelda/gpumon.ini")
+	os.WriteFile(ini, []byte("[render]\ninput = "+filepath.Join(dir, "data/load_data.csv")+"\nhtml = "+filepath.Join(dir, "www/index.html")+
+		"\nusers = hide\n[history]\ndb = "+filepath.Join(dir, "home/zelda/none/history.db")+"\n"), 0o644)
+	at := time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
+	if err := loaddata.WriteFile(filepath.Join(dir, "data/load_data.csv"), privacyFleet(at)[:64]); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, _ := renderMainAt(t, func() time.Time { return at.Add(20 * time.Second) }, "-c", ini)
+	page, err := os.ReadFile(filepath.Join(dir, "www/index.html"))
+	if err != nil {
+		t.Fatalf("no page: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(string(page), "History (") {
+		t.Fatalf("the page has no history warning: the test tests nothing\n%s", stderr)
+	}
+	files := map[string]string{}
+	for _, f := range []string{"index.html", "status.json", "index.txt"} {
+		b, _ := os.ReadFile(filepath.Join(dir, "www", f))
+		files[f] = string(b)
+	}
+	if l := leaks(files, secretUsers); len(l) > 0 {
+		t.Errorf("%d hidden names published, first: %s", len(l), l[0])
+	}
 }
