@@ -493,7 +493,8 @@ func renameKeys[V any](m map[string]V, rename func(string) string) map[string]V 
 }
 
 // nameFinder finds user names in free text: whole words only ("ali" is
-// not found in "alibaba"), letter case ignored ("Alice-run" holds alice).
+// not found in "alibaba"), but for digits after one ("alice2"), letter
+// case ignored ("Alice-run" holds alice).
 type nameFinder struct {
 	byLower map[string]string // lower-case name -> the name
 	longest int
@@ -528,7 +529,8 @@ func (f *nameFinder) replace(s string, with map[string]string) string {
 		}
 		n := 0
 		for l := min(f.longest, len(s)-i); l > 0; l-- {
-			if i+l < len(s) && wordByte(s[i+l]) {
+			// digits may follow: runs are numbered (alice2, alice2024-ft)
+			if i+l < len(s) && wordByte(s[i+l]) && !isDigit(s[i+l]) {
 				continue
 			}
 			if _, ok := f.byLower[lower[i:i+l]]; ok {
@@ -551,6 +553,8 @@ func (f *nameFinder) replace(s string, with map[string]string) string {
 	b.WriteString(s[last:])
 	return b.String()
 }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // wordByte reports whether c may be inside a word: letters and digits;
 // "-", "_", "." and "/" end one, as in alice-run, /home/alice.

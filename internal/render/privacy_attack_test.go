@@ -128,3 +128,21 @@ func TestPrivacyHidesWarnings(t *testing.T) {
 		t.Errorf("%d hidden names published, first: %s", len(l), l[0])
 	}
 }
+
+// A name with digits after it is the name still: job names, folders and
+// containers number their runs (zelda2024-finetune, /scratch/zelda2/,
+// yorick.vance01). A name inside a longer word stays (ann in annex).
+func TestNameFinderNumberedRuns(t *testing.T) {
+	names := map[string]string{"zelda": "Z", "ann": "A", "user0": "U0", "user01": "U01"}
+	f := newNameFinder([]string{"zelda", "ann", "user0", "user01"})
+	for in, want := range map[string]string{
+		"zelda2024-finetune":     "Z2024-finetune",
+		"/scratch/zelda2/run.py": "/scratch/Z2/run.py",
+		"annex ann3 3ann":        "annex A3 3ann",
+		"user01 user02":          "U01 U02",
+	} {
+		if got := f.replace(in, names); got != want {
+			t.Errorf("replace(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
