@@ -392,6 +392,7 @@ func (p *privacy) cluster(c *cluster.Cluster) *cluster.Cluster {
 				np.Command = p.command(pr.Command)
 				np.SlurmJobName = p.text(pr.SlurmJobName)
 				np.SlurmAccount = p.text(pr.SlurmAccount)
+				np.SlurmPartition = p.text(pr.SlurmPartition) // gpu-smith, the lab head's
 				np.ContainerName = p.text(pr.ContainerName)
 				procPtrs = append(procPtrs, np)
 			}

@@ -2,12 +2,14 @@ package render
 
 import (
 	"os"
+	"reflect"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpumon/gpumon/internal/hoststatus"
 	"github.com/gpumon/gpumon/internal/loaddata"
 )
 
@@ -143,6 +145,30 @@ func TestNameFinderNumberedRuns(t *testing.T) {
 	} {
 		if got := f.replace(in, names); got != want {
 			t.Errorf("replace(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Every text of a process a user chooses is scrubbed of user names: a
+// partition is as often named after its lab's head as an account is
+// (gpu-zelda). The ids (job, container, pod) are numbers and hex.
+func TestPrivacyScrubsEveryProcessText(t *testing.T) {
+	ids := map[string]bool{"SlurmJob": true, "Container": true, "Pod": true}
+	row := loaddata.Row{Timestamp: "2026-11-23T14:05:00Z", Host: "gpu01", HostStatus: hoststatus.OK,
+		GPUIndex: loaddata.IntOf(0), GPUName: "NVIDIA H100", MemUsedMiB: loaddata.Num(5000), MemTotalMiB: loaddata.Num(81920),
+		PID: loaddata.IntOf(7), ProcessMemMiB: loaddata.Num(4000), User: "zelda"}
+	rv := reflect.ValueOf(&row).Elem()
+	for _, f := range []string{"Command", "SlurmJobName", "SlurmPartition", "SlurmAccount", "ContainerName"} {
+		rv.FieldByName(f).SetString("gpu-zelda")
+	}
+	rep := testReport(t, []loaddata.Row{row}, "")
+	p := &privacy{commands: CommandsShow, key: make([]byte, pseudonymKeySize), names: map[string]string{}, done: map[string]string{}}
+	proc := p.apply(rep).Cluster.Hosts[0].GPUs[0].Procs[0]
+	pv := reflect.ValueOf(proc).Elem()
+	for i := 0; i < pv.NumField(); i++ {
+		f := pv.Type().Field(i)
+		if f.Type.Kind() == reflect.String && !ids[f.Name] && strings.Contains(pv.Field(i).String(), "zelda") {
+			t.Errorf("Proc.%s published as %q", f.Name, pv.Field(i).String())
 		}
 	}
 }
