@@ -2,8 +2,8 @@ package render
 
 import (
 	"os"
-	"reflect"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
