@@ -344,9 +344,13 @@ func programName(c string) string {
 }
 
 // exeEnd is where a Windows program's path ends (after ".exe", in any
-// letter case), -1 in a command line that has none.
+// letter case), -1 in a command line that has none or does not start
+// with a Windows path (C:\, \\server, quoted): a Linux command's
+// argument may hold both, and what came before it would be shown.
 func exeEnd(c string) int {
-	if !strings.ContainsRune(c, '\\') {
+	p := strings.TrimPrefix(c, `"`)
+	drive := len(p) >= 3 && (p[0]|0x20 >= 'a' && p[0]|0x20 <= 'z') && p[1] == ':' && (p[2] == '\\' || p[2] == '/')
+	if !drive && !strings.HasPrefix(p, `\\`) {
 		return -1
 	}
 	for i := 0; i+4 <= len(c); i++ {

@@ -172,3 +172,20 @@ func TestPrivacyScrubsEveryProcessText(t *testing.T) {
 		}
 	}
 }
+
+// commands = program: a Linux command line whose arguments hold a
+// backslash and ".exe" shows its program, not the argument's tail.
+func TestProgramNameArgumentsStayHidden(t *testing.T) {
+	for in, want := range map[string]string{
+		`/usr/bin/python train.py --out C:\tmp\S3CRET.exe`:           "python",
+		`python train.py --sep a\b --token S3CRET x.exe`:              "python",
+		`C:\Program Files\App\app.exe --flag`:                         "app.exe",
+		`"C:\Program Files\App\app.exe" --token S3CRET`:               "app.exe",
+		`\\server\share\tools\run.EXE --token S3CRET`:                 "run.EXE",
+		`D:/envs/py/python.exe C:\Users\zelda\S3CRET.exe --key x.exe`: "python.exe",
+	} {
+		if got := programName(in); got != want {
+			t.Errorf("programName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
