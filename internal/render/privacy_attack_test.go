@@ -177,7 +177,7 @@ func TestPrivacyScrubsEveryProcessText(t *testing.T) {
 // backslash and ".exe" shows its program, not the argument's tail.
 func TestProgramNameArgumentsStayHidden(t *testing.T) {
 	for in, want := range map[string]string{
-		`/usr/bin/python train.py --out C:\tmp\S3CRET.exe`:           "python",
+		`/usr/bin/python train.py --out C:\tmp\S3CRET.exe`:            "python",
 		`python train.py --sep a\b --token S3CRET x.exe`:              "python",
 		`C:\Program Files\App\app.exe --flag`:                         "app.exe",
 		`"C:\Program Files\App\app.exe" --token S3CRET`:               "app.exe",
