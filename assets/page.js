@@ -214,10 +214,19 @@
   // from their slices of text, all in one go. A swapped card that held the
   // focus gives it to its new node's GPU of the same index.
   function swapCards(text, list, main) {
-    var old = {};
-    for (var c = main.firstElementChild; c; c = c.nextElementSibling) old[c.getAttribute("data-h")] = c;
+    // A hash on two cards (a host's text made to collide with another
+    // card's: CRCs are not hard to forge) names neither: both are parsed
+    // anew, or one node would stand for two hosts.
+    var old = {}, twice = {}, count = {};
+    for (var c = main.firstElementChild; c; c = c.nextElementSibling) {
+      var ch = c.getAttribute("data-h");
+      if (old[ch]) twice[ch] = true;
+      old[ch] = c;
+    }
+    list.forEach(function (l) { count[l.h] = (count[l.h] || 0) + 1; });
+    function kept(l) { return count[l.h] === 1 && !twice[l.h] && old[l.h]; }
     var slices = [];
-    list.forEach(function (l) { if (!old[l.h]) slices.push(text.slice(l.at, l.end)); });
+    list.forEach(function (l) { if (!kept(l)) slices.push(text.slice(l.at, l.end)); });
     if (!slices.length && list.length === main.children.length) return;
     var fresh = [];
     if (slices.length) {
@@ -231,7 +240,7 @@
       held = { host: card.getAttribute("data-host"), gpu: cell && cell.getAttribute("data-gpu"), shut: cell && cell.classList.contains("shut") };
     }
     var k = 0, keep = new Set();
-    var nodes = list.map(function (l) { var n = old[l.h] || fresh[k++]; keep.add(n); return n; });
+    var nodes = list.map(function (l) { var n = kept(l) || fresh[k++]; keep.add(n); return n; });
     Array.prototype.slice.call(main.children).forEach(function (n) { if (!keep.has(n)) n.remove(); });
     var at = main.firstElementChild;
     nodes.forEach(function (n) {

@@ -46,7 +46,8 @@ func writeFreeText(w io.Writer, r *Report) error {
 	b.WriteString(freeSummary(r, hosts))
 	b.WriteByte('\n')
 	if r.stale() {
-		b.WriteString("# STALE: " + staleText(r) + "\n")
+		// it may name a host, whose name could hold a newline: one line
+		b.WriteString("# STALE: " + clean(staleText(r), textFileWidth-len("# STALE: ")) + "\n")
 	}
 	if hosts == 0 {
 		b.WriteString("# no GPU is free\n")

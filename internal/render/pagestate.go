@@ -71,7 +71,9 @@ func shortHash(v uint64) string {
 // a sixth of a 10,000-host render. It tells a change, it does not resist
 // a forgery: a process that made its card's CRCs collide with the card's
 // last ones would keep that card from updating until anything else on it
-// changes (its memory, its elapsed time); a reload shows it as it is.
+// changes (its memory, its elapsed time); a reload shows it as it is. One
+// made to collide with another card's is not taken for it: page.js
+// parses every card of a hash that two cards have.
 type changeHash struct{ c, i uint32 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/gpumon/gpumon/internal/accounting"
 	"github.com/gpumon/gpumon/internal/cli"
@@ -83,15 +84,16 @@ func pseudonymKeyPath(cfg *Config) string {
 }
 
 // pseudonymKey reads the key, or makes one (random, mode 0600) where
-// there is none. A key in the page's folder is refused: nginx would serve
-// it.
+// there is none. A key in the page's folder is refused, through symlinks
+// too: nginx would serve it. So is one that others may read or replace:
+// whoever has the key tells who a pseudonym is.
 func pseudonymKey(cfg *Config) ([]byte, error) {
 	path := pseudonymKeyPath(cfg)
 	hint := "set [render] pseudonym_key to a file outside the web root, readable only by the account render runs as"
-	if inFolder(path, filepath.Dir(cfg.HTML)) {
+	if inFolder(resolved(path), resolved(filepath.Dir(cfg.HTML))) {
 		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: in the page's folder, where the web server would publish it", path), "%s", hint)
 	}
-	key, err := os.ReadFile(path)
+	key, err := readKey(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		key, err = makeKey(path)
 	}
@@ -99,10 +101,39 @@ func pseudonymKey(cfg *Config) ([]byte, error) {
 		return nil, cli.WithHint(fmt.Errorf("pseudonym key: %w", err), "%s", hint)
 	}
 	if len(key) != pseudonymKeySize {
-		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: %d bytes, want %d", path, len(key), pseudonymKeySize),
+		size := fmt.Sprintf("%d bytes", len(key))
+		if len(key) > pseudonymKeySize {
+			size = "longer" // only a key's length and a byte were read
+		}
+		return nil, cli.WithHint(fmt.Errorf("pseudonym key %s: %s, want %d bytes", path, size, pseudonymKeySize),
 			"remove it to have render make a new one (the pseudonyms change), or restore it from a backup")
 	}
 	return key, nil
+}
+
+// readKey reads the key file: a regular file (a fifo is refused, not
+// waited on), ours or root's, that others can neither read nor write; at
+// most one byte more than a key.
+func readKey(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o006 != 0 {
+		return nil, fmt.Errorf("%s: mode %v, others may read or replace it (chmod 600 it)", path, fi.Mode().Perm())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s: owned by uid %d, not by this account or root", path, st.Uid)
+	}
+	return io.ReadAll(io.LimitReader(f, pseudonymKeySize+1))
 }
 
 // makeKey writes a new random key at path, failing if another render made
@@ -148,6 +179,19 @@ func inFolder(path, dir string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
+// resolved is path with its symlinks followed, as far as they lead: a
+// web root that is a link to the CSV's folder holds the key all the same.
+// A file not made yet is its folder's, resolved, then its name.
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	if r, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(r, filepath.Base(path))
+	}
+	return path
+}
+
 // pseudonym is name's stable stand-in: "user-" and 8 hex digits of an
 // HMAC of the name under the key. Stable across runs and files, so that
 // the page still shows two GPUs are one person's; not reversible without
@@ -175,6 +219,12 @@ func (p *privacy) apply(rep *Report) *Report {
 	}
 	out.Cluster = p.cluster(rep.Cluster)
 	out.History = p.summary(rep.History)
+	// a warning may name a path in a user's home (the history's, the
+	// config file's)
+	out.Warnings = make([]string, len(rep.Warnings))
+	for i, w := range rep.Warnings {
+		out.Warnings[i] = p.text(w)
+	}
 	cfg := *rep.Config
 	cfg.Accounting = p.accounting(rep.Config.Accounting)
 	out.Config = &cfg
@@ -294,9 +344,13 @@ func programName(c string) string {
 }
 
 // exeEnd is where a Windows program's path ends (after ".exe", in any
-// letter case), -1 in a command line that has none.
+// letter case), -1 in a command line that has none or does not start
+// with a Windows path (C:\, \\server, quoted): a Linux command's
+// argument may hold both, and what came before it would be shown.
 func exeEnd(c string) int {
-	if !strings.ContainsRune(c, '\\') {
+	p := strings.TrimPrefix(c, `"`)
+	drive := len(p) >= 3 && (p[0]|0x20 >= 'a' && p[0]|0x20 <= 'z') && p[1] == ':' && (p[2] == '\\' || p[2] == '/')
+	if !drive && !strings.HasPrefix(p, `\\`) {
 		return -1
 	}
 	for i := 0; i+4 <= len(c); i++ {
@@ -342,6 +396,7 @@ func (p *privacy) cluster(c *cluster.Cluster) *cluster.Cluster {
 				np.Command = p.command(pr.Command)
 				np.SlurmJobName = p.text(pr.SlurmJobName)
 				np.SlurmAccount = p.text(pr.SlurmAccount)
+				np.SlurmPartition = p.text(pr.SlurmPartition) // gpu-smith, the lab head's
 				np.ContainerName = p.text(pr.ContainerName)
 				procPtrs = append(procPtrs, np)
 			}
@@ -443,7 +498,8 @@ func renameKeys[V any](m map[string]V, rename func(string) string) map[string]V 
 }
 
 // nameFinder finds user names in free text: whole words only ("ali" is
-// not found in "alibaba"), letter case ignored ("Alice-run" holds alice).
+// not found in "alibaba"), but for digits after one ("alice2"), letter
+// case ignored ("Alice-run" holds alice).
 type nameFinder struct {
 	byLower map[string]string // lower-case name -> the name
 	longest int
@@ -478,7 +534,8 @@ func (f *nameFinder) replace(s string, with map[string]string) string {
 		}
 		n := 0
 		for l := min(f.longest, len(s)-i); l > 0; l-- {
-			if i+l < len(s) && wordByte(s[i+l]) {
+			// digits may follow: runs are numbered (alice2, alice2024-ft)
+			if i+l < len(s) && wordByte(s[i+l]) && !isDigit(s[i+l]) {
 				continue
 			}
 			if _, ok := f.byLower[lower[i:i+l]]; ok {
@@ -501,6 +558,8 @@ func (f *nameFinder) replace(s string, with map[string]string) string {
 	b.WriteString(s[last:])
 	return b.String()
 }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // wordByte reports whether c may be inside a word: letters and digits;
 // "-", "_", "." and "/" end one, as in alice-run, /home/alice.
