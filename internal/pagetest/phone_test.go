@@ -76,3 +76,21 @@ func TestPhoneSheetCloses(t *testing.T) {
 	tb.waitVisible(detail)
 	tb.noProblems("closing the sheet")
 }
+
+// A page longer than the screen does not scroll sideways on a phone: the
+// cards below the fold, which chromium does not lay out (content-visibility),
+// have no width of their own to push the page wider than 390 px.
+func TestPhonePageFitsBelowTheFold(t *testing.T) {
+	s := newLiveSite(t)
+	s.render(t, scaleFleet(40))
+	tb := newTab(t, tabOptions{width: 390, height: 844, mobile: true})
+	tb.load(serve(t, s.www))
+	if n := eval[int](tb, `[...document.querySelectorAll("#hosts > .host")].filter(c => c.getBoundingClientRect().top > innerHeight).length`); n == 0 {
+		t.Fatal("no card below the fold: the page does not test it")
+	}
+	// not innerWidth: a mobile viewport widens to the content it holds
+	if w := eval[int](tb, `document.documentElement.scrollWidth`); w > 390 {
+		t.Errorf("the page is %d px wide on a 390 px phone: it scrolls sideways", w)
+	}
+	tb.noProblems("a long page on a phone")
+}

@@ -97,7 +97,7 @@ func freeLineOf(h *cluster.Host, free []*cluster.GPU, vendors bool) freeLine {
 		}
 	}
 	return freeLine{
-		cells: [...]string{token(h.Display, hostNameMax), strconv.Itoa(len(free)),
+		cells: [...]string{token(h.Name, hostNameMax), strconv.Itoa(len(free)),
 			string(gpus), string(mem), cmp.Or(string(degraded), "-")},
 		models: cmp.Or(modelsOf(h, free, vendors), "-"),
 	}

@@ -252,7 +252,7 @@ func TestTextTwinHostile(t *testing.T) {
 		}
 	}
 	want := []string{"f_[2J_]0;pwned", "lab_box_one", "ホスト" + strings.Repeat("長", hostNameMax/2-4) + "…",
-		strings.Repeat("m", hostNameMax-1) + "…", "long_name_[2J_with_blanks", "?"}
+		strings.Repeat("m", hostNameMax-1) + "…", "gpu-with-a-very-long-name-that-…", "?"} // the host fetch logs in to, not its display name
 	if diff := cmp.Diff(want, hosts); diff != "" {
 		t.Errorf("free.txt's hosts (-want +got):\n%s\n%s", diff, free)
 	}
