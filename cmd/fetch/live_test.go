@@ -225,7 +225,10 @@ func TestLiveRounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(page, []byte("live: fetch polls every 15 s; reloads every 15 s")) {
+		// without JavaScript the page reloads every interval; with it the
+		// script rewrites #every to "updates in place every 15 s"
+		if !bytes.Contains(page, []byte(`live: fetch polls every 15 s; <span id="every">reloads every 15 s</span>`)) ||
+			!bytes.Contains(page, []byte(`<noscript><meta http-equiv="refresh" content="15"></noscript>`)) {
 			t.Fatalf("round %d: the page does not say it is live, or does not reload every interval", n)
 		}
 		if bytes.Equal(page, prevPage) {
