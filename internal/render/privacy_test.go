@@ -29,6 +29,9 @@ func privacyFleet(at time.Time) []loaddata.Row {
 	for i := range rows {
 		r := &rows[i]
 		r.Timestamp = at.UTC().Format(time.RFC3339)
+		if r.Host == "gpu0005" { // an ok host's warning, in its card
+			r.HostError = "ps: /home/zelda/.cache: permission denied"
+		}
 		if !r.PID.Valid {
 			continue
 		}
